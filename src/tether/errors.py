@@ -1,0 +1,161 @@
+"""The one exception tree of tether. Every error a user can catch derives from `TetherError`.
+
+TetherError
+├── InvalidInput            bad input from a caller: ids, arguments, options
+│   └── InvalidId           an id that is not a tether id (path separators, "..", wrong shape)
+├── NotFound                a session, entry or artifact that does not exist
+│   └── SessionNotFound
+├── StoreError              the storage backend failed
+│   ├── SeqConflict         an append stated an expected seq and another writer got there first
+│   ├── StoreBusy           the store stayed locked by other writers past the busy timeout
+│   ├── CorruptEntry        a stored entry could not be decoded (readers skip and report it)
+│   └── StoreClosed         the store was used after it was closed
+├── ImportFormatError       a file given to import is truncated, foreign or inconsistent
+├── SessionBusy             another run holds this session's lease
+├── ProviderError           a model provider failed; `retryable` says whether to try again
+│   ├── AuthError
+│   ├── RateLimited         (carries `retry_after` seconds when the provider said so)
+│   ├── ContextOverflow
+│   ├── TransientError      timeouts, 5xx, dropped connections
+│   └── BadRequest
+├── ToolError               a tool failed in a way the model should see as an error result
+│   └── OutsideWorkspace
+├── ConfigError             configuration is missing or wrong
+└── MissingExtra            an optional dependency is not installed; names the extra
+"""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Base class of every tether error."""
+
+
+class InvalidInput(TetherError, ValueError):
+    """A caller passed something tether cannot accept."""
+
+
+class InvalidId(InvalidInput):
+    """An id that is not a well-formed tether id."""
+
+
+class NotFound(TetherError, LookupError):
+    """Something that was asked for does not exist."""
+
+
+class SessionNotFound(NotFound):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}")
+        self.session_id = session_id
+
+
+class StoreError(TetherError):
+    """The storage backend failed."""
+
+
+class SeqConflict(StoreError):
+    """An append stated the seq it expected, and the session had moved on."""
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {session_id}: expected next seq {expected}, but it is {actual} "
+            "(another writer appended first; re-read the tail and retry)"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked by other writers for longer than the busy timeout."""
+
+
+class CorruptEntry(StoreError):
+    """A stored entry could not be decoded."""
+
+    def __init__(self, session_id: str, seq: int, reason: str) -> None:
+        super().__init__(f"session {session_id}: entry {seq} is corrupt: {reason}")
+        self.session_id = session_id
+        self.seq = seq
+        self.reason = reason
+
+
+class StoreClosed(StoreError):
+    """The store was used after it was closed."""
+
+
+class ImportFormatError(TetherError):
+    """A file given to import cannot be read as a session."""
+
+
+class SessionBusy(TetherError):
+    """Another run holds the session's lease."""
+
+
+class ProviderError(TetherError):
+    """A model provider failed."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status: int | None = None, provider: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.provider = provider
+
+
+class AuthError(ProviderError):
+    """The provider rejected the credentials."""
+
+
+class RateLimited(ProviderError):
+    """The provider asked us to slow down."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        status: int | None = 429,
+        provider: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, provider=provider)
+        self.retry_after = retry_after
+
+
+class ContextOverflow(ProviderError):
+    """The request did not fit the model's context window."""
+
+
+class TransientError(ProviderError):
+    """A failure that may pass: timeout, 5xx, dropped connection."""
+
+    retryable = True
+
+
+class BadRequest(ProviderError):
+    """The provider refused the request as malformed."""
+
+
+class ToolError(TetherError):
+    """A tool failed; the model sees the message as an error result."""
+
+
+class OutsideWorkspace(ToolError):
+    """A tool was asked to touch a path outside the session's workspace."""
+
+
+class ConfigError(TetherError):
+    """Configuration is missing or wrong."""
+
+
+class MissingExtra(TetherError, ImportError):
+    """An optional dependency is not installed."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        super().__init__(
+            f"this needs the optional dependency {module!r}: install it with `pip install 'tether[{extra}]'`"
+        )
+        self.extra = extra
+        self.module = module

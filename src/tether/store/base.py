@@ -1,0 +1,288 @@
+"""The `Store` protocol: a durable journal of sessions and their entries, the listing index, artifacts and
+run leases. Backends (`SqliteStore`, `MemoryStore`, later PostgreSQL) implement it and pass one
+conformance suite; logic that only needs the protocol (the active history) lives here once."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from decimal import Decimal
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+
+import msgspec
+
+from ..errors import CorruptEntry, InvalidInput
+from ..messages import Entry, EntryBody, Message, Revert, TextPart
+
+T = TypeVar("T")
+SessionState = Literal["active", "paused"]
+Durability = Literal["normal", "full"]
+log = logging.getLogger("tether.store")
+
+TITLE_MAX = 47
+
+
+class _Unset:
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+"""Marks an argument that was not given (so that None can mean 'clear this field')."""
+
+
+class SessionInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A session's row: identity, lineage, metadata and counters kept up to date on every append."""
+
+    id: str
+    created_at: float
+    updated_at: float
+    title: str | None = None
+    directory: str | None = None
+    parent_id: str | None = None
+    forked_from: str | None = None
+    forked_at: int | None = None
+    agent: str | None = None
+    model: str | None = None
+    state: SessionState = "active"
+    system_prompt: str | None = None
+    entry_count: int = 0
+    message_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def last_seq(self) -> int:
+        """Seqs are dense from 1, so the last one is the entry count."""
+        return self.entry_count
+
+
+class Page(msgspec.Struct, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+
+
+UPDATABLE_FIELDS = ("title", "directory", "agent", "model", "state", "system_prompt", "metadata")
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every backend provides. All methods are coroutines except `iter_entries` (an async iterator)."""
+
+    durability: Durability
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        directory: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        state: SessionState = "active",
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> SessionInfo: ...
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """The session's row; raises `SessionNotFound`."""
+        ...
+
+    async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
+        """Set any of `UPDATABLE_FIELDS` (None clears it); returns the new row."""
+        ...
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        """Delete the session, its entries and, recursively, its child sessions (those whose `parent_id` is
+        it: sub-agent runs belong to their parent). Forks are independent copies and are kept. Returns the
+        ids deleted."""
+        ...
+
+    async def list_sessions(
+        self,
+        *,
+        directory: str | None = None,
+        parent_id: str | None = UNSET,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        """Most recently updated first. `parent_id=None` lists top-level sessions only; UNSET lists all."""
+        ...
+
+    async def last_session(self, directory: str) -> SessionInfo | None:
+        """The most recently updated top-level session of `directory`."""
+        ...
+
+    async def append(
+        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+    ) -> list[Entry]:
+        """Append atomically, giving each body the next dense seq. With `expect_seq` (the seq the first new
+        entry must get) a writer that lost a race gets `SeqConflict` and nothing is written."""
+        ...
+
+    async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
+        """Entries with start <= seq <= end (end None: to the last), in order. Corrupt ones are skipped
+        and reported."""
+        ...
+
+    async def tail(self, session_id: str, n: int) -> list[Entry]:
+        """The last `n` entries of the raw journal, in order."""
+        ...
+
+    def iter_entries(self, session_id: str, start: int = 1, *, batch: int = 500) -> AsyncIterator[Entry]:
+        """Every entry from `start` in order, read `batch` at a time."""
+        ...
+
+    async def fork(
+        self, session_id: str, at_seq: int | None = None, *, id: str | None = None, title: str | None = None
+    ) -> SessionInfo:
+        """A new session holding a copy of entries 1..at_seq (default: all), recording where it came from."""
+        ...
+
+    async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
+        """Store a large payload, content-addressed; returns its id (``art_`` + sha256)."""
+        ...
+
+    async def get_artifact(self, artifact_id: str) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+
+# --- helpers every backend shares ---------------------------------------------------------------------
+
+
+def default_title(text: str) -> str | None:
+    """The first user message cut to 47 characters plus '...' (whitespace folded)."""
+    folded = " ".join(text.split())
+    if not folded:
+        return None
+    if len(folded) <= TITLE_MAX:
+        return folded
+    return folded[:TITLE_MAX] + "..."
+
+
+def title_candidate(bodies: Sequence[EntryBody]) -> str | None:
+    for body in bodies:
+        if isinstance(body, Message) and body.role == "user":
+            text = "".join(p.text for p in body.parts if isinstance(p, TextPart))
+            title = default_title(text)
+            if title:
+                return title
+    return None
+
+
+def artifact_id(data: bytes) -> str:
+    return "art_" + hashlib.sha256(data).hexdigest()
+
+
+def check_artifact_id(value: str) -> str:
+    if not (isinstance(value, str) and value.startswith("art_") and len(value) == 68):
+        raise InvalidInput(f"invalid artifact id {value!r}")
+    try:
+        int(value[4:], 16)
+    except ValueError:
+        raise InvalidInput(f"invalid artifact id {value!r}") from None
+    return value
+
+
+def check_limit(limit: int) -> int:
+    if not isinstance(limit, int) or limit < 1 or limit > 10_000:
+        raise InvalidInput(f"limit must be an integer from 1 to 10000, not {limit!r}")
+    return limit
+
+
+def validate_bodies(bodies: Sequence[EntryBody], first_seq: int) -> None:
+    if not bodies:
+        raise InvalidInput("append needs at least one entry")
+    for i, body in enumerate(bodies):
+        if isinstance(body, Revert):
+            seq = first_seq + i
+            if not 0 <= body.to_seq < seq:
+                raise InvalidInput(f"a revert at seq {seq} must point before itself, not to {body.to_seq}")
+
+
+def encode_cursor(updated_at: float, session_id: str) -> str:
+    raw = f"{updated_at!r}|{session_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, sid = raw.split("|", 1)
+        return float(at), sid
+    except Exception:
+        raise InvalidInput(f"invalid cursor {cursor!r}") from None
+
+
+def message_counters(bodies: Sequence[EntryBody]) -> tuple[int, int, int, Decimal]:
+    """(messages, input tokens, output tokens, cost) that appending `bodies` adds to a session."""
+    messages = tokens_in = tokens_out = 0
+    cost = Decimal(0)
+    for body in bodies:
+        if isinstance(body, Message):
+            messages += 1
+            if body.usage is not None:
+                tokens_in += body.usage.input_tokens
+                tokens_out += body.usage.output_tokens
+                if body.usage.cost is not None:
+                    cost += body.usage.cost
+    return messages, tokens_in, tokens_out, cost
+
+
+CorruptHandler = Callable[[CorruptEntry], None]
+
+
+def log_corrupt(error: CorruptEntry) -> None:
+    log.warning("skipping %s", error)
+
+
+# --- the active history -------------------------------------------------------------------------------
+
+
+async def active_tail(store: Store, session_id: str, n: int, *, chunk: int | None = None) -> list[Entry]:
+    """The last `n` entries of the active history: entries hidden by a revert are skipped, and the revert
+    markers themselves are left out. Reads backwards in chunks, so the cost is bounded by the tail and the
+    reverted spans it jumps over, not by the history."""
+    info = await store.get_session(session_id)
+    hi = info.entry_count  # the highest seq that may still be visible
+    out: list[Entry] = []
+    step = chunk or max(n + 8, 64)
+    while hi >= 1 and len(out) < n:
+        lo = max(1, hi - step + 1)
+        for entry in reversed(await store.read(session_id, lo, hi)):
+            if entry.seq > hi:
+                continue  # inside a span that a later revert hid
+            if isinstance(entry.body, Revert):
+                hi = entry.body.to_seq
+                continue
+            out.append(entry)
+            hi = entry.seq - 1
+            if len(out) >= n:
+                break
+        else:
+            hi = min(hi, lo - 1)
+    out.reverse()
+    return out
+
+
+async def active_entries(store: Store, session_id: str) -> list[Entry]:
+    """The whole active history in order (reverted spans and revert markers left out)."""
+    info = await store.get_session(session_id)
+    return await active_tail(store, session_id, max(info.entry_count, 1))

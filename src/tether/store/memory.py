@@ -1,0 +1,262 @@
+"""`MemoryStore`: the whole store in process memory. The reference semantics of the `Store` protocol, and
+a fast store for tests and throwaway sessions; nothing survives the process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
+from ..ids import check_id, new_session_id
+from ..messages import Entry, EntryBody, TitleChange, decode_body, encode_body
+from .base import (
+    UNSET,
+    UPDATABLE_FIELDS,
+    Durability,
+    Page,
+    SessionInfo,
+    SessionState,
+    artifact_id,
+    check_artifact_id,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    message_counters,
+    title_candidate,
+    validate_bodies,
+)
+
+
+class MemoryStore:
+    """In-memory `Store`. Entries are kept encoded, so that what a reader gets is a copy, as from disk."""
+
+    durability: Durability = "normal"
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, SessionInfo] = {}
+        self._entries: dict[str, list[tuple[float, bytes]]] = {}
+        self._artifacts: dict[str, bytes] = {}
+        self._closed = False
+        self._clock = 0.0
+
+    def _now(self) -> float:
+        # strictly increasing, so that "most recent first" is well defined even within one clock tick
+        now = time.time()
+        self._clock = now if now > self._clock else self._clock + 1e-6
+        return self._clock
+
+    def _check(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
+    def _get(self, session_id: str) -> SessionInfo:
+        self._check()
+        check_id(session_id, "session id")
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(session_id) from None
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        directory: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        state: SessionState = "active",
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> SessionInfo:
+        self._check()
+        sid = check_id(id, "session id") if id is not None else new_session_id()
+        if sid in self._sessions:
+            raise InvalidInput(f"session {sid} already exists")
+        if parent_id is not None:
+            self._get(parent_id)
+        now = self._now()
+        info = SessionInfo(
+            id=sid,
+            created_at=created_at if created_at is not None else now,
+            updated_at=now,
+            title=title,
+            directory=directory,
+            parent_id=parent_id,
+            agent=agent,
+            model=model,
+            state=state,
+            system_prompt=system_prompt,
+            metadata=dict(metadata or {}),
+        )
+        self._sessions[sid] = info
+        self._entries[sid] = []
+        return msgspec.structs.replace(info)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return msgspec.structs.replace(self._get(session_id))
+
+    async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
+        info = self._get(session_id)
+        changes = {k: v for k, v in fields.items() if v is not UNSET}
+        bad = set(changes) - set(UPDATABLE_FIELDS)
+        if bad:
+            raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
+        if "state" in changes and changes["state"] not in ("active", "paused"):
+            raise InvalidInput(f"state must be 'active' or 'paused', not {changes['state']!r}")
+        if "metadata" in changes and changes["metadata"] is None:
+            changes["metadata"] = {}
+        info = msgspec.structs.replace(info, updated_at=self._now(), **changes)
+        self._sessions[session_id] = info
+        return msgspec.structs.replace(info)
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        self._get(session_id)
+        doomed = [session_id]
+        i = 0
+        while i < len(doomed):
+            doomed.extend(s.id for s in self._sessions.values() if s.parent_id == doomed[i])
+            i += 1
+        for sid in doomed:
+            self._sessions.pop(sid, None)
+            self._entries.pop(sid, None)
+        return doomed
+
+    async def list_sessions(
+        self,
+        *,
+        directory: str | None = None,
+        parent_id: str | None = UNSET,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        self._check()
+        check_limit(limit)
+        rows = [
+            s
+            for s in self._sessions.values()
+            if (directory is None or s.directory == directory) and (parent_id is UNSET or s.parent_id == parent_id)
+        ]
+        rows.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
+        if cursor is not None:
+            at, sid = decode_cursor(cursor)
+            rows = [s for s in rows if (s.updated_at, s.id) < (at, sid)]
+        page = rows[:limit]
+        nxt = encode_cursor(page[-1].updated_at, page[-1].id) if len(rows) > limit else None
+        return Page([msgspec.structs.replace(s) for s in page], nxt)
+
+    async def last_session(self, directory: str) -> SessionInfo | None:
+        page = await self.list_sessions(directory=directory, parent_id=None, limit=1)
+        return page.items[0] if page.items else None
+
+    async def append(
+        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+    ) -> list[Entry]:
+        info = self._get(session_id)
+        first = info.entry_count + 1
+        if expect_seq is not None and expect_seq != first:
+            raise SeqConflict(session_id, expect_seq, first)
+        validate_bodies(bodies, first)
+        encoded = [encode_body(b) for b in bodies]  # fails before anything changes
+        now = self._now()
+        rows = self._entries[session_id]
+        rows.extend((now, data) for data in encoded)
+        messages, t_in, t_out, cost = message_counters(bodies)
+        title = info.title or title_candidate(bodies)
+        for body in bodies:
+            if isinstance(body, TitleChange):
+                title = body.title
+        self._sessions[session_id] = msgspec.structs.replace(
+            info,
+            updated_at=now,
+            title=title,
+            entry_count=info.entry_count + len(bodies),
+            message_count=info.message_count + messages,
+            input_tokens=info.input_tokens + t_in,
+            output_tokens=info.output_tokens + t_out,
+            cost=info.cost + cost,
+        )
+        return [Entry(first + i, now, decode_body(data)) for i, data in enumerate(encoded)]
+
+    async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
+        self._get(session_id)
+        rows = self._entries[session_id]
+        start = max(1, start)
+        stop = len(rows) if end is None else min(end, len(rows))
+        return [Entry(seq, rows[seq - 1][0], decode_body(rows[seq - 1][1])) for seq in range(start, stop + 1)]
+
+    async def tail(self, session_id: str, n: int) -> list[Entry]:
+        count = self._get(session_id).entry_count
+        return await self.read(session_id, max(1, count - n + 1), count) if n > 0 else []
+
+    async def iter_entries(self, session_id: str, start: int = 1, *, batch: int = 500) -> AsyncIterator[Entry]:
+        seq = start
+        while True:
+            chunk = await self.read(session_id, seq, seq + batch - 1)
+            if not chunk:
+                return
+            for entry in chunk:
+                yield entry
+            seq = chunk[-1].seq + 1
+
+    async def fork(
+        self, session_id: str, at_seq: int | None = None, *, id: str | None = None, title: str | None = None
+    ) -> SessionInfo:
+        src = self._get(session_id)
+        at = src.entry_count if at_seq is None else at_seq
+        if not 0 <= at <= src.entry_count:
+            raise InvalidInput(f"cannot fork {session_id} at {at}: it has {src.entry_count} entries")
+        new = await self.create_session(
+            id=id,
+            directory=src.directory,
+            title=title if title is not None else src.title,
+            agent=src.agent,
+            model=src.model,
+            system_prompt=src.system_prompt,
+            metadata=src.metadata,
+        )
+        rows = list(self._entries[session_id][:at])
+        self._entries[new.id] = rows
+        bodies = [decode_body(data) for _, data in rows]
+        messages, t_in, t_out, cost = message_counters(bodies)
+        info = msgspec.structs.replace(
+            self._sessions[new.id],
+            forked_from=session_id,
+            forked_at=at,
+            entry_count=at,
+            message_count=messages,
+            input_tokens=t_in,
+            output_tokens=t_out,
+            cost=Decimal(0) + cost,
+        )
+        self._sessions[new.id] = info
+        return msgspec.structs.replace(info)
+
+    async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
+        self._check()
+        aid = artifact_id(data)
+        self._artifacts.setdefault(aid, bytes(data))
+        return aid
+
+    async def get_artifact(self, artifact_id: str) -> bytes:
+        self._check()
+        check_artifact_id(artifact_id)
+        try:
+            return self._artifacts[artifact_id]
+        except KeyError:
+            raise NotFound(f"no artifact {artifact_id}") from None
+
+    async def close(self) -> None:
+        self._closed = True

@@ -1,0 +1,588 @@
+"""`SqliteStore`: the embedded default. One file in WAL mode, one connection that is the single writer,
+`BEGIN IMMEDIATE` transactions, a busy timeout that waits without blocking the event loop, and writes that
+complete even when the task awaiting them is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from ..errors import (
+    CorruptEntry,
+    InvalidInput,
+    NotFound,
+    SeqConflict,
+    SessionNotFound,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+)
+from ..ids import check_id, new_session_id
+from ..messages import Entry, EntryBody, TitleChange, decode_body, encode_body, encode_json, kind_of
+from .base import (
+    UNSET,
+    UPDATABLE_FIELDS,
+    CorruptHandler,
+    Durability,
+    Page,
+    SessionInfo,
+    SessionState,
+    artifact_id,
+    check_artifact_id,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    log_corrupt,
+    message_counters,
+    title_candidate,
+    validate_bodies,
+)
+
+R = TypeVar("R")
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    parent_id TEXT,
+    forked_from TEXT,
+    forked_at INTEGER,
+    title TEXT,
+    directory TEXT,
+    agent TEXT,
+    model TEXT,
+    state TEXT NOT NULL DEFAULT 'active',
+    system_prompt TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    entry_count INTEGER NOT NULL DEFAULT 0,
+    message_count INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost TEXT NOT NULL DEFAULT '0',
+    metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (updated_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS sessions_directory ON sessions (directory, updated_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS sessions_parent ON sessions (parent_id, updated_at DESC, id DESC)
+    WHERE parent_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS entries (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_position ON entries (session_id, seq);
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    media_type TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+
+_SESSION_COLS = (
+    "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
+    "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost, metadata"
+)
+_metadata_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class _Busy(Exception):
+    """The write lock is held by another connection right now."""
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(error) or "busy" in str(error)
+
+
+class SqliteStore:
+    """The SQLite backend of `Store`.
+
+    `durability="normal"` survives a process crash (kill -9) with nothing acknowledged lost;
+    `durability="full"` also fsyncs every commit, so it survives power loss. `busy_timeout` (seconds) is how
+    long a write waits for other processes' writes before `StoreBusy`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "normal",
+        busy_timeout: float = 30.0,
+        on_corrupt: CorruptHandler | None = None,
+    ) -> None:
+        if durability not in ("normal", "full"):
+            raise InvalidInput(f"durability must be 'normal' or 'full', not {durability!r}")
+        self.path = str(path)
+        self.durability: Durability = durability
+        self.busy_timeout = busy_timeout
+        self.on_corrupt: CorruptHandler = on_corrupt or log_corrupt
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, cached_statements=256
+        )
+        self._setup(self._conn)
+
+    # --- connection and transactions ---------------------------------------------------------------
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        # Opening may race with other processes creating the schema; waiting here is fine (sync, once).
+        conn.execute(f"PRAGMA busy_timeout = {int(max(self.busy_timeout, 1) * 1000)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal" and self.path != ":memory:":
+            raise StoreError(f"could not switch {self.path} to WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer tether (schema {version}, this one knows {SCHEMA_VERSION})"
+            )
+        if version < SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _statements(_SCHEMA):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        # From here on, a locked database is waited for asynchronously (see _write), never inside SQLite.
+        conn.execute("PRAGMA busy_timeout = 0")
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreClosed("the store is closed")
+        return self._conn
+
+    def _try_write(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        with self._lock:
+            conn = self.conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if _is_busy(e):
+                    raise _Busy from None
+                raise StoreError(f"cannot start a write: {e}") from e
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+                return result
+            except BaseException as e:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(e, sqlite3.OperationalError) and _is_busy(e):
+                    raise _Busy from None
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"write failed: {e}") from e
+                raise
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        """Run `fn` in one `BEGIN IMMEDIATE` transaction.
+
+        The common case runs inline with no await between BEGIN and COMMIT, so cancellation cannot split it.
+        When another process holds the write lock we wait with asyncio sleeps (the event loop keeps running)
+        in a shielded task: a caller that is cancelled while waiting does not cancel the write itself."""
+        try:
+            return self._try_write(fn)
+        except _Busy:
+            pass
+        return await asyncio.shield(asyncio.ensure_future(self._write_retrying(fn)))
+
+    async def _write_retrying(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.0005
+        while True:
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            try:
+                return self._try_write(fn)
+            except _Busy:
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(
+                        f"{self.path} stayed locked by other writers for {self.busy_timeout:.0f}s"
+                    ) from None
+                delay = min(delay * 2, 0.05)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as e:
+                raise StoreError(f"read failed: {e}") from e
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.execute("PRAGMA optimize")
+                except sqlite3.Error:
+                    pass
+                self._conn.close()
+                self._conn = None
+
+    # --- sessions ----------------------------------------------------------------------------------
+
+    def _row_to_info(self, row: Sequence[Any]) -> SessionInfo:
+        try:
+            metadata = _metadata_decoder.decode(row[17])
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+            metadata = {"_corrupt_metadata": str(row[17])[:200]}
+        return SessionInfo(
+            id=row[0],
+            created_at=row[1],
+            updated_at=row[2],
+            title=row[3],
+            directory=row[4],
+            parent_id=row[5],
+            forked_from=row[6],
+            forked_at=row[7],
+            agent=row[8],
+            model=row[9],
+            state=row[10],
+            system_prompt=row[11],
+            entry_count=row[12],
+            message_count=row[13],
+            input_tokens=row[14],
+            output_tokens=row[15],
+            cost=Decimal(row[16]),
+            metadata=metadata,
+        )
+
+    def _get_row(self, conn: sqlite3.Connection, session_id: str) -> SessionInfo:
+        row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return self._row_to_info(row)
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        directory: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        state: SessionState = "active",
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> SessionInfo:
+        sid = check_id(id, "session id") if id is not None else new_session_id()
+        if parent_id is not None:
+            check_id(parent_id, "parent id")
+        if state not in ("active", "paused"):
+            raise InvalidInput(f"state must be 'active' or 'paused', not {state!r}")
+        meta = encode_json(metadata or {}).decode()
+        now = time.time()
+        created = created_at if created_at is not None else now
+
+        def tx(conn: sqlite3.Connection) -> SessionInfo:
+            if (
+                parent_id is not None
+                and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent_id,)).fetchone() is None
+            ):
+                raise SessionNotFound(parent_id)
+            try:
+                conn.execute(
+                    "INSERT INTO sessions (id, parent_id, title, directory, agent, model, state, system_prompt,"
+                    " created_at, updated_at, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (sid, parent_id, title, directory, agent, model, state, system_prompt, created, now, meta),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidInput(f"session {sid} already exists") from None
+            return self._get_row(conn, sid)
+
+        return await self._write(tx)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        check_id(session_id, "session id")
+        with self._lock:
+            return self._get_row(self.conn, session_id)
+
+    async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
+        check_id(session_id, "session id")
+        changes = {k: v for k, v in fields.items() if v is not UNSET}
+        bad = set(changes) - set(UPDATABLE_FIELDS)
+        if bad:
+            raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
+        if "state" in changes and changes["state"] not in ("active", "paused"):
+            raise InvalidInput(f"state must be 'active' or 'paused', not {changes['state']!r}")
+        if "metadata" in changes:
+            changes["metadata"] = encode_json(changes["metadata"] or {}).decode()
+        changes["updated_at"] = time.time()
+        assignments = ", ".join(f"{k} = ?" for k in changes)
+
+        def tx(conn: sqlite3.Connection) -> SessionInfo:
+            cur = conn.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*changes.values(), session_id))
+            if cur.rowcount == 0:
+                raise SessionNotFound(session_id)
+            return self._get_row(conn, session_id)
+
+        return await self._write(tx)
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        check_id(session_id, "session id")
+
+        def tx(conn: sqlite3.Connection) -> list[str]:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = ? "
+                    "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
+                    (session_id,),
+                )
+            ]
+            if not ids:
+                raise SessionNotFound(session_id)
+            for sid in ids:
+                self._delete_rows(conn, sid)
+            return ids
+
+        return await self._write(tx)
+
+    def _delete_rows(self, conn: sqlite3.Connection, session_id: str) -> None:
+        conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    async def list_sessions(
+        self,
+        *,
+        directory: str | None = None,
+        parent_id: str | None = UNSET,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        check_limit(limit)
+        where: list[str] = []
+        params: list[Any] = []
+        if directory is not None:
+            where.append("directory = ?")
+            params.append(directory)
+        if parent_id is None:
+            where.append("parent_id IS NULL")
+        elif parent_id is not UNSET:
+            where.append("parent_id = ?")
+            params.append(check_id(parent_id, "parent id"))
+        if cursor is not None:
+            at, sid = decode_cursor(cursor)
+            where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+            params.extend((at, at, sid))
+        sql = f"SELECT {_SESSION_COLS} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
+        rows = self._read(sql, (*params, limit + 1))
+        items = [self._row_to_info(r) for r in rows[:limit]]
+        nxt = encode_cursor(items[-1].updated_at, items[-1].id) if len(rows) > limit else None
+        return Page(items, nxt)
+
+    async def last_session(self, directory: str) -> SessionInfo | None:
+        page = await self.list_sessions(directory=directory, parent_id=None, limit=1)
+        return page.items[0] if page.items else None
+
+    # --- entries -----------------------------------------------------------------------------------
+
+    async def append(
+        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+    ) -> list[Entry]:
+        check_id(session_id, "session id")
+        if not bodies:
+            raise InvalidInput("append needs at least one entry")
+        # Encode before taking the write lock: bad input fails here, and the lock is held only for SQL.
+        payloads = [encode_body(b).decode() for b in bodies]
+        kinds = [kind_of(b) for b in bodies]
+        messages, t_in, t_out, cost = message_counters(bodies)
+        candidate = title_candidate(bodies)
+        explicit_title: str | None = None
+        for body in bodies:
+            if isinstance(body, TitleChange):
+                explicit_title = body.title
+        n = len(bodies)
+
+        def tx(conn: sqlite3.Connection) -> tuple[int, float]:
+            now = time.time()
+            row = conn.execute(
+                "UPDATE sessions SET entry_count = entry_count + ?, message_count = message_count + ?,"
+                " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, updated_at = ?,"
+                " title = CASE WHEN ? IS NOT NULL THEN ? ELSE coalesce(title, ?) END"
+                " WHERE id = ? RETURNING entry_count, cost",
+                (n, messages, t_in, t_out, now, explicit_title, explicit_title, candidate, session_id),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            first = row[0] - n + 1
+            if expect_seq is not None and expect_seq != first:
+                raise SeqConflict(session_id, expect_seq, first)
+            validate_bodies(bodies, first)
+            if cost:
+                conn.execute("UPDATE sessions SET cost = ? WHERE id = ?", (str(Decimal(row[1]) + cost), session_id))
+            conn.executemany(
+                "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)",
+                [(session_id, first + i, kinds[i], now, payloads[i]) for i in range(n)],
+            )
+            return first, now
+
+        first, now = await self._write(tx)
+        return [Entry(first + i, now, body) for i, body in enumerate(bodies)]
+
+    def _decode_rows(self, session_id: str, rows: list[Any]) -> list[Entry]:
+        out: list[Entry] = []
+        for seq, created_at, payload in rows:
+            try:
+                out.append(Entry(seq, created_at, decode_body(payload)))
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError) as e:
+                self.on_corrupt(CorruptEntry(session_id, seq, str(e)))
+        return out
+
+    def _require_session(self, session_id: str) -> None:
+        if not self._read("SELECT 1 FROM sessions WHERE id = ?", (session_id,)):
+            raise SessionNotFound(session_id)
+
+    async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
+        check_id(session_id, "session id")
+        rows = self._read(
+            "SELECT seq, created_at, payload FROM entries WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            (session_id, max(1, start), end if end is not None else 2**62),
+        )
+        if not rows:
+            self._require_session(session_id)
+        return self._decode_rows(session_id, rows)
+
+    async def tail(self, session_id: str, n: int) -> list[Entry]:
+        check_id(session_id, "session id")
+        if n <= 0:
+            self._require_session(session_id)
+            return []
+        rows = self._read(
+            "SELECT seq, created_at, payload FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+            (session_id, n),
+        )
+        if not rows:
+            self._require_session(session_id)
+        rows.reverse()
+        return self._decode_rows(session_id, rows)
+
+    async def iter_entries(self, session_id: str, start: int = 1, *, batch: int = 500) -> AsyncIterator[Entry]:
+        check_id(session_id, "session id")
+        seq = max(1, start)
+        first = True
+        while True:
+            rows = self._read(
+                "SELECT seq, created_at, payload FROM entries WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                (session_id, seq, batch),
+            )
+            if not rows:
+                if first:
+                    self._require_session(session_id)
+                return
+            first = False
+            for entry in self._decode_rows(session_id, rows):
+                yield entry
+            seq = rows[-1][0] + 1
+            await asyncio.sleep(0)  # let other tasks run between batches of a long history
+
+    async def fork(
+        self, session_id: str, at_seq: int | None = None, *, id: str | None = None, title: str | None = None
+    ) -> SessionInfo:
+        check_id(session_id, "session id")
+        new_id = check_id(id, "session id") if id is not None else new_session_id()
+
+        def tx(conn: sqlite3.Connection) -> SessionInfo:
+            src = self._get_row(conn, session_id)
+            at = src.entry_count if at_seq is None else at_seq
+            if not 0 <= at <= src.entry_count:
+                raise InvalidInput(f"cannot fork {session_id} at {at}: it has {src.entry_count} entries")
+            now = time.time()
+            try:
+                conn.execute(
+                    "INSERT INTO sessions (id, forked_from, forked_at, title, directory, agent, model, state,"
+                    " system_prompt, created_at, updated_at, metadata, entry_count)"
+                    " SELECT ?, id, ?, ?, directory, agent, model, 'active', system_prompt, ?, ?, metadata, ?"
+                    " FROM sessions WHERE id = ?",
+                    (new_id, at, title if title is not None else src.title, now, now, at, session_id),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidInput(f"session {new_id} already exists") from None
+            conn.execute(
+                "INSERT INTO entries (session_id, seq, kind, created_at, payload)"
+                " SELECT ?, seq, kind, created_at, payload FROM entries WHERE session_id = ? AND seq <= ?"
+                " ORDER BY seq",
+                (new_id, session_id, at),
+            )
+            messages, t_in, t_out, cost = 0, 0, 0, Decimal(0)
+            for usage_in, usage_out, usage_cost in conn.execute(
+                "SELECT json_extract(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.output_tokens'),"
+                " json_extract(payload, '$.usage.cost') FROM entries"
+                " WHERE session_id = ? AND seq <= ? AND kind = 'message' AND json_valid(payload)",
+                (session_id, at),
+            ):
+                messages += 1
+                t_in += usage_in or 0
+                t_out += usage_out or 0
+                if usage_cost is not None:
+                    cost += Decimal(str(usage_cost))
+            conn.execute(
+                "UPDATE sessions SET message_count = ?, input_tokens = ?, output_tokens = ?, cost = ? WHERE id = ?",
+                (messages, t_in, t_out, str(cost), new_id),
+            )
+            return self._get_row(conn, new_id)
+
+        return await self._write(tx)
+
+    # --- artifacts ---------------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
+        aid = artifact_id(data)
+
+        def tx(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT OR IGNORE INTO artifacts (id, media_type, size, created_at, data) VALUES (?,?,?,?,?)",
+                (aid, media_type, len(data), time.time(), bytes(data)),
+            )
+            return aid
+
+        return await self._write(tx)
+
+    async def get_artifact(self, artifact_id: str) -> bytes:
+        check_artifact_id(artifact_id)
+        rows = self._read("SELECT data FROM artifacts WHERE id = ?", (artifact_id,))
+        if not rows:
+            raise NotFound(f"no artifact {artifact_id}")
+        return bytes(rows[0][0])
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
