@@ -114,6 +114,14 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
         return self.input_tokens + self.output_tokens
 
 
+class ToolSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A tool as a model sees it: a name, what it does, and its parameters as a JSON schema object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
 # --- journal entries -------------------------------------------------------------------------------------
 
 
