@@ -155,6 +155,13 @@ class Store(Protocol):
         """A new session holding a copy of entries 1..at_seq (default: all), recording where it came from."""
         ...
 
+    async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        """Create a session exactly as `info` describes it (id, timestamps, title, lineage, metadata) holding
+        `entries` with their seqs (1..n) and `created_at` kept, in one transaction: all of it or nothing.
+        Counters are computed from the entries, not taken from `info`. For restoring exports and backups;
+        an id that exists or a parent that does not raises and writes nothing."""
+        ...
+
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
         """Store a large payload, content-addressed; returns its id (``art_`` + sha256)."""
         ...
@@ -169,21 +176,27 @@ class Store(Protocol):
 
 def default_title(text: str) -> str | None:
     """The first user message cut to 47 characters plus '...' (whitespace folded)."""
-    folded = " ".join(text.split())
+    # Fold only a prefix: on every append of a long message, folding all of it would be wasted work.
+    window = 4 * TITLE_MAX
+    folded = " ".join(text[:window].split())
+    while len(folded) <= TITLE_MAX and window < len(text):
+        window *= 4
+        folded = " ".join(text[:window].split())
     if not folded:
         return None
     if len(folded) <= TITLE_MAX:
-        return folded
+        return folded  # the loop above folded the whole text
     return folded[:TITLE_MAX] + "..."
 
 
 def title_candidate(bodies: Sequence[EntryBody]) -> str | None:
     for body in bodies:
-        if isinstance(body, Message) and body.role == "user":
-            text = "".join(p.text for p in body.parts if isinstance(p, TextPart))
-            title = default_title(text)
-            if title:
-                return title
+        if type(body) is Message and body.role == "user":
+            for part in body.parts:
+                if type(part) is TextPart:
+                    title = default_title(part.text)
+                    if title:
+                        return title
     return None
 
 
@@ -211,10 +224,21 @@ def validate_bodies(bodies: Sequence[EntryBody], first_seq: int) -> None:
     if not bodies:
         raise InvalidInput("append needs at least one entry")
     for i, body in enumerate(bodies):
-        if isinstance(body, Revert):
+        if type(body) is Revert:
             seq = first_seq + i
             if not 0 <= body.to_seq < seq:
                 raise InvalidInput(f"a revert at seq {seq} must point before itself, not to {body.to_seq}")
+
+
+def validate_import(info: SessionInfo, entries: Sequence[Entry]) -> None:
+    """What `import_session` checks before it writes: a known state, dense seqs from 1, reverts that point back."""
+    if info.state not in ("active", "paused"):
+        raise InvalidInput(f"state must be 'active' or 'paused', not {info.state!r}")
+    for i, entry in enumerate(entries, 1):
+        if entry.seq != i:
+            raise InvalidInput(f"imported entries must have seqs 1..n in order: entry {i} has seq {entry.seq}")
+    if entries:
+        validate_bodies([e.body for e in entries], 1)
 
 
 def encode_cursor(updated_at: float, session_id: str) -> str:

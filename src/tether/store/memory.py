@@ -28,6 +28,7 @@ from .base import (
     message_counters,
     title_candidate,
     validate_bodies,
+    validate_import,
 )
 
 
@@ -243,6 +244,29 @@ class MemoryStore:
         )
         self._sessions[new.id] = info
         return msgspec.structs.replace(info)
+
+    async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        self._check()
+        sid = check_id(info.id, "session id")
+        if sid in self._sessions:
+            raise InvalidInput(f"session {sid} already exists")
+        if info.parent_id is not None:
+            self._get(info.parent_id)
+        validate_import(info, entries)
+        rows = [(e.created_at, encode_body(e.body)) for e in entries]
+        messages, t_in, t_out, cost = message_counters([e.body for e in entries])
+        stored = msgspec.structs.replace(
+            info,
+            metadata=dict(info.metadata),
+            entry_count=len(rows),
+            message_count=messages,
+            input_tokens=t_in,
+            output_tokens=t_out,
+            cost=cost,
+        )
+        self._sessions[sid] = stored
+        self._entries[sid] = rows
+        return msgspec.structs.replace(stored)
 
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
         self._check()

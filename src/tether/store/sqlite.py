@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +28,20 @@ from ..errors import (
     StoreError,
 )
 from ..ids import check_id, new_session_id
-from ..messages import Entry, EntryBody, TitleChange, decode_body, encode_body, encode_json, kind_of
+from ..messages import (
+    Checkpoint,
+    Compaction,
+    Entry,
+    EntryBody,
+    Marker,
+    Message,
+    Revert,
+    TitleChange,
+    decode_body,
+    encode_body,
+    encode_json,
+    kind_of,
+)
 from .base import (
     UNSET,
     UPDATABLE_FIELDS,
@@ -46,10 +59,12 @@ from .base import (
     message_counters,
     title_candidate,
     validate_bodies,
+    validate_import,
 )
 
 R = TypeVar("R")
 SCHEMA_VERSION = 1
+PICO = Decimal(10) ** 12
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -69,7 +84,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     message_count INTEGER NOT NULL DEFAULT 0,
     input_tokens INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0,
-    cost TEXT NOT NULL DEFAULT '0',
+    cost_pico INTEGER NOT NULL DEFAULT 0,
     metadata TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (updated_at DESC, id DESC);
@@ -81,9 +96,9 @@ CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER NOT NULL,
     kind TEXT NOT NULL,
     created_at REAL NOT NULL,
-    payload TEXT NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS entries_position ON entries (session_id, seq);
+    payload TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS artifacts (
     id TEXT PRIMARY KEY,
     media_type TEXT NOT NULL,
@@ -100,9 +115,21 @@ CREATE TABLE IF NOT EXISTS leases (
 
 _SESSION_COLS = (
     "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
-    "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost, metadata"
+    "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost_pico, metadata"
 )
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
+_KINDS: dict[type, str] = {
+    t: str(t.__struct_config__.tag) for t in (Message, Revert, TitleChange, Checkpoint, Compaction, Marker)
+}
+_COUNTERS = (
+    "UPDATE sessions SET entry_count = entry_count + ?, message_count = message_count + ?,"
+    " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, cost_pico = cost_pico + ?"
+)
+_RETURNING = " WHERE id = ? RETURNING entry_count, updated_at, (SELECT max(updated_at) FROM sessions)"
+_APPEND_SQL = _COUNTERS + _RETURNING
+_APPEND_SET_TITLE_SQL = _COUNTERS + ", title = ?" + _RETURNING
+_APPEND_DEFAULT_TITLE_SQL = _COUNTERS + ", title = coalesce(title, ?)" + _RETURNING
+_INSERT_SQL = "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)"
 
 
 class _Busy(Exception):
@@ -145,6 +172,11 @@ class SqliteStore:
             self.path, isolation_level=None, check_same_thread=False, cached_statements=256
         )
         self._setup(self._conn)
+        self._checkpointer = _Checkpointer(self.path) if self.path != ":memory:" else None
+        if self._checkpointer is not None:
+            # Checkpoints copy WAL pages into the database and fsync it: done inside a commit they made every
+            # few hundredth append slow. A background thread does them instead (PASSIVE: writers never wait).
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
 
     # --- connection and transactions ---------------------------------------------------------------
 
@@ -192,6 +224,8 @@ class SqliteStore:
             try:
                 result = fn(conn)
                 conn.execute("COMMIT")
+                if self._checkpointer is not None:
+                    self._checkpointer.committed()
                 return result
             except BaseException as e:
                 if conn.in_transaction:
@@ -242,6 +276,8 @@ class SqliteStore:
         await self.close()
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         with self._lock:
             if self._conn is not None:
                 try:
@@ -275,7 +311,7 @@ class SqliteStore:
             message_count=row[13],
             input_tokens=row[14],
             output_tokens=row[15],
-            cost=Decimal(row[16]),
+            cost=pico_to_decimal(row[16]),
             metadata=metadata,
         )
 
@@ -422,37 +458,46 @@ class SqliteStore:
         if not bodies:
             raise InvalidInput("append needs at least one entry")
         # Encode before taking the write lock: bad input fails here, and the lock is held only for SQL.
-        payloads = [encode_body(b).decode() for b in bodies]
-        kinds = [kind_of(b) for b in bodies]
+        n = len(bodies)
+        rows = [(encode_body(b).decode(), _KINDS[type(b)]) for b in bodies]
         messages, t_in, t_out, cost = message_counters(bodies)
-        candidate = title_candidate(bodies)
+        cost_pico = decimal_to_pico(cost) if cost else 0
         explicit_title: str | None = None
         for body in bodies:
-            if isinstance(body, TitleChange):
+            if type(body) is TitleChange:
                 explicit_title = body.title
-        n = len(bodies)
+        title = explicit_title or title_candidate(bodies)
+        params: tuple[Any, ...]
+        if title is None:
+            sql, params = _APPEND_SQL, (n, messages, t_in, t_out, cost_pico, session_id)
+        elif explicit_title is not None:
+            sql, params = _APPEND_SET_TITLE_SQL, (n, messages, t_in, t_out, cost_pico, title, session_id)
+        else:
+            sql, params = _APPEND_DEFAULT_TITLE_SQL, (n, messages, t_in, t_out, cost_pico, title, session_id)
 
         def tx(conn: sqlite3.Connection) -> tuple[int, float]:
             now = time.time()
-            row = conn.execute(
-                "UPDATE sessions SET entry_count = entry_count + ?, message_count = message_count + ?,"
-                " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, updated_at = ?,"
-                " title = CASE WHEN ? IS NOT NULL THEN ? ELSE coalesce(title, ?) END"
-                " WHERE id = ? RETURNING entry_count, cost",
-                (n, messages, t_in, t_out, now, explicit_title, explicit_title, candidate, session_id),
-            ).fetchone()
+            row = conn.execute(sql, params).fetchone()
             if row is None:
                 raise SessionNotFound(session_id)
             first = row[0] - n + 1
             if expect_seq is not None and expect_seq != first:
                 raise SeqConflict(session_id, expect_seq, first)
             validate_bodies(bodies, first)
-            if cost:
-                conn.execute("UPDATE sessions SET cost = ? WHERE id = ?", (str(Decimal(row[1]) + cost), session_id))
-            conn.executemany(
-                "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)",
-                [(session_id, first + i, kinds[i], now, payloads[i]) for i in range(n)],
-            )
+            updated_at, newest = row[1], row[2]
+            # Moving a session in the listing indexes costs two index writes, a good part of an append.
+            # Skip it while the session is already the most recent one and was bumped less than a second ago:
+            # the listing order is then unchanged, and updated_at stays within a second of the truth.
+            if updated_at < newest or now - updated_at >= 1.0:
+                if updated_at < newest:
+                    now = max(now, newest + 1e-6)
+                conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+            if n == 1:
+                conn.execute(_INSERT_SQL, (session_id, first, rows[0][1], now, rows[0][0]))
+            else:
+                conn.executemany(
+                    _INSERT_SQL, [(session_id, first + i, kind, now, payload) for i, (payload, kind) in enumerate(rows)]
+                )
             return first, now
 
         first, now = await self._write(tx)
@@ -542,7 +587,7 @@ class SqliteStore:
                 " ORDER BY seq",
                 (new_id, session_id, at),
             )
-            messages, t_in, t_out, cost = 0, 0, 0, Decimal(0)
+            messages, t_in, t_out, cost = 0, 0, 0, 0
             for usage_in, usage_out, usage_cost in conn.execute(
                 "SELECT json_extract(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.output_tokens'),"
                 " json_extract(payload, '$.usage.cost') FROM entries"
@@ -553,12 +598,48 @@ class SqliteStore:
                 t_in += usage_in or 0
                 t_out += usage_out or 0
                 if usage_cost is not None:
-                    cost += Decimal(str(usage_cost))
+                    cost += decimal_to_pico(Decimal(str(usage_cost)))
             conn.execute(
-                "UPDATE sessions SET message_count = ?, input_tokens = ?, output_tokens = ?, cost = ? WHERE id = ?",
-                (messages, t_in, t_out, str(cost), new_id),
+                "UPDATE sessions SET message_count = ?, input_tokens = ?, output_tokens = ?, cost_pico = ? WHERE id = ?",
+                (messages, t_in, t_out, cost, new_id),
             )
             return self._get_row(conn, new_id)
+
+        return await self._write(tx)
+
+    async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        sid = check_id(info.id, "session id")
+        if info.parent_id is not None:
+            check_id(info.parent_id, "parent id")
+        validate_import(info, entries)
+        rows = [(sid, e.seq, kind_of(e.body), e.created_at, encode_body(e.body).decode()) for e in entries]
+        messages, t_in, t_out, cost = message_counters([e.body for e in entries])
+        meta = encode_json(info.metadata).decode()
+
+        def tx(conn: sqlite3.Connection) -> SessionInfo:
+            if (
+                info.parent_id is not None
+                and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (info.parent_id,)).fetchone() is None
+            ):
+                raise SessionNotFound(info.parent_id)
+            try:
+                conn.execute(
+                    "INSERT INTO sessions (id, parent_id, forked_from, forked_at, title, directory, agent, model,"
+                    " state, system_prompt, created_at, updated_at, entry_count, message_count, input_tokens,"
+                    " output_tokens, cost_pico, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        sid, info.parent_id, info.forked_from, info.forked_at, info.title, info.directory,
+                        info.agent, info.model, info.state, info.system_prompt, info.created_at, info.updated_at,
+                        len(rows), messages, t_in, t_out, decimal_to_pico(cost), meta,
+                    ),
+                )  # fmt: skip
+            except sqlite3.IntegrityError:
+                raise InvalidInput(f"session {sid} already exists") from None
+            # Derived indexes that `append` maintains must be fed here too, in this same transaction.
+            conn.executemany(
+                "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)", rows
+            )
+            return self._get_row(conn, sid)
 
         return await self._write(tx)
 
@@ -582,6 +663,59 @@ class SqliteStore:
         if not rows:
             raise NotFound(f"no artifact {artifact_id}")
         return bytes(rows[0][0])
+
+
+class _Checkpointer:
+    """A daemon thread with its own connection that runs a PASSIVE WAL checkpoint after every
+    `every` commits, so that the WAL stays small without any append paying for a checkpoint."""
+
+    def __init__(self, path: str, every: int = 256) -> None:
+        self.path = path
+        self.every = every
+        self._count = 0
+        self._kick = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def committed(self) -> None:
+        self._count += 1
+        if self._count % self.every == 0:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tether-checkpoint", daemon=True)
+                self._thread.start()
+            self._kick.set()
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout = 1000")
+            while True:
+                self._kick.wait()
+                self._kick.clear()
+                if self._stopping:
+                    return
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    pass  # busy or locked: the next kick tries again
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._kick.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+def decimal_to_pico(cost: Decimal) -> int:
+    """Costs are stored as integer picodollars, so counters add up exactly inside SQL."""
+    return int((cost * PICO).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def pico_to_decimal(value: int) -> Decimal:
+    return (Decimal(value) / PICO).normalize() if value else Decimal(0)
 
 
 def _statements(script: str) -> list[str]:
