@@ -1,0 +1,437 @@
+"""Oversized tool output: the transcript keeps a head, a marker and a tail; the whole output goes to the
+store as an artifact that `read(path="artifact://...")` pages through. `OutputSpool` collects a stream
+(a command's stdout) in bounded memory; `fit_output` does the same for a string already in hand.
+
+Outputs up to `CHUNK_BYTES` are one plain artifact. Larger ones are stored as chunks plus a small manifest
+artifact (its id is the one shown to the model), because `Store.put_artifact` takes the payload whole and a
+100 MB output must not need 100 MB of memory; `open_artifact` hides the difference from readers."""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import msgspec
+
+from ..errors import InvalidInput
+from ..store.base import Store
+
+DEFAULT_LIMIT = 30_000
+"""Characters a tool result may have before it is cut."""
+DEFAULT_MAX_LINES = 2_000
+"""Lines a tool result may have before it is cut."""
+CHUNK_BYTES = 4 * 1024 * 1024
+"""Artifacts larger than this are stored in chunks of this size."""
+SPILL_BYTES = 1024 * 1024
+"""A spool keeps this much in memory before it moves the output to a temporary file."""
+MARKER_RESERVE = 600
+"""Characters kept free for the marker line, so head + marker + tail stays within the limit."""
+MIN_LIMIT = 2 * MARKER_RESERVE
+CHUNKED_MEDIA_TYPE = "application/vnd.tether.chunked-artifact+json"
+_MANIFEST_PREFIX = b'{"tether":"chunked-artifact"'
+# every byte value that is NOT a UTF-8 continuation byte: deleting them leaves the continuation bytes, and
+# the rest is one per character, counted at C speed
+_LEADING = bytes(b for b in range(256) if not 0x80 <= b <= 0xBF)
+
+
+class ChunkRef(msgspec.Struct, kw_only=True):
+    id: str
+    bytes: int
+    first_line: int
+    """The number of the line in progress where this chunk starts (it may start mid-line)."""
+    newlines: int
+
+
+class ChunkedArtifact(msgspec.Struct, kw_only=True):
+    """The manifest of an artifact stored in chunks. `tether` comes first so the encoded manifest starts
+    with a fixed prefix that tells it from a plain artifact."""
+
+    tether: str = "chunked-artifact"
+    version: int = 1
+    bytes: int
+    lines: int
+    sha256: str
+    chunks: list[ChunkRef]
+
+
+_manifest_encoder = msgspec.json.Encoder()
+_manifest_decoder = msgspec.json.Decoder(ChunkedArtifact)
+
+
+@dataclass
+class FittedOutput:
+    """A tool result's content as the model will see it. `metadata` is empty when nothing was cut; else
+    {truncated: true, artifact, original_chars, original_lines, original_bytes, shown_lines...}."""
+
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.metadata.get("truncated"))
+
+
+def count_chars(data: bytes) -> int:
+    """Characters in UTF-8 `data` (invalid bytes count one each, as a replacing decoder would show them)."""
+    return len(data) - len(data.translate(None, _LEADING))
+
+
+def count_lines(data: bytes | str, *, last_byte_newline: bool | None = None) -> int:
+    """Lines as an editor numbers them: a trailing newline does not start a new line."""
+    if not data:
+        return 0
+    nl = b"\n" if isinstance(data, bytes) else "\n"
+    n = data.count(nl)  # type: ignore[arg-type]
+    ends = data.endswith(nl) if last_byte_newline is None else last_byte_newline  # type: ignore[arg-type]
+    return n if ends else n + 1
+
+
+class OutputSpool:
+    """Collects output bytes in bounded memory, whatever their size.
+
+    Everything stays in memory up to `spill_bytes`; past that the bytes go to an anonymous temporary file.
+    A head and a rolling tail are always kept in memory for the cut view, and a hash, byte, character and
+    line counts are kept as the bytes arrive, so `finish` never has to read the whole output back at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        max_lines: int = DEFAULT_MAX_LINES,
+        spill_bytes: int = SPILL_BYTES,
+    ) -> None:
+        _check_limits(limit, max_lines)
+        self.limit = limit
+        self.max_lines = max_lines
+        self._spill_bytes = spill_bytes
+        # head and tail need at most `limit` characters each; a character is at most 4 bytes
+        self._keep = 4 * limit
+        self._mem = bytearray()
+        self._file: IO[bytes] | None = None
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._sha = hashlib.sha256()
+        self.size = 0
+        self.chars = 0
+        self.newlines = 0
+        self._last = b""
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.size += len(data)
+        self.chars += count_chars(data)
+        self.newlines += data.count(b"\n")
+        self._last = data[-1:]
+        self._sha.update(data)
+        if len(self._head) < self._keep:
+            self._head += data[: self._keep - len(self._head)]
+        self._tail += data
+        if len(self._tail) > 2 * self._keep:
+            del self._tail[: len(self._tail) - self._keep]
+        if self._file is None:
+            self._mem += data
+            if len(self._mem) > self._spill_bytes:
+                # closed by close(), which finish() always calls
+                self._file = tempfile.TemporaryFile(prefix="tether-output-")  # noqa: SIM115
+                self._file.write(self._mem)
+                self._mem = bytearray()
+        else:
+            self._file.write(data)
+
+    @property
+    def lines(self) -> int:
+        if self.size == 0:
+            return 0
+        return self.newlines if self._last == b"\n" else self.newlines + 1
+
+    @property
+    def fits(self) -> bool:
+        return self.chars <= self.limit and self.lines <= self.max_lines
+
+    def text(self) -> str:
+        """The whole output as text; only for outputs that fit (or are known to be small)."""
+        if self._file is not None:
+            raise InvalidInput("the output was spilled to disk; use finish()")
+        return self._mem.decode("utf-8", "replace")
+
+    async def finish(self, store: Store, session_id: str) -> FittedOutput:
+        """The output as the model should see it: whole if it fits, else head + marker + tail with the full
+        output saved to `store`. Closes the spool."""
+        try:
+            if self.fits:
+                return FittedOutput(self.text())
+            aid = await self._save(store)
+            return _cut_view(
+                bytes(self._head),
+                bytes(self._tail),
+                tail_is_whole=len(self._tail) == self.size,
+                total_bytes=self.size,
+                total_chars=self.chars,
+                total_lines=self.lines,
+                limit=self.limit,
+                max_lines=self.max_lines,
+                artifact=aid,
+                session_id=session_id,
+            )
+        finally:
+            self.close()
+
+    async def _save(self, store: Store) -> str:
+        if self._file is None:
+            return await put_output_artifact(store, bytes(self._mem))
+        self._file.flush()
+        self._file.seek(0)
+        if self.size <= CHUNK_BYTES:
+            return await store.put_artifact(self._file.read(), "text/plain")
+        chunks: list[ChunkRef] = []
+        line = 1
+        while True:
+            block = self._file.read(CHUNK_BYTES)
+            if not block:
+                break
+            nl = block.count(b"\n")
+            chunks.append(
+                ChunkRef(
+                    id=await store.put_artifact(block, "text/plain"), bytes=len(block), first_line=line, newlines=nl
+                )
+            )
+            line += nl
+        manifest = ChunkedArtifact(bytes=self.size, lines=self.lines, sha256=self._sha.hexdigest(), chunks=chunks)
+        return await store.put_artifact(_manifest_encoder.encode(manifest), CHUNKED_MEDIA_TYPE)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._mem = bytearray()
+
+
+async def put_output_artifact(store: Store, data: bytes) -> str:
+    """Save a tool output in `store`, in chunks when it is large; returns the id to show the model."""
+    if len(data) <= CHUNK_BYTES:
+        return await store.put_artifact(data, "text/plain")
+    view = memoryview(data)
+    chunks: list[ChunkRef] = []
+    line = 1
+    for start in range(0, len(data), CHUNK_BYTES):
+        block = bytes(view[start : start + CHUNK_BYTES])
+        nl = block.count(b"\n")
+        chunks.append(
+            ChunkRef(id=await store.put_artifact(block, "text/plain"), bytes=len(block), first_line=line, newlines=nl)
+        )
+        line += nl
+    manifest = ChunkedArtifact(
+        bytes=len(data), lines=count_lines(data), sha256=hashlib.sha256(data).hexdigest(), chunks=chunks
+    )
+    return await store.put_artifact(_manifest_encoder.encode(manifest), CHUNKED_MEDIA_TYPE)
+
+
+async def fit_output(
+    text: str,
+    *,
+    store: Store,
+    session_id: str,
+    limit: int = DEFAULT_LIMIT,
+    max_lines: int = DEFAULT_MAX_LINES,
+) -> FittedOutput:
+    """`text` unchanged if it has at most `limit` characters and `max_lines` lines. Otherwise the full text
+    is saved as an artifact and the content becomes head + a marker naming the artifact and the cut line
+    range + tail, within both limits. `session_id` is carried in the metadata so that a later garbage
+    collection of artifacts can tell which session refers to which."""
+    _check_limits(limit, max_lines)
+    if len(text) <= limit and count_lines(text) <= max_lines:
+        return FittedOutput(text)
+    data = text.encode("utf-8", "surrogatepass")
+    aid = await put_output_artifact(store, data)
+    keep = 4 * limit
+    return _cut_view(
+        data[:keep],
+        data[-keep:],
+        tail_is_whole=len(data) <= keep,
+        total_bytes=len(data),
+        total_chars=len(text),
+        total_lines=count_lines(text),
+        limit=limit,
+        max_lines=max_lines,
+        artifact=aid,
+        session_id=session_id,
+    )
+
+
+def truncate_without_artifact(
+    text: str, *, limit: int = DEFAULT_LIMIT, max_lines: int = DEFAULT_MAX_LINES, reason: str
+) -> FittedOutput:
+    """The cut view when the full output cannot be saved (the store failed): better a cut result than none."""
+    _check_limits(limit, max_lines)
+    if len(text) <= limit and count_lines(text) <= max_lines:
+        return FittedOutput(text)
+    data = text.encode("utf-8", "surrogatepass")
+    keep = 4 * limit
+    return _cut_view(
+        data[:keep],
+        data[-keep:],
+        tail_is_whole=len(data) <= keep,
+        total_bytes=len(data),
+        total_chars=len(text),
+        total_lines=count_lines(text),
+        limit=limit,
+        max_lines=max_lines,
+        artifact=None,
+        session_id=None,
+        unsaved_reason=reason,
+    )
+
+
+def _check_limits(limit: int, max_lines: int) -> None:
+    if limit < MIN_LIMIT:
+        raise InvalidInput(f"output limit must be at least {MIN_LIMIT} characters, not {limit}")
+    if max_lines < 10:
+        raise InvalidInput(f"output line limit must be at least 10, not {max_lines}")
+
+
+def _cut_view(
+    head_bytes: bytes,
+    tail_bytes: bytes,
+    *,
+    tail_is_whole: bool,
+    total_bytes: int,
+    total_chars: int,
+    total_lines: int,
+    limit: int,
+    max_lines: int,
+    artifact: str | None,
+    session_id: str | None,
+    unsaved_reason: str | None = None,
+) -> FittedOutput:
+    """Head + marker + tail of an output known to exceed a limit. Head and tail each get half of what the
+    marker leaves, in characters and in lines, and end (start) at a line boundary when one is near."""
+    half_chars = (limit - MARKER_RESERVE) // 2
+    line_budget = max_lines - 4  # the marker and the blank lines around it
+    head_lines = line_budget // 2
+    tail_lines = line_budget - head_lines
+
+    head = codecs.getincrementaldecoder("utf-8")("replace").decode(head_bytes, final=False)[:half_chars]
+    head = _first_lines(head, head_lines)
+    cut = head.rfind("\n")
+    if 0 <= cut < len(head) - 1 and cut >= len(head) // 2:
+        head = head[: cut + 1]
+
+    start = 0
+    while start < len(tail_bytes) and 0x80 <= tail_bytes[start] <= 0xBF and start < 4:
+        start += 1  # not in the middle of a character
+    decoded = tail_bytes[start:].decode("utf-8", "replace")
+    tail = _last_lines(decoded[-half_chars:], tail_lines)
+    starts_at_line = tail_is_whole and start == 0 and len(tail) == len(decoded)
+    first_nl = tail.find("\n")
+    if not starts_at_line and 0 <= first_nl < len(tail) // 2:
+        tail = tail[first_nl + 1 :]
+        starts_at_line = True
+
+    # line numbers: the first line not wholly shown in the head, the last not wholly shown in the tail
+    first_cut = head.count("\n") + 1
+    tail_has = tail.count("\n") + (0 if tail.endswith("\n") or not tail else 1)
+    tail_first = total_lines - tail_has + 1
+    last_cut = tail_first - 1 if starts_at_line else tail_first
+    last_cut = max(last_cut, first_cut)
+    cut_chars = max(total_chars - len(head) - len(tail), 0)
+
+    if artifact is not None:
+        how = (
+            f'full output saved as artifact {artifact}. Read the cut part with read(path="artifact://{artifact}", '
+            f'offset={first_cut}, limit=...) or search it with grep(pattern=..., path="artifact://{artifact}")'
+        )
+    else:
+        how = f"the full output could not be saved ({unsaved_reason or 'no store'})"
+    marker = f"[... {cut_chars:,} characters (lines {first_cut:,}-{last_cut:,} of {total_lines:,}) cut; {how}.]"
+    sep_head = "" if head.endswith("\n") or not head else "\n"
+    sep_tail = "\n" if tail else ""
+    content = f"{head}{sep_head}\n{marker}\n{sep_tail}{tail}"
+    metadata: dict[str, Any] = {
+        "truncated": True,
+        "original_chars": total_chars,
+        "original_lines": total_lines,
+        "original_bytes": total_bytes,
+        "cut_lines": [first_cut, last_cut],
+    }
+    if artifact is not None:
+        metadata["artifact"] = artifact
+    if session_id is not None:
+        metadata["session_id"] = session_id
+    if unsaved_reason is not None:
+        metadata["artifact_error"] = unsaved_reason
+    return FittedOutput(content, metadata)
+
+
+def _first_lines(text: str, n: int) -> str:
+    pos = -1
+    for _ in range(n):
+        pos = text.find("\n", pos + 1)
+        if pos < 0:
+            return text
+    return text[: pos + 1]
+
+
+def _last_lines(text: str, n: int) -> str:
+    end = len(text) - 1 if text.endswith("\n") else len(text)
+    pos = end
+    for _ in range(n):
+        pos = text.rfind("\n", 0, pos)
+        if pos < 0:
+            return text
+    return text[pos + 1 :]
+
+
+# --- reading artifacts back --------------------------------------------------------------------------------
+
+
+@dataclass
+class ArtifactView:
+    """A stored output, plain or chunked, read in blocks so a large one never has to be in memory whole."""
+
+    id: str
+    size: int
+    lines: int
+    _store: Store
+    _data: bytes | None = None
+    _manifest: ChunkedArtifact | None = None
+
+    async def blocks(self, from_line: int = 1) -> AsyncIterator[tuple[int, bytes]]:
+        """(the number of the line in progress at the block's start, the block), from the block where line
+        `from_line` starts. Blocks may split lines and characters."""
+        if self._manifest is None:
+            yield 1, self._data or b""
+            return
+        chunks = self._manifest.chunks
+        i = 0
+        if from_line > 1:
+            # line n starts just after the (n-1)th newline: in the first chunk whose newlines reach it
+            while i < len(chunks) - 1 and chunks[i].first_line + chunks[i].newlines < from_line:
+                i += 1
+        for ref in chunks[i:]:
+            yield ref.first_line, await self._store.get_artifact(ref.id)
+
+
+async def open_artifact(store: Store, artifact_id: str) -> ArtifactView:
+    """Open a stored output by the id that a cut result names. Raises `NotFound` / `InvalidInput`."""
+    data = await store.get_artifact(artifact_id)
+    if data.startswith(_MANIFEST_PREFIX):
+        try:
+            manifest = _manifest_decoder.decode(data)
+        except msgspec.DecodeError:
+            manifest = None  # an output that merely starts like a manifest
+        if manifest is not None:
+            return ArtifactView(artifact_id, manifest.bytes, manifest.lines, store, _manifest=manifest)
+    return ArtifactView(artifact_id, len(data), count_lines(data), store, _data=data)
+
+
+async def read_artifact_bytes(store: Store, artifact_id: str) -> bytes:
+    """A stored output whole (chunks joined); for exports and small outputs, not for paging."""
+    view = await open_artifact(store, artifact_id)
+    parts = [block async for _, block in view.blocks()]
+    return b"".join(parts)

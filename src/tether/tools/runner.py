@@ -1,0 +1,116 @@
+"""`run_tool_call`: one model tool call in, one `ToolResultPart` out. Every way a call can go wrong (an
+unknown tool, arguments that are not JSON or do not fit the schema, a tool that raises) becomes an error
+result the model can read and act on; oversized output is cut and saved. Only cancellation propagates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from ..errors import OutsideWorkspace, ToolError
+from ..messages import ToolCallPart, ToolResultPart
+from .base import ToolContext, ToolOutput, ToolRegistry, validate_arguments
+from .output import fit_output, truncate_without_artifact
+
+log = logging.getLogger("tether.tools")
+
+_RAW_PREVIEW = 200
+
+
+async def run_tool_call(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> ToolResultPart:
+    """Run `call` with the tool `registry` names and return its result, never raising except
+    `asyncio.CancelledError`. The result's metadata always holds `duration` (seconds); a cut result also
+    holds `truncated`, `artifact`, `original_chars` and `original_lines` (see `fit_output`)."""
+    started = time.monotonic()
+    output = await _run(registry, call, ctx)
+    content = output.content
+    metadata = dict(output.metadata)
+    try:
+        fitted = await fit_output(
+            content,
+            store=ctx.store,
+            session_id=ctx.session_id,
+            limit=ctx.limits.output_chars,
+            max_lines=ctx.limits.output_lines,
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # the store failed: a cut result beats losing the result
+        log.warning("could not save the full output of %s: %s", call.name, e)
+        fitted = truncate_without_artifact(
+            content,
+            limit=ctx.limits.output_chars,
+            max_lines=ctx.limits.output_lines,
+            reason=f"{type(e).__name__}: {e}",
+        )
+    metadata.update(fitted.metadata)
+    metadata["duration"] = round(time.monotonic() - started, 6)
+    return ToolResultPart(
+        call_id=call.id,
+        name=call.name,
+        content=fitted.content,
+        is_error=output.is_error,
+        metadata=_json_ready(metadata),
+    )
+
+
+async def _run(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> ToolOutput:
+    tool = registry.get(call.name)
+    if tool is None:
+        available = ", ".join(registry.names()) or "(none)"
+        return _error(f"unknown tool {call.name!r}; the available tools are: {available}", "unknown_tool")
+    if call.raw_arguments is not None:
+        return _error(f"{call.name}: {_json_problem(call.raw_arguments)}", "malformed_arguments")
+    try:
+        args = validate_arguments(tool.parameters, call.arguments)
+    except ToolError as e:
+        return _error(f"{call.name}: {e}", "invalid_arguments")
+    if ctx.abort.is_set():
+        return _error(f"{call.name}: not run, the run was aborted", "aborted")
+    try:
+        output = await tool.run(args, ctx)
+    except asyncio.CancelledError:
+        raise
+    except OutsideWorkspace as e:
+        return _error(f"{call.name}: {e}", "outside_workspace")
+    except ToolError as e:
+        return _error(f"{call.name}: {e}", "tool_error")
+    except Exception as e:
+        # a bug or an unexpected failure inside the tool: the model gets a one-line account, the log the trace
+        log.warning("tool %s raised", call.name, exc_info=True)
+        return _error(f"{call.name} failed: {type(e).__name__}: {e}", "exception")
+    if not isinstance(output, ToolOutput):
+        return _error(f"{call.name}: the tool returned {type(output).__name__}, not a ToolOutput", "exception")
+    return output
+
+
+def _error(message: str, kind: str) -> ToolOutput:
+    return ToolOutput(message, is_error=True, metadata={"error": kind})
+
+
+def _json_problem(raw: str) -> str:
+    preview = raw if len(raw) <= _RAW_PREVIEW else raw[:_RAW_PREVIEW] + f"... ({len(raw):,} characters)"
+    try:
+        json.loads(raw)
+    except ValueError as e:
+        problem = str(e)
+    else:
+        problem = "it parsed here, but the provider reported it as malformed"
+    return (
+        f"the arguments are not valid JSON ({problem}): {preview!r}. "
+        "Call the tool again with a JSON object that matches its parameters."
+    )
+
+
+def _json_ready(value: Any) -> Any:
+    """Metadata goes into the journal as JSON: anything a tool put there that JSON cannot hold becomes a string."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return str(value)
