@@ -1,0 +1,116 @@
+"""The user's configuration: one TOML file, `config.toml` under `tether_home()` (or `TETHER_CONFIG`).
+
+    default_model = "anthropic/claude-sonnet-4-5"
+
+    [providers.openai]                 # change a built-in provider
+    base_url = "https://my-gateway.example/v1"
+    api_key_env = "MY_GATEWAY_KEY"     # the key is read from this variable when the provider is built
+
+    [providers.lab]                    # add an OpenAI-compatible one
+    kind = "openai"
+    base_url = "http://10.0.0.5:8000/v1"
+
+    [models."openai/my-model"]         # add a model or override the catalog
+    context_window = 131072
+    input_price = "0.50"               # US dollars per million tokens
+    output_price = "1.50"
+
+    [local]
+    model_path = "/models/smollm2-360m-instruct.gguf"
+
+Keys belong in the environment; `api_key` is accepted here for people who keep their config private, and is
+never shown by `repr`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import ConfigError
+from .store import tether_home
+
+
+class ProviderConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Settings of one provider. `kind` ("openai", "anthropic", "local") is needed only for new names."""
+
+    kind: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key: str | None = None
+    timeout: float | None = None
+    max_attempts: int | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    default_model: str | None = None
+
+    def __repr__(self) -> str:
+        shown = {f: getattr(self, f) for f in self.__struct_fields__ if f != "api_key" and getattr(self, f)}
+        if self.api_key:
+            shown["api_key"] = "***"
+        return "ProviderConfig(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+class ModelConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Catalog overrides for one model; prices in US dollars per million tokens. Unset fields keep the
+    catalog's value."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    input_price: Decimal | None = None
+    output_price: Decimal | None = None
+    cache_read_price: Decimal | None = None
+    cache_write_price: Decimal | None = None
+    temperature: float | None = None
+    supports_temperature: bool | None = None
+    supports_tools: bool | None = None
+    supports_thinking: bool | None = None
+    supports_images: bool | None = None
+
+
+class LocalConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    model_path: str | None = None
+    context_window: int | None = None
+    threads: int | None = None
+
+
+class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    default_model: str | None = None
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
+    local: LocalConfig = msgspec.field(default_factory=LocalConfig)
+
+
+def config_path() -> Path:
+    """`TETHER_CONFIG` if set, else `config.toml` under `tether_home()`."""
+    env = os.environ.get("TETHER_CONFIG")
+    return Path(env) if env else tether_home() / "config.toml"
+
+
+def parse_config(text: str, *, source: str = "<config>") -> Config:
+    """Parse config TOML; any mistake is a `ConfigError` that names the source and the place."""
+    try:
+        # Decimal floats: `input_price = 2.50` must stay exactly 2.50.
+        data: dict[str, Any] = tomllib.loads(text, parse_float=Decimal)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    try:
+        return msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+
+
+def load_config(path: Path | None = None) -> Config:
+    """The user's config, or an empty one when the file does not exist."""
+    path = path or config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+    return parse_config(text, source=str(path))
