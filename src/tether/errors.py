@@ -20,6 +20,7 @@ TetherError
 │   └── BadRequest
 ├── ToolError               a tool failed in a way the model should see as an error result
 │   └── OutsideWorkspace
+├── SandboxError            the RLM code sandbox could not start, crashed, timed out or broke its protocol
 ├── ConfigError             configuration is missing or wrong
 └── MissingExtra            an optional dependency is not installed; names the extra
 """
@@ -144,6 +145,14 @@ class ToolError(TetherError):
 
 class OutsideWorkspace(ToolError):
     """A tool was asked to touch a path outside the session's workspace."""
+
+
+class SandboxError(TetherError):
+    """The RLM code sandbox failed. `reason` is ``"start"``, ``"crashed"``, ``"timeout"`` or ``"protocol"``."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ConfigError(TetherError):
