@@ -1,0 +1,90 @@
+"""The `tether` command: a click group whose subcommands live in their own modules and are imported only
+when run, so `tether --help` stays fast. Expected errors (`TetherError`) end as one line on stderr, exit 1;
+usage errors exit 2, as click makes them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..errors import TetherError
+from .common import CliState
+
+COMMANDS: list[tuple[str, str, str]] = [
+    # name       "module:attribute" of a click command    summary shown by `tether --help` without importing it
+    ("sessions", "tether.cli.sessions:sessions", "List, show, fork, delete, export and import sessions."),
+]
+"""The subcommands. Adding one is one line here and a module under `tether.cli`."""
+
+_LAZY = {name: (target, summary) for name, target, summary in COMMANDS}
+
+
+class CliError(click.ClickException):
+    """A `TetherError` on its way out: printed as one line, no traceback."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class TetherGroup(click.Group):
+    """Loads registered subcommands on first use and turns expected errors into a clean exit."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in _LAZY:
+            return command
+        module_name, _, attribute = _LAZY[cmd_name][0].partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{_LAZY[cmd_name][0]} is not a click command")
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:
+                command = self.commands[name]
+                if command.hidden:
+                    continue
+                rows.append((name, command.get_short_help_str(formatter.width)))
+            else:
+                rows.append((name, _LAZY[name][1]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TetherError as e:
+            raise CliError(" ".join(str(e).split()) or type(e).__name__) from e
+
+
+@click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="tether")
+@click.option(
+    "--store",
+    "store_url",
+    envvar="TETHER_STORE",
+    metavar="URL",
+    help="Where sessions are kept: sqlite:///path/to.db, a file path, or memory://. "
+    "[env: TETHER_STORE; default: tether.db under TETHER_HOME]",
+)
+@click.option("--json", "json_output", is_flag=True, help="Print machine-readable JSON where a command supports it.")
+@click.pass_context
+def cli(ctx: click.Context, store_url: str | None, json_output: bool) -> None:
+    """tether: durable, resumable, searchable sessions for AI coding agents."""
+    ctx.obj = CliState(store_url=store_url or None, json=json_output)
+
+
+def main() -> None:
+    cli(prog_name="tether")

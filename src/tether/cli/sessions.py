@@ -1,0 +1,412 @@
+"""`tether sessions`: list the sessions of a directory (or all), and show, fork, delete, export and import
+one. Sessions are named by full id or by a unique piece of one (the last six characters will do);
+`tether sessions ID` is short for `tether sessions show ID`, and subcommand names always win."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from ..messages import (
+    Checkpoint,
+    Compaction,
+    Entry,
+    FilePart,
+    ImagePart,
+    Marker,
+    Message,
+    Revert,
+    TextPart,
+    ThinkingPart,
+    TitleChange,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ..session import canonical_directory
+from ..store import UNSET, Store
+from ..store.base import SessionInfo
+from ..transfer import (
+    attachment_label,
+    call_signature,
+    export_json,
+    export_markdown,
+    hidden_spans,
+    import_file,
+    import_json,
+    is_hidden,
+    parse_export,
+    result_outcome,
+    session_record,
+)
+from .common import MIN_REF, ago, console, echo_json, human_count, resolve_session, wants_json, with_store
+
+
+class SessionsGroup(click.Group):
+    """Treats `tether sessions <id>` as `tether sessions show <id>`, after every subcommand name was tried."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        looks_like_ref = len(name) >= MIN_REF and name.replace("_", "").isalnum()
+        if self.get_command(ctx, name) is None and looks_like_ref:
+            return "show", self.commands["show"], args
+        return super().resolve_command(ctx, args)
+
+
+def _list_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--all", "-a", "all_dirs", is_flag=True, help="Sessions of every directory."),
+        click.option("--dir", "-d", "directory", metavar="PATH", help="Sessions of this directory."),
+        click.option("--limit", "-n", type=click.IntRange(1, 10_000), default=30, show_default=True),
+        click.option("--children", is_flag=True, help="Include child (sub-agent) sessions."),
+        click.option("--json", "json_flag", is_flag=True, help="Print one JSON array of session objects."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.group(cls=SessionsGroup, invoke_without_command=True)
+@_list_options
+@click.pass_context
+def sessions(
+    ctx: click.Context, all_dirs: bool, directory: str | None, limit: int, children: bool, json_flag: bool
+) -> None:
+    """List sessions, most recently updated first: those of the current directory unless --all or --dir.
+
+    With --json, prints one JSON array of objects with every session field (cost as a decimal string)."""
+    if ctx.invoked_subcommand is None:
+        _list(all_dirs, directory, limit, children, json_flag)
+
+
+@sessions.command("list")
+@_list_options
+def list_command(all_dirs: bool, directory: str | None, limit: int, children: bool, json_flag: bool) -> None:
+    """List sessions (the same as `tether sessions`)."""
+    _list(all_dirs, directory, limit, children, json_flag)
+
+
+def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, json_flag: bool) -> None:
+    if all_dirs and directory:
+        raise click.UsageError("give --all or --dir, not both")
+    where = None if all_dirs else canonical_directory(directory)
+
+    async def run(store: Store) -> tuple[list[SessionInfo], bool]:
+        page = await store.list_sessions(directory=where, parent_id=UNSET if children else None, limit=limit)
+        return page.items, page.next_cursor is not None
+
+    items, more = with_store(run)
+    if wants_json(json_flag):
+        echo_json([session_record(s) for s in items])
+        return
+    out = console()
+    if not items:
+        scope = "in any directory" if where is None else f"in {where}"
+        hint = "" if where is None else " (`tether sessions --all` lists every directory)"
+        out.print(f"No sessions {scope}{hint}.")
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("id", no_wrap=True, style="cyan")
+    table.add_column("title", overflow="ellipsis", max_width=60)
+    table.add_column("updated", no_wrap=True)
+    table.add_column("messages", justify="right")
+    table.add_column("tokens", justify="right")
+    if where is None:
+        table.add_column("directory", overflow="fold")
+    for s in items:
+        row = [
+            s.id,
+            s.title or "",
+            ago(s.updated_at),
+            str(s.message_count),
+            human_count(s.input_tokens + s.output_tokens),
+        ]
+        if where is None:
+            row.append(_home(s.directory))
+        table.add_row(*row)
+    out.print(table)
+    if more:
+        out.print(f"Showing the {len(items)} most recent; --limit N shows more.", style="dim")
+
+
+def _home(path: str | None) -> str:
+    if not path:
+        return ""
+    home = os.path.expanduser("~")
+    return "~" + path[len(home) :] if path == home or path.startswith(home + os.sep) else path
+
+
+# --- show ----------------------------------------------------------------------------------------------------
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+@click.option("--raw", is_flag=True, help="Include reverted entries (marked as such).")
+@click.option("--json", "json_flag", is_flag=True, help='Print {"session": {...}, "entries": [...]} as JSON.')
+def show(session_ref: str, raw: bool, json_flag: bool) -> None:
+    """Show a session's transcript: messages, tool calls with their outcome, thinking collapsed, reverts."""
+
+    async def run(store: Store) -> tuple[SessionInfo, list[Entry]]:
+        info = await resolve_session(store, session_ref)
+        entries = [e async for e in store.iter_entries(info.id) if e.seq <= info.entry_count]
+        return info, entries
+
+    info, entries = with_store(run)
+    spans = hidden_spans(((e.seq, e.body.to_seq) for e in entries if isinstance(e.body, Revert)), info.entry_count)
+    shown = [(e, is_hidden(e.seq, spans)) for e in entries]
+    if not raw:
+        shown = [(e, hidden) for e, hidden in shown if not hidden]
+    if wants_json(json_flag):
+        records: list[dict[str, Any]] = [
+            {"seq": e.seq, "created_at": e.created_at, "body": e.body, **({"reverted": hidden} if raw else {})}
+            for e, hidden in shown
+        ]
+        echo_json({"session": session_record(info), "entries": records})
+        return
+    _print_transcript(info, shown, spans)
+
+
+def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans: list[tuple[int, int]]) -> None:
+    from rich.text import Text
+
+    out = console()
+    out.print(Text.assemble((info.id, "cyan"), "  ", (info.title or "(untitled)", "bold")))
+    facts = [
+        _home(info.directory) or "no directory",
+        f"{info.message_count} messages",
+        f"{human_count(info.input_tokens + info.output_tokens)} tokens",
+    ]
+    if info.cost:
+        facts.append(f"${info.cost.normalize():f}")
+    facts.append(f"updated {ago(info.updated_at)}")
+    out.print(" · ".join(facts), style="dim")
+    if info.forked_from:
+        out.print(f"forked from {info.forked_from} at entry {info.forked_at}", style="dim")
+    if info.parent_id:
+        out.print(f"child of {info.parent_id}", style="dim")
+
+    results: dict[str, ToolResultPart] = {}
+    calls: set[str] = set()
+    for entry, _ in shown:
+        if isinstance(entry.body, Message):
+            results.update((r.call_id, r) for r in entry.body.tool_results)
+            calls.update(c.id for c in entry.body.tool_calls)
+    for entry, hidden in shown:
+        lines = _entry_lines(entry, results, calls, spans)
+        if not lines:
+            continue
+        out.print()
+        for i, line in enumerate(lines):
+            if hidden:
+                line.stylize("dim")
+                if i == 0:
+                    line.append("  [reverted]", style="red")
+            out.print(line)
+
+
+def _entry_lines(
+    entry: Entry, results: dict[str, ToolResultPart], calls: set[str], spans: list[tuple[int, int]]
+) -> list[Any]:
+    from rich.text import Text
+
+    body = entry.body
+    if isinstance(body, Message):
+        # A tool message whose results all sit next to their calls says nothing new: skip it.
+        orphans = [r for r in body.tool_results if r.call_id not in calls]
+        if body.role == "tool" and not orphans and not body.text:
+            return []
+        label = body.role + (f" · {body.model}" if body.model else "")
+        lines = [Text.assemble((f"#{entry.seq} ", "dim"), (label, _ROLE_STYLE.get(body.role, "bold")))]
+        for part in body.parts:
+            if isinstance(part, TextPart):
+                lines += [Text("  " + line) for line in part.text.rstrip("\n").splitlines()]
+            elif isinstance(part, ThinkingPart):
+                size = f"{len(part.text):,} chars" if part.text else "redacted"
+                lines.append(Text(f"  [thinking · {size}]", style="dim italic"))
+            elif isinstance(part, ToolCallPart):
+                outcome = result_outcome(results.get(part.id))
+                lines.append(
+                    Text.assemble(
+                        "  → ",
+                        (call_signature(part), "yellow"),
+                        "  ",
+                        (outcome, "red" if outcome.startswith("✗") else "green" if outcome[0] == "✓" else "dim"),
+                    )
+                )
+            elif isinstance(part, ToolResultPart):
+                if part in orphans:
+                    lines.append(Text(f"  ← {part.name or 'tool'} {result_outcome(part)}", style="dim"))
+            elif isinstance(part, ImagePart | FilePart):
+                lines.append(Text("  " + attachment_label(part), style="dim"))
+        return lines
+    head = Text(f"#{entry.seq} ", style="dim")
+    if isinstance(body, Revert):
+        span = next(((lo, hi) for lo, hi in spans if hi == entry.seq - 1), None)
+        hidden = f" ({span[1] - span[0] + 1} entries hidden: #{span[0]}–#{span[1]})" if span else ""
+        reason = f": {body.reason}" if body.reason else ""
+        return [head.append(f"↶ reverted to #{body.to_seq}{hidden}{reason}", style="magenta")]
+    if isinstance(body, TitleChange):
+        return [head.append(f"title → {body.title}", style="dim")]
+    if isinstance(body, Checkpoint):
+        text = f"⏸ checkpoint ({body.reason}, {body.steps} steps)"
+        if body.next_action:
+            text += f": next {body.next_action}"
+        return [head.append(text, style="magenta")]
+    if isinstance(body, Compaction):
+        size = f"{len(body.summary):,} chars"
+        return [
+            head.append(f"⧉ compaction: entries before #{body.first_kept_seq} summarized ({size})", style="magenta")
+        ]
+    if isinstance(body, Marker):
+        return [head.append(f"• {body.name}", style="dim")]
+    return []
+
+
+_ROLE_STYLE = {"user": "bold green", "assistant": "bold blue", "system": "bold magenta", "tool": "bold yellow"}
+
+
+# --- rm, fork ------------------------------------------------------------------------------------------------
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "json_flag", is_flag=True, help='Print {"deleted": [ids]} as JSON.')
+def rm(session_ref: str, yes: bool, json_flag: bool) -> None:
+    """Delete a session and its child (sub-agent) sessions. Forks of it are kept: they are copies."""
+
+    async def run(store: Store) -> list[str]:
+        info = await resolve_session(store, session_ref)
+        if not yes:
+            children = await _count_descendants(store, info.id)
+            with_children = f" and its {children} child session{'s' * (children != 1)}" if children else ""
+            click.confirm(
+                f"Delete {info.id} “{info.title or 'untitled'}” ({info.message_count} messages){with_children}?",
+                abort=True,
+                err=True,
+            )
+        return await store.delete_session(info.id)
+
+    deleted = with_store(run)
+    if wants_json(json_flag):
+        echo_json({"deleted": deleted})
+        return
+    extra = len(deleted) - 1
+    click.echo(f"Deleted {deleted[0]}" + (f" and {extra} child session{'s' * (extra != 1)}" if extra else "") + ".")
+
+
+async def _count_descendants(store: Store, session_id: str) -> int:
+    count, frontier = 0, [session_id]
+    while frontier:
+        parent = frontier.pop()
+        cursor: str | None = None
+        while True:
+            page = await store.list_sessions(parent_id=parent, limit=1000, cursor=cursor)
+            count += len(page.items)
+            frontier += [s.id for s in page.items]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    return count
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+@click.option("--at", "at_seq", type=int, metavar="SEQ", help="Copy entries 1..SEQ (default: all of them).")
+@click.option("--title", help="Title of the new session (default: the original's).")
+@click.option("--json", "json_flag", is_flag=True, help="Print the new session as a JSON object.")
+def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: bool) -> None:
+    """Copy a session's journal, up to an entry, into a new independent session."""
+
+    async def run(store: Store) -> SessionInfo:
+        info = await resolve_session(store, session_ref)
+        return await store.fork(info.id, at_seq, title=title)
+
+    new = with_store(run)
+    if wants_json(json_flag):
+        echo_json(session_record(new))
+        return
+    click.echo(f"Forked {new.forked_from} at entry {new.forked_at}: {new.id}")
+
+
+# --- export, import ------------------------------------------------------------------------------------------
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+@click.option("--format", "-f", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE (default: stdout).")
+@click.option("--raw", is_flag=True, help="Markdown: include reverted entries.")
+def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
+    """Export a session: tether JSON (what `import` reads back, exactly) or a Markdown transcript.
+
+    A file given with -o appears whole or not at all: it is written aside and renamed into place."""
+
+    async def run(store: Store) -> SessionInfo:
+        info = await resolve_session(store, session_ref)
+        with _destination(output, binary=fmt == "json") as out:
+            if fmt == "json":
+                return await export_json(store, info.id, out)
+            return await export_markdown(store, info.id, out, raw=raw)
+
+    info = with_store(run)
+    if output:
+        click.echo(f"Exported {info.id} ({info.entry_count} entries) to {output}", err=True)
+
+
+@contextlib.contextmanager
+def _destination(output: str | None, *, binary: bool) -> Iterator[IO[Any]]:
+    if output is None or output == "-":
+        # sys.stdout is looked up now, not at import, so that test runners that swap it see the output.
+        stream: IO[Any] = sys.stdout.buffer if binary else sys.stdout
+        yield stream
+        stream.flush()
+        return
+    target = Path(output)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else "."
+    )
+    try:
+        with open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@sessions.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--new-id", is_flag=True, help="Give the session a new id (the original is kept in its metadata).")
+@click.option("--json", "json_flag", is_flag=True, help="Print the imported session as a JSON object.")
+def import_command(file: str, new_id: bool, json_flag: bool) -> None:
+    """Import a session from a tether JSON export (FILE, or - for stdin). A bad file writes nothing."""
+
+    async def run(store: Store) -> SessionInfo:
+        if file == "-":
+            data = sys.stdin.buffer.read()
+            return await import_json(store, parse_export(data, source="<stdin>"), new_id=new_id)
+        return await import_file(store, file, new_id=new_id)
+
+    info = with_store(run)
+    if wants_json(json_flag):
+        echo_json(session_record(info))
+        return
+    click.echo(f"Imported {info.id} “{info.title or 'untitled'}” ({info.entry_count} entries).")
+
+
+__all__ = ["sessions"]
