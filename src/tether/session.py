@@ -5,10 +5,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .messages import Entry, EntryBody, Message, Revert, TitleChange
+import msgspec
+
+from .messages import Entry, EntryBody, Message, Revert, TitleChange, Usage
 from .store.base import SessionInfo, SessionState, Store, active_entries, active_tail
+
+if TYPE_CHECKING:
+    from .events import Event
+    from .providers.base import Provider
+
+
+class RunResult(msgspec.Struct, kw_only=True):
+    """What `Session.prompt` returns: the final text, where it was recorded, and what it cost."""
+
+    text: str
+    session_id: str
+    usage: Usage
+    steps: int
+    reason: str
 
 
 def canonical_directory(directory: str | os.PathLike[str] | None) -> str:
@@ -126,3 +142,43 @@ class Session:
 
     async def delete(self) -> list[str]:
         return await self.store.delete_session(self.id)
+
+    # --- running the agent loop ------------------------------------------------------------------------
+
+    def stream(
+        self,
+        prompt: str | Message | None,
+        *,
+        provider: Provider,
+        model: str | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Event]:
+        """Run the agent loop on this session and yield its events. `prompt=None` continues where the
+        session stopped (a step limit, a cancel, a crash). `options` are `tether.agent.RunOptions` fields."""
+        from .agent import AgentRun, RunOptions
+
+        run = AgentRun(self, provider, RunOptions(model=model or self.info.model or "default", **options))
+        return run.events(prompt)
+
+    async def prompt(
+        self,
+        prompt: str | Message | None,
+        *,
+        provider: Provider,
+        model: str | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """Run the loop to its end; raise on a run that ends in error."""
+        from .errors import TetherError
+        from .events import Done, Error
+
+        async for event in self.stream(prompt, provider=provider, model=model, **options):
+            if isinstance(event, Done):
+                await self.refresh()
+                return RunResult(
+                    text=event.text, session_id=self.id, usage=event.usage, steps=event.steps, reason=event.reason
+                )
+            if isinstance(event, Error):
+                await self.refresh()
+                raise TetherError(f"run failed ({event.code}): {event.message}")
+        raise TetherError("the run ended without a result")

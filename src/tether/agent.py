@@ -1,0 +1,377 @@
+"""The agent loop: a prompt runs model steps and tool calls until the model stops calling tools or the
+step limit is reached. Every message is journaled before the next step starts; the run streams typed
+events (`tether.events`). Cancellation and crashes leave a history that `--continue` can finish."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import events as ev
+from .errors import (
+    AuthError,
+    ContextOverflow,
+    ProviderError,
+    RateLimited,
+    SeqConflict,
+)
+from .ids import new_id
+from .messages import (
+    Checkpoint,
+    Entry,
+    EntryBody,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from .providers.base import ModelRequest, Provider, StreamDone, ToolCallReady
+from .providers.base import TextDelta as ProviderTextDelta
+from .providers.base import ThinkingDelta as ProviderThinkingDelta
+from .session import Session
+from .tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry, default_registry
+from .tools.runner import run_tool_call
+
+DEFAULT_MAX_STEPS = 50
+REPEAT_LIMIT = 3
+
+INTERRUPTED = (
+    "interrupted: this tool call was started, but tether stopped (crash or kill) before its result was "
+    "recorded. It was NOT re-run. Check whether it took effect before calling it again."
+)
+ABORTED = "aborted: the run was cancelled before this tool call finished."
+
+ContextFn = Callable[[Sequence[Entry]], Awaitable[list[Message]]]
+"""Turns the active history into the messages a model call receives (the context engine plugs in here)."""
+
+
+async def all_messages(entries: Sequence[Entry]) -> list[Message]:
+    """The whole active history as the context: the policy until the context engine takes over."""
+    return [e.body for e in entries if isinstance(e.body, Message) and e.body.role != "system"]
+
+
+@dataclass
+class RunOptions:
+    """How one run behaves. `model` is the provider's own model id (``gpt-4.1``); `label` how it is shown."""
+
+    model: str
+    max_steps: int = DEFAULT_MAX_STEPS
+    system_prompt: str | None = None
+    tools: ToolRegistry = field(default_factory=default_registry)
+    confine_to_workspace: bool = True
+    ask: AskFn | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    context: ContextFn = all_messages
+
+
+class _Step:
+    """What one model call has produced so far: enough to journal a partial answer on cancel."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.calls: list[ToolCallPart] = []
+
+    def partial_message(self, model: str, provider: str) -> Message | None:
+        parts: list[TextPart | ThinkingPart | ToolCallPart] = []
+        if self.thinking:
+            parts.append(ThinkingPart(text="".join(self.thinking), provider=provider))
+        if self.text:
+            parts.append(TextPart(text="".join(self.text)))
+        parts.extend(self.calls)
+        if not parts:
+            return None
+        return Message(
+            role="assistant",
+            parts=list(parts),
+            model=model,
+            provider=provider,
+            finish_reason="cancelled",
+            metadata={"partial": True},
+        )
+
+
+class AgentRun:
+    """One run of the loop over a session. Use `events()`; or `Session.stream` / `Session.prompt`."""
+
+    def __init__(self, session: Session, provider: Provider, options: RunOptions) -> None:
+        self.session = session
+        self.provider = provider
+        self.options = options
+        self.run_id = new_id("run")
+        self.entries: list[Entry] = []
+        self.usage = Usage()
+        self.steps = 0
+        self._recent_calls: list[str] = []
+
+    # --- journal ---------------------------------------------------------------------------------------
+
+    async def _append(self, *bodies: EntryBody) -> list[Entry]:
+        """Journal bodies, stating the seq we expect: another writer on this session is a conflict, never
+        an interleaving."""
+        expect = self.session.info.entry_count + 1
+        stored = await self.session.store.append(self.session.id, bodies, expect_seq=expect)
+        info = self.session.info
+        self.session.info.entry_count = info.entry_count + len(stored)
+        self.entries.extend(stored)
+        return stored
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    async def events(self, prompt: str | Message | None) -> AsyncIterator[ev.Event]:
+        sid = self.session.id
+        opts = self.options
+        await self.session.refresh()
+        self.entries = await self.session.entries()
+        yield ev.RunStarted(
+            session_id=sid, run_id=self.run_id, model=opts.model, provider=self.provider.name, resumed=prompt is None
+        )
+        step: _Step | None = None
+        pending: list[ToolCallPart] = []
+        try:
+            # A run killed between a tool call and its result left calls without results: say so, never re-run.
+            orphans = self._unanswered_calls()
+            if orphans:
+                for part in orphans:
+                    await self._append(
+                        Message.tool(
+                            ToolResultPart(call_id=part.id, name=part.name, content=INTERRUPTED, is_error=True)
+                        )
+                    )
+            if prompt is not None:
+                await self._append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+            elif not self._has_work():
+                yield ev.Done(session_id=sid, text="", steps=0, usage=self.usage, reason="nothing_to_do")
+                return
+
+            last_text = ""
+            while True:
+                if self.steps >= opts.max_steps:
+                    yield await self._checkpoint(last_text)
+                    yield ev.Done(
+                        session_id=sid, text=last_text, steps=self.steps, usage=self.usage, reason="step_limit"
+                    )
+                    return
+                self.steps += 1
+                step = _Step()
+                request = ModelRequest(
+                    model=opts.model,
+                    messages=await opts.context(self.entries),
+                    system=opts.system_prompt or self.session.info.system_prompt,
+                    tools=opts.tools.specs(),
+                    max_output_tokens=opts.max_output_tokens,
+                    temperature=opts.temperature,
+                )
+                done: StreamDone | None = None
+                stream = self.provider.stream(request)
+                try:
+                    async for event in stream:
+                        if isinstance(event, ProviderTextDelta):
+                            step.text.append(event.text)
+                            yield ev.TextDelta(session_id=sid, text=event.text)
+                        elif isinstance(event, ProviderThinkingDelta):
+                            step.thinking.append(event.text)
+                            yield ev.ThinkingDelta(session_id=sid, text=event.text)
+                        elif isinstance(event, ToolCallReady):
+                            step.calls.append(event.part)
+                        elif isinstance(event, StreamDone):
+                            done = event
+                finally:
+                    aclose = getattr(stream, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                if done is None:
+                    raise ProviderError(f"{self.provider.name} ended its answer without a final message")
+
+                message = done.message
+                (stored,) = await self._append(message)
+                step = None
+                self.usage = self.usage + done.usage
+                for part in message.parts:
+                    if isinstance(part, ThinkingPart) and part.text:
+                        yield ev.ThinkingComplete(session_id=sid, text=part.text)
+                last_text = message.text
+                if last_text:
+                    yield ev.TextComplete(session_id=sid, text=last_text, seq=stored.seq)
+                yield ev.UsageReport(
+                    session_id=sid,
+                    model=message.model or opts.model,
+                    step=done.usage,
+                    total=self.usage,
+                    context_tokens=done.usage.input_tokens or None,
+                )
+
+                calls = message.tool_calls
+                if not calls:
+                    yield ev.Done(session_id=sid, text=last_text, steps=self.steps, usage=self.usage)
+                    return
+                pending = list(calls)
+                repeated = self._repeated(calls)
+                if repeated is not None:
+                    reason = (
+                        f"stopped: the model called {repeated} with the same arguments {REPEAT_LIMIT} times in a row"
+                    )
+                    for part in calls:
+                        await self._append(
+                            Message.tool(ToolResultPart(call_id=part.id, name=part.name, content=reason, is_error=True))
+                        )
+                    pending = []
+                    yield ev.Error(session_id=sid, code="repeated_tool_call", message=reason)
+                    return
+                async for tool_event in self._run_tools(calls, pending):
+                    yield tool_event
+                pending = []
+        except (asyncio.CancelledError, GeneratorExit):
+            await self._record_interruption(step, pending)
+            raise
+        except SeqConflict as exc:
+            yield ev.Error(session_id=sid, code="busy", message=f"another writer appended to this session: {exc}")
+        except ProviderError as exc:
+            yield ev.Error(session_id=sid, code=_provider_code(exc), message=str(exc), retryable=exc.retryable)
+
+    def _unanswered_calls(self) -> list[ToolCallPart]:
+        """Tool calls of the last assistant message that have no result after them."""
+        answered: set[str] = set()
+        for entry in reversed(self.entries):
+            body = entry.body
+            if not isinstance(body, Message):
+                continue
+            if body.role == "tool":
+                answered.update(r.call_id for r in body.tool_results)
+            elif body.role == "assistant":
+                return [c for c in body.tool_calls if c.id not in answered]
+            else:
+                return []
+        return []
+
+    def _has_work(self) -> bool:
+        """Whether the history ends where a model call is due (a user turn or tool results)."""
+        for entry in reversed(self.entries):
+            body = entry.body
+            if isinstance(body, Checkpoint):
+                return True
+            if isinstance(body, Message):
+                return body.role in ("user", "tool")
+        return False
+
+    def _repeated(self, calls: Sequence[ToolCallPart]) -> str | None:
+        for call in calls:
+            signature = f"{call.name}\x00{call.arguments_json()}"
+            self._recent_calls.append(signature)
+            tail = self._recent_calls[-REPEAT_LIMIT:]
+            if len(tail) == REPEAT_LIMIT and len(set(tail)) == 1:
+                return call.name
+        return None
+
+    async def _run_tools(self, calls: Sequence[ToolCallPart], pending: list[ToolCallPart]) -> AsyncIterator[ev.Event]:
+        """Run the calls: consecutive read-only calls together, the others one at a time, in order. Each
+        result is journaled as soon as it is known (so a crash loses at most the calls in flight)."""
+        sid = self.session.id
+        ctx = ToolContext(
+            workspace=Path(self.session.info.directory or "."),
+            session_id=sid,
+            store=self.session.store,
+            confine_to_workspace=self.options.confine_to_workspace,
+            ask=self.options.ask,
+            limits=self.options.tool_limits,
+        )
+        registry = self.options.tools
+        batches: list[list[ToolCallPart]] = []
+        for call in calls:
+            concurrent = registry.is_read_only(call.name) and call.arguments_ok
+            if concurrent and batches and all(registry.is_read_only(c.name) for c in batches[-1]):
+                batches[-1].append(call)
+            else:
+                batches.append([call])
+        for batch in batches:
+            for call in batch:
+                yield ev.ToolCallStart(session_id=sid, call_id=call.id, name=call.name, arguments=call.arguments)
+            started = time.perf_counter()
+            tasks = [asyncio.ensure_future(run_tool_call(registry, call, ctx)) for call in batch]
+            try:
+                for next_done in asyncio.as_completed(tasks):
+                    result = await next_done
+                    call = next(c for c in batch if c.id == result.call_id)
+                    (stored,) = await self._append(Message.tool(result))
+                    pending[:] = [c for c in pending if c.id != call.id]
+                    yield ev.ToolCallComplete(
+                        session_id=sid,
+                        call_id=call.id,
+                        name=call.name,
+                        success=not result.is_error,
+                        duration_ms=float(result.metadata.get("duration", time.perf_counter() - started)) * 1000,
+                        preview=_preview(result.content),
+                        truncated=bool(result.metadata.get("truncated", False)),
+                        seq=stored.seq,
+                    )
+            finally:
+                for task in tasks:
+                    if not task.done():
+                        ctx.abort.set()
+                        task.cancel()
+                if any(not t.done() for t in tasks):
+                    await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _checkpoint(self, last_text: str) -> ev.CheckpointReached:
+        objective = ""
+        for entry in self.entries:
+            if isinstance(entry.body, Message) and entry.body.role == "user" and entry.body.text.strip():
+                objective = entry.body.text.strip()
+        tools_used: dict[str, int] = {}
+        for entry in self.entries[-4 * self.steps - 4 :]:
+            if isinstance(entry.body, Message):
+                for call in entry.body.tool_calls:
+                    tools_used[call.name] = tools_used.get(call.name, 0) + 1
+        done = f"{self.steps} steps; tool calls: " + (
+            ", ".join(f"{name} x{n}" for name, n in tools_used.items()) or "none"
+        )
+        next_action = last_text.strip()[:500] or "continue with the pending work (the last tool results are unread)"
+        body = Checkpoint(
+            objective=objective[:2000], done=done, next_action=next_action, reason="step_limit", steps=self.steps
+        )
+        (stored,) = await self._append(body)
+        return ev.CheckpointReached(
+            session_id=self.session.id,
+            reason="step_limit",
+            objective=body.objective,
+            next_action=next_action,
+            steps=self.steps,
+            seq=stored.seq,
+        )
+
+    async def _record_interruption(self, step: _Step | None, pending: list[ToolCallPart]) -> None:
+        """On cancel: keep the partial answer, and mark the calls that never finished as aborted."""
+        try:
+            if step is not None:
+                partial = step.partial_message(self.options.model, self.provider.name)
+                if partial is not None:
+                    await self._append(partial)
+                    pending = list(step.calls)
+            for call in pending:
+                await self._append(
+                    Message.tool(ToolResultPart(call_id=call.id, name=call.name, content=ABORTED, is_error=True))
+                )
+        except Exception:  # the store may be the reason we are stopping; the original error matters more
+            pass
+
+
+def _preview(text: str, limit: int = 160) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _provider_code(exc: ProviderError) -> str:
+    if isinstance(exc, AuthError):
+        return "provider_auth"
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    if isinstance(exc, ContextOverflow):
+        return "context_overflow"
+    return "provider_error"
