@@ -194,9 +194,9 @@ class AgentRun:
                 (stored,) = await self._append(message)
                 step = None
                 self.usage = self.usage + done.usage
-                for part in message.parts:
-                    if isinstance(part, ThinkingPart) and part.text:
-                        yield ev.ThinkingComplete(session_id=sid, text=part.text)
+                for thought in message.parts:
+                    if isinstance(thought, ThinkingPart) and thought.text:
+                        yield ev.ThinkingComplete(session_id=sid, text=thought.text)
                 last_text = message.text
                 if last_text:
                     yield ev.TextComplete(session_id=sid, text=last_text, seq=stored.seq)
