@@ -1,0 +1,401 @@
+"""The agent loop with the scripted provider: tool use, concurrency, error paths, step limit and continue,
+cancel, and a real SIGKILL in the middle of a run followed by --continue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tether import Message, Session, ToolCallPart, ToolResultPart
+from tether.agent import ABORTED, INTERRUPTED
+from tether.errors import RateLimited, TransientError
+from tether.events import (
+    CheckpointReached,
+    Done,
+    Error,
+    Event,
+    RunStarted,
+    TextComplete,
+    TextDelta,
+    ToolCallComplete,
+    ToolCallStart,
+    UsageReport,
+)
+from tether.messages import Checkpoint
+from tether.providers.scripted import ScriptedProvider, ScriptedResponse
+from tether.store import SqliteStore, Store
+from tether.tools.base import ToolRegistry, function_tool
+
+
+def call(name: str, id: str, **arguments: object) -> ToolCallPart:
+    return ToolCallPart(id=id, name=name, arguments=arguments)
+
+
+def calls(*parts: ToolCallPart, text: str = "") -> Message:
+    return Message.assistant(text, tool_calls=list(parts))
+
+
+async def run(session: Session, prompt: str | None, provider: ScriptedProvider, **options: object) -> list[Event]:
+    return [e async for e in session.stream(prompt, provider=provider, model="test-model", **options)]
+
+
+def results(session_messages: list[Message]) -> dict[str, ToolResultPart]:
+    return {r.call_id: r for m in session_messages for r in m.tool_results}
+
+
+@pytest.fixture
+async def session(store: Store, tmp_path: Path) -> Session:
+    return await Session.create(store, directory=tmp_path)
+
+
+def notes_registry(log: list[str]) -> ToolRegistry:
+    @function_tool
+    async def note(text: str) -> str:
+        """Write a note."""
+        log.append(text)
+        return f"noted {text}"
+
+    @function_tool(read_only=True)
+    async def look(what: str) -> str:
+        """Look at something."""
+        return f"{what} looks fine"
+
+    return ToolRegistry([note, look])
+
+
+async def test_multi_step_tool_use_is_journaled_in_order(session: Session) -> None:
+    log: list[str] = []
+    provider = ScriptedProvider(
+        [
+            calls(call("look", "c1", what="the tests"), text="Checking."),
+            calls(call("note", "c2", text="fix it")),
+            "All done.",
+        ]
+    )
+    events = await run(session, "fix the tests", provider, tools=notes_registry(log))
+
+    assert isinstance(events[0], RunStarted)
+    assert isinstance(events[-1], Done)
+    assert events[-1].text == "All done." and events[-1].steps == 3 and events[-1].reason == "completed"
+    assert log == ["fix it"]
+    roles = [m.role for m in await session.messages()]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    # the model saw each result in the next request
+    second = provider.requests[1].messages
+    assert second[-1].tool_results[0].content == "the tests looks fine"
+    assert [type(e).__name__ for e in events].count("ToolCallComplete") == 2
+    usage_reports = [e for e in events if isinstance(e, UsageReport)]
+    assert len(usage_reports) == 3
+    assert usage_reports[-1].total.output_tokens == sum(u.step.output_tokens for u in usage_reports)
+    deltas = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert deltas == "Checking.All done."
+    info = await session.refresh()
+    assert info.message_count == 6 and info.entry_count == 6
+
+
+async def test_read_only_calls_run_concurrently(session: Session) -> None:
+    started = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    @function_tool(read_only=True)
+    async def wait_for(me: str, other: str) -> str:
+        """Finishes only once the other call has started too: passes only when both run at once."""
+        started[me].set()
+        await asyncio.wait_for(started[other].wait(), timeout=5)
+        return f"{me} saw {other}"
+
+    provider = ScriptedProvider(
+        [calls(call("wait_for", "c1", me="a", other="b"), call("wait_for", "c2", me="b", other="a")), "ok"]
+    )
+    events = await run(session, "go", provider, tools=ToolRegistry([wait_for]))
+    done = [e for e in events if isinstance(e, ToolCallComplete)]
+    assert {e.call_id: e.success for e in done} == {"c1": True, "c2": True}
+    assert isinstance(events[-1], Done)
+
+
+async def test_mutating_calls_run_one_at_a_time_in_order(session: Session) -> None:
+    order: list[str] = []
+    running = 0
+
+    @function_tool
+    async def step(label: str) -> str:
+        """A tool with side effects."""
+        nonlocal running
+        running += 1
+        assert running == 1, "two mutating calls overlapped"
+        await asyncio.sleep(0.01)
+        order.append(label)
+        running -= 1
+        return label
+
+    provider = ScriptedProvider([calls(*(call("step", f"c{i}", label=str(i)) for i in range(4))), "done"])
+    events = await run(session, "go", provider, tools=ToolRegistry([step]))
+    assert order == ["0", "1", "2", "3"]
+    assert all(e.success for e in events if isinstance(e, ToolCallComplete))
+
+
+async def test_error_paths_become_results_the_model_sees(session: Session) -> None:
+    @function_tool
+    async def explode() -> str:
+        """Always fails."""
+        raise RuntimeError("the disk is on fire")
+
+    bad_json = ToolCallPart.from_raw("c2", "explode", '{"unterminated": ')
+    assert bad_json.raw_arguments is not None
+    provider = ScriptedProvider(
+        [calls(call("no_such_tool", "c1"), bad_json, call("explode", "c3")), "I see the errors."]
+    )
+    events = await run(session, "try", provider, tools=ToolRegistry([explode]))
+    assert isinstance(events[-1], Done)
+    got = results(await session.messages())
+    assert all(r.is_error for r in got.values())
+    assert "no_such_tool" in got["c1"].content and "explode" in got["c1"].content  # lists what exists
+    assert "JSON" in got["c2"].content or "json" in got["c2"].content
+    assert "the disk is on fire" in got["c3"].content
+    # the next model call received all three error results
+    sent = results(provider.requests[1].messages)
+    assert set(sent) == {"c1", "c2", "c3"} and all(r.is_error for r in sent.values())
+
+
+async def test_three_identical_calls_stop_the_run(session: Session) -> None:
+    log: list[str] = []
+    same = lambda i: calls(call("note", f"c{i}", text="again"))  # noqa: E731
+    provider = ScriptedProvider([same(1), same(2), same(3), "never reached"])
+    events = await run(session, "loop", provider, tools=notes_registry(log))
+    assert isinstance(events[-1], Error) and events[-1].code == "repeated_tool_call"
+    assert "note" in events[-1].message and "3 times" in events[-1].message
+    assert log == ["again", "again"]  # the third call was not run
+    got = results(await session.messages())
+    assert got["c3"].is_error and "stopped" in got["c3"].content
+    assert provider.remaining == 1
+
+
+async def test_step_limit_writes_a_checkpoint_and_continue_resumes(session: Session) -> None:
+    log: list[str] = []
+    provider = ScriptedProvider([calls(call("note", f"c{i}", text=str(i))) for i in range(3)] + ["finished"])
+    events = await run(session, "write notes", provider, tools=notes_registry(log), max_steps=2)
+    assert isinstance(events[-1], Done) and events[-1].reason == "step_limit"
+    checkpoint = next(e for e in events if isinstance(e, CheckpointReached))
+    assert checkpoint.objective == "write notes" and checkpoint.steps == 2
+    stored = [e.body for e in await session.entries() if isinstance(e.body, Checkpoint)]
+    assert len(stored) == 1 and "note x2" in stored[0].done
+
+    more = await run(session, None, provider, tools=notes_registry(log), max_steps=5)
+    assert isinstance(more[0], RunStarted) and more[0].resumed
+    assert isinstance(more[-1], Done) and more[-1].text == "finished" and more[-1].reason == "completed"
+    assert log == ["0", "1", "2"]
+    # the resumed run's first request ended with the results the limit left unread
+    assert provider.requests[2].messages[-1].role == "tool"
+
+
+async def test_continue_with_nothing_to_do(session: Session) -> None:
+    provider = ScriptedProvider(["hello"])
+    await run(session, "hi", provider)
+    events = await run(session, None, provider)
+    assert isinstance(events[-1], Done) and events[-1].reason == "nothing_to_do"
+    assert (await session.refresh()).entry_count == 2
+
+
+async def test_cancel_during_the_answer_keeps_the_partial_text(session: Session) -> None:
+    provider = ScriptedProvider([ScriptedResponse(message="one two three four five six seven", chunk_delay=0.05)])
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for event in session.stream("count", provider=provider, model="m"):
+            if isinstance(event, TextDelta):
+                seen.append(event.text)
+
+    task = asyncio.create_task(consume())
+    while len(seen) < 2:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    messages = await session.messages()
+    assert [m.role for m in messages] == ["user", "assistant"]
+    partial = messages[-1]
+    assert partial.finish_reason == "cancelled" and partial.metadata.get("partial") is True
+    assert partial.text == "".join(seen)[: len(partial.text)] and partial.text
+    assert partial.text != "one two three four five six seven"
+
+
+async def test_cancel_during_a_tool_marks_it_aborted(session: Session) -> None:
+    entered = asyncio.Event()
+
+    @function_tool
+    async def hang() -> str:
+        """Never finishes."""
+        entered.set()
+        await asyncio.sleep(3600)
+        return "unreachable"
+
+    provider = ScriptedProvider([calls(call("hang", "c1"), call("hang", "c2"))])
+
+    async def consume() -> None:
+        async for _ in session.stream("go", provider=provider, model="m", tools=ToolRegistry([hang])):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(entered.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    got = results(await session.messages())
+    assert set(got) == {"c1", "c2"}
+    assert all(r.is_error and r.content == ABORTED for r in got.values())
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "retryable"),
+    [
+        (RateLimited("slow down", retry_after=3), "rate_limited", True),
+        (TransientError("HTTP 500 from the provider"), "provider_error", True),
+    ],
+)
+async def test_provider_failure_ends_in_an_error_event(
+    session: Session, error: Exception, code: str, retryable: bool
+) -> None:
+    events = await run(session, "hi", ScriptedProvider([error]))
+    assert isinstance(events[-1], Error)
+    assert events[-1].code == code and events[-1].retryable is retryable
+    # the user's turn is kept; a later run can continue from it
+    assert [m.role for m in await session.messages()] == ["user"]
+    again = await run(session, None, ScriptedProvider(["recovered"]))
+    assert isinstance(again[-1], Done) and again[-1].text == "recovered"
+
+
+async def test_another_writer_is_a_conflict_not_an_interleaving(session: Session) -> None:
+    provider = ScriptedProvider(["a late answer in several chunks"])
+    other = await Session.open(session.store, session.id)
+    events: list[Event] = []
+    async for event in session.stream("hi", provider=provider, model="m"):
+        events.append(event)
+        if isinstance(event, TextDelta) and len(events) == 3:
+            # another handle appends while the run is streaming its answer
+            await other.append(Message.user("from elsewhere"))
+    assert isinstance(events[-1], Error) and events[-1].code == "busy"
+    roles = [m.role for m in await session.messages()]
+    assert roles == ["user", "user"]  # the run's answer was not interleaved after the intruder
+
+
+async def test_oversized_tool_output_is_cut_and_kept_as_an_artifact(session: Session) -> None:
+    @function_tool(read_only=True)
+    async def dump() -> str:
+        """Prints a lot."""
+        return "\n".join(f"line {i}" for i in range(200_000))
+
+    provider = ScriptedProvider([calls(call("dump", "c1")), "ok"])
+    events = await run(session, "dump", provider, tools=ToolRegistry([dump]))
+    complete = next(e for e in events if isinstance(e, ToolCallComplete))
+    assert complete.truncated
+    result = results(await session.messages())["c1"]
+    assert len(result.content) < 100_000
+    artifact = result.metadata["artifact"]
+    full = await session.store.get_artifact(artifact)
+    assert full.decode().count("\n") == 199_999
+    assert artifact in result.content  # the model is told how to read the rest
+
+
+# --- a real crash ------------------------------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from tether import Message, Session, ToolCallPart
+    from tether.providers.scripted import ScriptedProvider
+    from tether.store import SqliteStore
+    from tether.tools.base import ToolRegistry, function_tool
+
+    db, workdir, sid = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+
+    @function_tool
+    async def deploy(target: str) -> str:
+        "A tool with a side effect."
+        with open(workdir / "deploys.log", "a") as f:
+            f.write(target + "\\n")
+        await asyncio.sleep(3600)  # killed here
+        return "deployed"
+
+    async def main():
+        store = SqliteStore(db)
+        session = await Session.open(store, sid)
+        provider = ScriptedProvider([
+            Message.assistant("Deploying.", tool_calls=[ToolCallPart(id="c1", name="deploy", arguments={"target": "prod"})]),
+        ])
+        async for event in session.stream("deploy to prod", provider=provider, model="m", tools=ToolRegistry([deploy])):
+            print(type(event).__name__, flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+async def test_kill_9_mid_tool_then_continue_reports_interrupted(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    store = SqliteStore(db)
+    session = await Session.create(store, directory=tmp_path)
+    await store.close()
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(db), str(tmp_path), session.id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = tmp_path / "deploys.log"
+    deadline = time.monotonic() + 30
+    while not log.exists():
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert time.monotonic() < deadline, "the child never ran the tool"
+        await asyncio.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+
+    store = SqliteStore(db)
+    try:
+        session = await Session.open(store, session.id)
+        before = [e.seq for e in await session.entries()]
+        assert [m.role for m in await session.messages()] == ["user", "assistant"]
+
+        deploys = 0
+
+        @function_tool
+        async def deploy(target: str) -> str:
+            """Must not be re-run."""
+            nonlocal deploys
+            deploys += 1
+            return "deployed again"
+
+        provider = ScriptedProvider(["The deploy was interrupted; I did not repeat it."])
+        events = await run(session, None, provider, tools=ToolRegistry([deploy]))
+        assert isinstance(events[-1], Done)
+        assert deploys == 0 and log.read_text() == "prod\n"
+        messages = await session.messages()
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+        interrupted = messages[2].tool_results[0]
+        assert interrupted.call_id == "c1" and interrupted.is_error and interrupted.content == INTERRUPTED
+        seqs = [e.seq for e in await session.entries()]
+        assert seqs[: len(before)] == before and seqs == list(range(1, len(seqs) + 1))
+        # the model was told, in its request, that the call was interrupted
+        assert provider.requests[0].messages[-1].tool_results[0].content == INTERRUPTED
+    finally:
+        await store.close()
+
+
+async def test_text_complete_points_at_the_journaled_message(session: Session) -> None:
+    events = await run(session, "hi", ScriptedProvider(["hello there"]))
+    complete = next(e for e in events if isinstance(e, TextComplete))
+    (entry,) = await session.read(complete.seq, complete.seq)
+    assert entry.message is not None and entry.message.text == "hello there"
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
+    assert starts == []
