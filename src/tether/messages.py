@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from .errors import InvalidInput
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -252,8 +254,11 @@ _message_decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(Message)
 
 
 def encode_body(body: EntryBody) -> bytes:
-    """JSON bytes of an entry body (its ``kind`` tag included)."""
-    return _encoder.encode(body)
+    """JSON bytes of an entry body (its ``kind`` tag included); `InvalidInput` if a text is not valid Unicode."""
+    try:
+        return _encoder.encode(body)
+    except UnicodeEncodeError as e:  # a lone surrogate: it has no UTF-8 form, so it cannot be stored
+        raise InvalidInput(f"cannot store text that is not valid Unicode: {e}") from None
 
 
 def decode_body(data: bytes | str) -> EntryBody:

@@ -51,7 +51,7 @@ def open_store(url: str | None = None, *, durability: Durability | None = None, 
     if url.startswith("sqlite:"):
         path = url[len("sqlite:") :]
         if path.startswith("///"):
-            path = path[2:]
+            path = "/" + path.lstrip("/")  # sqlite:////abs/x.db (what default_store_url makes) is /abs/x.db
         elif path.startswith("//"):
             raise InvalidInput(f"sqlite URLs look like sqlite:///path/to.db, not {url!r}")
         if not path or path == "/":

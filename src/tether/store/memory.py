@@ -3,6 +3,7 @@ a fast store for tests and throwaway sessions; nothing survives the process."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncIterator, Sequence
 from decimal import Decimal
@@ -30,6 +31,11 @@ from .base import (
     validate_bodies,
     validate_import,
 )
+
+
+def _copy(info: SessionInfo) -> SessionInfo:
+    """A row the caller may mutate without touching the store, as if read from disk (metadata nests)."""
+    return msgspec.structs.replace(info, metadata=copy.deepcopy(info.metadata))
 
 
 class MemoryStore:
@@ -88,6 +94,8 @@ class MemoryStore:
             raise InvalidInput(f"session {sid} already exists")
         if parent_id is not None:
             self._get(parent_id)
+        if state not in ("active", "paused"):
+            raise InvalidInput(f"state must be 'active' or 'paused', not {state!r}")
         now = self._now()
         info = SessionInfo(
             id=sid,
@@ -100,14 +108,14 @@ class MemoryStore:
             model=model,
             state=state,
             system_prompt=system_prompt,
-            metadata=dict(metadata or {}),
+            metadata=copy.deepcopy(metadata or {}),
         )
         self._sessions[sid] = info
         self._entries[sid] = []
-        return msgspec.structs.replace(info)
+        return _copy(info)
 
     async def get_session(self, session_id: str) -> SessionInfo:
-        return msgspec.structs.replace(self._get(session_id))
+        return _copy(self._get(session_id))
 
     async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
         info = self._get(session_id)
@@ -117,11 +125,11 @@ class MemoryStore:
             raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
         if "state" in changes and changes["state"] not in ("active", "paused"):
             raise InvalidInput(f"state must be 'active' or 'paused', not {changes['state']!r}")
-        if "metadata" in changes and changes["metadata"] is None:
-            changes["metadata"] = {}
+        if "metadata" in changes:
+            changes["metadata"] = copy.deepcopy(changes["metadata"] or {})
         info = msgspec.structs.replace(info, updated_at=self._now(), **changes)
         self._sessions[session_id] = info
-        return msgspec.structs.replace(info)
+        return _copy(info)
 
     async def delete_session(self, session_id: str) -> list[str]:
         self._get(session_id)
@@ -145,6 +153,8 @@ class MemoryStore:
     ) -> Page[SessionInfo]:
         self._check()
         check_limit(limit)
+        if parent_id is not UNSET and parent_id is not None:
+            check_id(parent_id, "parent id")
         rows = [
             s
             for s in self._sessions.values()
@@ -156,7 +166,7 @@ class MemoryStore:
             rows = [s for s in rows if (s.updated_at, s.id) < (at, sid)]
         page = rows[:limit]
         nxt = encode_cursor(page[-1].updated_at, page[-1].id) if len(rows) > limit else None
-        return Page([msgspec.structs.replace(s) for s in page], nxt)
+        return Page([_copy(s) for s in page], nxt)
 
     async def last_session(self, directory: str) -> SessionInfo | None:
         page = await self.list_sessions(directory=directory, parent_id=None, limit=1)
@@ -243,7 +253,7 @@ class MemoryStore:
             cost=Decimal(0) + cost,
         )
         self._sessions[new.id] = info
-        return msgspec.structs.replace(info)
+        return _copy(info)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
         self._check()
@@ -257,7 +267,7 @@ class MemoryStore:
         messages, t_in, t_out, cost = message_counters([e.body for e in entries])
         stored = msgspec.structs.replace(
             info,
-            metadata=dict(info.metadata),
+            metadata=copy.deepcopy(info.metadata),
             entry_count=len(rows),
             message_count=messages,
             input_tokens=t_in,
@@ -266,7 +276,7 @@ class MemoryStore:
         )
         self._sessions[sid] = stored
         self._entries[sid] = rows
-        return msgspec.structs.replace(stored)
+        return _copy(stored)
 
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
         self._check()

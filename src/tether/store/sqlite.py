@@ -171,7 +171,11 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, cached_statements=256
         )
-        self._setup(self._conn)
+        try:
+            self._setup(self._conn)
+        except BaseException:
+            self._conn.close()  # a refused file (newer schema, not WAL) must not stay open
+            raise
         self._checkpointer = _Checkpointer(self.path) if self.path != ":memory:" else None
         if self._checkpointer is not None:
             # Checkpoints copy WAL pages into the database and fsync it: done inside a commit they made every
@@ -504,6 +508,8 @@ class SqliteStore:
         return [Entry(first + i, now, body) for i, body in enumerate(bodies)]
 
     def _decode_rows(self, session_id: str, rows: list[Any]) -> list[Entry]:
+        # Payloads are read as bytes (CAST AS BLOB): a row that is not even UTF-8 then fails here, alone,
+        # instead of failing the fetch of every row around it.
         out: list[Entry] = []
         for seq, created_at, payload in rows:
             try:
@@ -519,7 +525,7 @@ class SqliteStore:
     async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
         check_id(session_id, "session id")
         rows = self._read(
-            "SELECT seq, created_at, payload FROM entries WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            "SELECT seq, created_at, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
             (session_id, max(1, start), end if end is not None else 2**62),
         )
         if not rows:
@@ -532,7 +538,7 @@ class SqliteStore:
             self._require_session(session_id)
             return []
         rows = self._read(
-            "SELECT seq, created_at, payload FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+            "SELECT seq, created_at, CAST(payload AS BLOB) FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
             (session_id, n),
         )
         if not rows:
@@ -546,7 +552,7 @@ class SqliteStore:
         first = True
         while True:
             rows = self._read(
-                "SELECT seq, created_at, payload FROM entries WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                "SELECT seq, created_at, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
                 (session_id, seq, batch),
             )
             if not rows:

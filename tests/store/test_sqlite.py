@@ -1,0 +1,400 @@
+"""What only the SQLite backend promises: WAL and the durability setting, corrupt rows that are skipped and
+reported, writes that survive the cancellation of their caller, `StoreBusy` after the busy timeout, the
+`open_store` URL forms, and files from a newer schema that are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tether.errors import CorruptEntry, InvalidInput, SeqConflict, StoreBusy, StoreError
+from tether.ids import new_session_id
+from tether.messages import Entry, Marker, Message, Revert, TextPart, Usage
+from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store, tether_home
+from tether.store.base import Durability
+
+
+def texts(entries: list[Entry]) -> list[str]:
+    return [e.body.text if isinstance(e.body, Message) else f"<{e.kind}>" for e in entries]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "tether.db"
+
+
+@pytest.fixture
+def raw(db: Path) -> Iterator[sqlite3.Connection]:
+    """A second, plain connection to the same file: the other process, or the disk going bad."""
+    SqliteStore(db)  # make the schema
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+
+
+@pytest.fixture
+async def reports(db: Path) -> AsyncIterator[tuple[SqliteStore, list[CorruptEntry]]]:
+    seen: list[CorruptEntry] = []
+    store = SqliteStore(db, on_corrupt=seen.append)
+    try:
+        yield store, seen
+    finally:
+        await store.close()
+
+
+# --- WAL and durability ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
+async def test_wal_and_durability(db: Path, durability: Durability, synchronous: int) -> None:
+    async with SqliteStore(db, durability=durability) as store:
+        assert store.durability == durability
+        assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous
+        await store.create_session()
+    other = sqlite3.connect(db)
+    try:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # WAL is a property of the file
+    finally:
+        other.close()
+
+
+async def test_bad_durability_is_refused(db: Path) -> None:
+    with pytest.raises(InvalidInput, match="durability"):
+        SqliteStore(db, durability="sometimes")  # type: ignore[arg-type]
+
+
+async def test_everything_survives_a_reopen(db: Path) -> None:
+    async with SqliteStore(db) as store:
+        info = await store.create_session(directory="/w", metadata={"k": [1]})
+        cost = Usage(input_tokens=3, output_tokens=4, cost=__import__("decimal").Decimal("0.0123"))
+        await store.append(info.id, [Message.user("hello"), Message(role="assistant", parts=[], usage=cost)])
+        aid = await store.put_artifact(b"blob")
+        before = await store.get_session(info.id)
+        entries = await store.read(info.id)
+    async with SqliteStore(db, durability="full") as store:
+        assert await store.get_session(info.id) == before
+        assert await store.read(info.id) == entries
+        assert await store.get_artifact(aid) == b"blob"
+        assert [e.seq for e in await store.append(info.id, [Message.user("again")])] == [3]
+
+
+async def test_two_handles_on_one_file_see_each_others_writes_and_conflict(db: Path) -> None:
+    async with SqliteStore(db) as a, SqliteStore(db) as b:
+        info = await a.create_session()
+        await a.append(info.id, [Message.user("from a")], expect_seq=1)
+        with pytest.raises(SeqConflict) as caught:
+            await b.append(info.id, [Message.user("from b, stale")], expect_seq=1)
+        assert (caught.value.expected, caught.value.actual) == (1, 2)
+        assert texts(await b.read(info.id)) == ["from a"]
+        await b.append(info.id, [Message.user("from b")], expect_seq=2)
+        assert texts(await a.read(info.id)) == ["from a", "from b"]
+
+
+# --- corrupt rows ---------------------------------------------------------------------------------------
+
+
+async def _corrupted(store: SqliteStore, raw: sqlite3.Connection) -> str:
+    info = await store.create_session(directory="/w")
+    await store.append(info.id, [Message.user(f"m{i}") for i in range(1, 7)])
+    bad = {
+        2: '{"kind": "message", "role": "user", "parts": [{"kind": "te',  # torn write
+        3: '{"kind": "message", "role": "wizard"}',  # valid JSON, not a message
+        4: "not json at all",
+        5: sqlite3.Binary(b'{"kind": "message", "role": "user", "parts": [{"kind": "text", "text": "\xff\xfe"}]}'),
+    }
+    for seq, payload in bad.items():
+        raw.execute("UPDATE entries SET payload = ? WHERE session_id = ? AND seq = ?", (payload, info.id, seq))
+    return info.id
+
+
+async def test_corrupt_rows_are_skipped_and_reported(
+    reports: tuple[SqliteStore, list[CorruptEntry]], raw: sqlite3.Connection
+) -> None:
+    store, seen = reports
+    sid = await _corrupted(store, raw)
+    other = await store.create_session(directory="/w")
+
+    # listing does not read entries at all, so it is untouched
+    assert {s.id for s in (await store.list_sessions()).items} == {sid, other.id}
+    assert (await store.get_session(sid)).entry_count == 6
+
+    assert texts(await store.read(sid)) == ["m1", "m6"]
+    assert [(r.session_id, r.seq) for r in seen] == [(sid, 2), (sid, 3), (sid, 4), (sid, 5)]
+    assert all(isinstance(r, CorruptEntry) and r.reason for r in seen)
+
+    seen.clear()
+    assert texts(await store.tail(sid, 3)) == ["m6"]
+    assert [r.seq for r in seen] == [4, 5]
+    assert texts([e async for e in store.iter_entries(sid, batch=2)]) == ["m1", "m6"]
+    assert texts(await active_tail(store, sid, 10)) == ["m1", "m6"]
+    assert texts(await active_entries(store, sid)) == ["m1", "m6"]
+
+    # the session goes on: the next append gets the next seq, the bad rows stay as evidence
+    assert [e.seq for e in await store.append(sid, [Message.user("m7"), Revert(to_seq=1)])] == [7, 8]
+    assert texts(await active_entries(store, sid)) == ["m1"]
+    fork = await store.fork(sid, 6)
+    assert fork.entry_count == 6
+    seen.clear()
+    assert texts(await store.read(fork.id)) == ["m1", "m6"]
+    assert [r.seq for r in seen] == [2, 3, 4, 5]
+
+
+async def test_corrupt_rows_are_logged_by_default(
+    db: Path, raw: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with SqliteStore(db) as store:
+        sid = await _corrupted(store, raw)
+        with caplog.at_level(logging.WARNING, logger="tether.store"):
+            assert texts(await store.read(sid)) == ["m1", "m6"]
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] * 4
+    assert f"session {sid}: entry 2 is corrupt" in caplog.records[0].getMessage()
+
+
+async def test_corrupt_session_metadata_does_not_break_listing(
+    reports: tuple[SqliteStore, list[CorruptEntry]], raw: sqlite3.Connection
+) -> None:
+    store, _ = reports
+    info = await store.create_session(metadata={"k": "v"})
+    ok = await store.create_session()
+    raw.execute("UPDATE sessions SET metadata = '{broken' WHERE id = ?", (info.id,))
+    listed = {s.id: s for s in (await store.list_sessions()).items}
+    assert set(listed) == {info.id, ok.id}
+    assert listed[info.id].metadata == {"_corrupt_metadata": "{broken"}
+    await store.append(info.id, [Message.user("still usable")])
+    assert (await store.get_session(info.id)).entry_count == 1
+
+
+# --- the write lock: cancellation and busy timeout -----------------------------------------------------
+
+
+async def _wait_for_entries(store: SqliteStore, sid: str, allowed: set[int], want: int) -> int:
+    """Poll until the session has `want` entries, checking on every look that it never shows a partial
+    write. A bound, not a timing assertion: the write is expected within milliseconds."""
+    for _ in range(1000):
+        count = (await store.get_session(sid)).entry_count
+        assert count in allowed
+        if count == want:
+            return count
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the write never landed: {count} entries")
+
+
+@pytest.mark.parametrize("size", [1, 3])
+async def test_cancelled_append_still_lands_whole(
+    reports: tuple[SqliteStore, list[CorruptEntry]], raw: sqlite3.Connection, size: int
+) -> None:
+    store, _ = reports
+    info = await store.create_session()
+    bodies = [Message.user(f"m{i}") for i in range(1, size + 1)]
+
+    raw.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    task = asyncio.create_task(store.append(info.id, bodies))
+    await asyncio.sleep(0.05)
+    assert not task.done()  # waiting for the lock, without blocking the event loop
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await store.get_session(info.id)).entry_count == 0  # readers are not blocked by the writer
+    raw.execute("COMMIT")
+
+    await _wait_for_entries(store, info.id, {0, size}, size)
+    assert texts(await store.read(info.id)) == [f"m{i}" for i in range(1, size + 1)]
+    assert [e.seq for e in await store.append(info.id, [Message.user("next")])] == [size + 1]
+
+
+async def test_append_cancelled_before_it_starts_writes_nothing(
+    reports: tuple[SqliteStore, list[CorruptEntry]],
+) -> None:
+    store, _ = reports
+    info = await store.create_session()
+    task = asyncio.create_task(store.append(info.id, [Message.user("never")]))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.05)
+    assert (await store.get_session(info.id)).entry_count == 0
+
+
+async def test_write_waits_for_the_lock_and_then_succeeds(
+    reports: tuple[SqliteStore, list[CorruptEntry]], raw: sqlite3.Connection
+) -> None:
+    store, _ = reports
+    info = await store.create_session()
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute("UPDATE sessions SET title = 'set by the other writer' WHERE id = ?", (info.id,))
+    asyncio.get_running_loop().call_later(0.2, raw.execute, "COMMIT")
+    entries = await store.append(info.id, [Message.user("waited")])
+    assert [e.seq for e in entries] == [1]
+    got = await store.get_session(info.id)
+    assert (got.title, got.entry_count) == ("set by the other writer", 1)
+
+
+async def test_store_busy_after_the_busy_timeout(db: Path, raw: sqlite3.Connection) -> None:
+    async with SqliteStore(db, busy_timeout=0.2) as store:
+        info = await store.create_session()
+        raw.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreBusy, match="locked"):
+            await store.append(info.id, [Message.user("blocked")])
+        with pytest.raises(StoreBusy):
+            await store.create_session()
+        with pytest.raises(StoreBusy):
+            await store.update_session(info.id, title="blocked")
+        # reads still work while another process writes
+        assert (await store.get_session(info.id)).entry_count == 0
+        assert len((await store.list_sessions()).items) == 1
+        raw.execute("ROLLBACK")
+        assert (await store.get_session(info.id)).entry_count == 0  # nothing of the refused writes
+        assert [e.seq for e in await store.append(info.id, [Message.user("free")])] == [1]
+        assert len((await store.list_sessions()).items) == 1
+
+
+# --- schema versions ------------------------------------------------------------------------------------
+
+
+async def test_a_newer_schema_is_refused(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE future (x)")
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match=r"newer tether \(schema 99"):
+        SqliteStore(db)
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 99
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {"future"}  # untouched: no tables of ours were added
+    finally:
+        conn.close()
+
+
+async def test_reopening_keeps_the_schema_version(db: Path) -> None:
+    async with SqliteStore(db):
+        pass
+    version = sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0]
+    async with SqliteStore(db):
+        pass
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == version >= 1
+
+
+async def test_a_file_that_is_not_a_database_is_refused(db: Path) -> None:
+    db.write_bytes(b"this is not an SQLite file, it is a text file " * 100)
+    with pytest.raises(sqlite3.DatabaseError):
+        SqliteStore(db)
+
+
+# --- open_store -----------------------------------------------------------------------------------------
+
+
+async def test_open_store_sqlite_url(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "dir" / "t.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        assert isinstance(store, SqliteStore)
+        assert store.path == str(path)  # not "//tmp/...": one leading slash
+        await store.create_session()
+    assert path.exists()
+    async with open_store(f"sqlite://{path}") as store:  # sqlite:///tmp/x.db
+        assert isinstance(store, SqliteStore) and store.path == str(path)
+        assert len((await store.list_sessions()).items) == 1
+
+
+async def test_open_store_plain_path_and_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with open_store(str(tmp_path / "plain.db")) as store:
+        assert isinstance(store, SqliteStore) and Path(store.path) == tmp_path / "plain.db"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    async with open_store("~/t.db") as store:
+        assert isinstance(store, SqliteStore) and Path(store.path) == tmp_path / "home" / "t.db"
+
+
+async def test_open_store_memory() -> None:
+    async with open_store("memory://") as store:
+        assert isinstance(store, MemoryStore)
+        await store.create_session()
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("mysql://host/db", "unknown store URL scheme"),
+        ("postgresql://user@host/db", "PostgreSQL is not supported yet"),
+        ("postgres://host/db", "PostgreSQL is not supported yet"),
+        ("sqlite://host/path.db", "sqlite:///path"),
+        ("sqlite:///", "no file path"),
+        ("sqlite:", "no file path"),
+    ],
+)
+async def test_open_store_bad_urls(url: str, match: str) -> None:
+    with pytest.raises(InvalidInput, match=match):
+        open_store(url)
+
+
+async def test_open_store_defaults_to_tether_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "th"
+    monkeypatch.setenv("TETHER_HOME", str(home))
+    assert tether_home() == home
+    async with open_store() as store:
+        assert isinstance(store, SqliteStore) and Path(store.path) == home / "tether.db"
+        await store.create_session()
+    assert (home / "tether.db").exists()
+
+
+async def test_without_tether_home_the_user_data_directory_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TETHER_HOME")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert tether_home() == tmp_path / "xdg" / "tether"
+
+
+async def test_tether_store_overrides_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_STORE", f"sqlite:///{tmp_path / 'chosen.db'}")
+    async with open_store() as store:
+        assert isinstance(store, SqliteStore) and Path(store.path) == tmp_path / "chosen.db"
+    monkeypatch.setenv("TETHER_STORE", "memory://")
+    async with open_store() as store:
+        assert isinstance(store, MemoryStore)
+    async with open_store(f"sqlite:///{tmp_path / 'explicit.db'}") as store:  # a given URL wins
+        assert isinstance(store, SqliteStore) and Path(store.path) == tmp_path / "explicit.db"
+
+
+async def test_durability_from_argument_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with open_store(str(tmp_path / "a.db"), durability="full") as store:
+        assert isinstance(store, SqliteStore) and store.durability == "full"
+        assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    monkeypatch.setenv("TETHER_DURABILITY", "full")
+    async with open_store(str(tmp_path / "b.db")) as store:
+        assert isinstance(store, SqliteStore) and store.durability == "full"
+    monkeypatch.setenv("TETHER_DURABILITY", "eventually")
+    with pytest.raises(InvalidInput, match="durability"):
+        open_store(str(tmp_path / "c.db"))
+
+
+async def test_open_store_passes_options(tmp_path: Path) -> None:
+    async with open_store(str(tmp_path / "a.db"), busy_timeout=0.5) as store:
+        assert isinstance(store, SqliteStore) and store.busy_timeout == 0.5
+
+
+# --- sizes ----------------------------------------------------------------------------------------------
+
+
+async def test_many_parts_and_a_long_history_in_one_append(
+    reports: tuple[SqliteStore, list[CorruptEntry]],
+) -> None:
+    store, _ = reports
+    info = await store.create_session(id=new_session_id())
+    wide = Message(role="assistant", parts=[TextPart(text=str(i)) for i in range(20_000)])
+    bodies = [wide, *[Marker(name="m", data={"i": i}) for i in range(5_000)]]
+    entries = await store.append(info.id, bodies)
+    assert entries[-1].seq == 5_001
+    assert (await store.read(info.id, 1, 1))[0].body == wide
+    assert [e.seq async for e in store.iter_entries(info.id)] == list(range(1, 5_002))
