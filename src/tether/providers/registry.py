@@ -1,0 +1,170 @@
+"""Choosing a provider: the built-in provider names, building one from config, and `resolve_provider()`, which
+turns ``"provider/model"`` (or a bare model id, or nothing) into a ready provider, model id and catalog entry.
+
+With no model named, the default is the first provider, in `PREFERENCE` order, whose key is set (environment
+or config), with that provider's default model; with no key anywhere, the embedded `local` model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..config import Config, ProviderConfig, load_config
+from ..errors import ConfigError
+from .base import Provider
+from .catalog import Catalog, ModelInfo, parse_model
+from .openai import PROFILES
+from .retry import RetryPolicy
+
+MODEL_ENV = "TETHER_MODEL"
+
+PREFERENCE: tuple[str, ...] = ("anthropic", "openai", "openrouter", "deepseek", "groq", "moonshot", "zai")
+"""Providers tried, in this order, for a default when no model is named: the first with a key wins."""
+
+KEY_ENVS: Mapping[str, str] = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    **{name: profile.api_key_env for name, profile in PROFILES.items() if profile.api_key_env},
+}
+
+DEFAULT_MODELS: Mapping[str, str] = {
+    "anthropic": "claude-sonnet-4-5",
+    "openai": "gpt-4.1",
+    "openrouter": "anthropic/claude-sonnet-4.5",
+    "deepseek": "deepseek-chat",
+    "groq": "llama-3.3-70b-versatile",
+    "moonshot": "kimi-k2-0905-preview",
+    "zai": "glm-4.6",
+    "local": "smollm2-135m",
+}
+
+BUILTIN_KINDS: Mapping[str, str] = {"anthropic": "anthropic", "local": "local", **dict.fromkeys(PROFILES, "openai")}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A provider ready to stream, the model id to put in `ModelRequest.model`, and what the catalog knows."""
+
+    provider: Provider
+    model: str
+    info: ModelInfo
+
+    @property
+    def id(self) -> str:
+        return f"{self.provider.name}/{self.model}"
+
+
+def provider_names(config: Config) -> list[str]:
+    return list(dict.fromkeys([*BUILTIN_KINDS, *config.providers]))
+
+
+def has_key(name: str, config: Config, env: Mapping[str, str] | None = None) -> bool:
+    """Whether a key for provider `name` is set, in its config or its environment variable."""
+    env = os.environ if env is None else env
+    settings = config.providers.get(name, ProviderConfig())
+    if settings.api_key:
+        return True
+    variable = settings.api_key_env or KEY_ENVS.get(name)
+    return bool(variable and env.get(variable))
+
+
+def make_provider(name: str, config: Config | None = None, catalog: Catalog | None = None) -> Provider:
+    """Build provider `name` (a built-in or one declared in config) with its config applied."""
+    config = config if config is not None else load_config()
+    catalog = catalog or Catalog.from_config(config)
+    settings = config.providers.get(name, ProviderConfig())
+    kind = settings.kind or BUILTIN_KINDS.get(name)
+    if kind is None:
+        raise ConfigError(f"unknown provider {name!r}: declare it in config.toml with [providers.{name}] kind = ...")
+    retry = RetryPolicy(max_attempts=settings.max_attempts) if settings.max_attempts else None
+    if kind == "openai":
+        from .openai import OpenAIProvider
+
+        return OpenAIProvider(
+            name,
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            api_key_env=settings.api_key_env,
+            timeout=settings.timeout or 120.0,
+            retry=retry,
+            headers=settings.headers,
+            catalog=catalog,
+        )
+    if kind == "anthropic":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            name,
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            api_key_env=settings.api_key_env,
+            timeout=settings.timeout or 300.0,
+            retry=retry,
+            headers=settings.headers,
+            catalog=catalog,
+        )
+    if kind == "local":
+        from .local import LocalProvider
+
+        return LocalProvider(
+            name,
+            model_path=config.local.model_path,
+            context_window=config.local.context_window or 8192,
+            threads=config.local.threads,
+            catalog=catalog,
+        )
+    raise ConfigError(f"[providers.{name}]: unknown kind {kind!r} (expected 'openai', 'anthropic' or 'local')")
+
+
+def _default_model(name: str, config: Config) -> str:
+    settings = config.providers.get(name, ProviderConfig())
+    model = settings.default_model or DEFAULT_MODELS.get(name)
+    if model is None:
+        raise ConfigError(f"provider {name!r} has no default model: name one, e.g. '{name}/MODEL'")
+    return model
+
+
+def choose_model(
+    spec: str | None = None,
+    *,
+    config: Config | None = None,
+    catalog: Catalog | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
+    """``(provider name, model id)`` for `spec`, without building anything. Order: `spec`, `TETHER_MODEL`,
+    config ``default_model``, then the first keyed provider in `PREFERENCE`, then ``local``."""
+    env = os.environ if env is None else env
+    config = config if config is not None else load_config()
+    catalog = catalog or Catalog.from_config(config)
+    spec = spec or env.get(MODEL_ENV) or config.default_model
+    names = provider_names(config)
+    if not spec:
+        for name in PREFERENCE:
+            if has_key(name, config, env):
+                return name, _default_model(name, config)
+        return "local", _default_model("local", config)
+    provider, model = parse_model(spec, names)
+    if provider is not None:
+        return provider, model
+    if model in names:
+        return model, _default_model(model, config)  # just a provider name: its default model
+    candidates = catalog.providers_of(model)
+    if not candidates:
+        raise ConfigError(
+            f"unknown model {model!r}: write it as 'provider/model' (providers: {', '.join(names)}), "
+            "or describe it in config.toml under [models]"
+        )
+    keyed = [p for p in PREFERENCE if p in candidates and has_key(p, config, env)]
+    return (keyed[0] if keyed else candidates[0]), model
+
+
+def resolve_provider(model: str | None = None, *, config: Config | None = None) -> ResolvedModel:
+    """A ready provider for `model` (``"anthropic/claude-sonnet-4-5"``, ``"gpt-4.1"``, ``"openai"``, or None
+    for the default); see `choose_model` for the order. Raises `ConfigError` for an unknown model or a
+    provider whose key is missing."""
+    config = config if config is not None else load_config()
+    catalog = Catalog.from_config(config)
+    name, model_id = choose_model(model, config=config, catalog=catalog)
+    provider = make_provider(name, config, catalog)
+    return ResolvedModel(provider=provider, model=model_id, info=catalog.info(name, model_id))
