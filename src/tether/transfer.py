@@ -4,6 +4,7 @@ renderings of tool calls, results and reverted spans are shared with the CLI's `
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import time
@@ -52,6 +53,7 @@ __all__ = [
     "parse_export",
     "result_outcome",
     "session_record",
+    "span_label",
 ]
 
 
@@ -128,6 +130,9 @@ def _decode_document(data: bytes, source: str) -> dict[str, msgspec.Raw]:
         raise _fail(source, "the file is gzip-compressed; decompress it first")
     if b"\x00" in data[:65536]:
         raise _fail(source, "the file is binary, not a JSON session export")
+    bad = _utf8_error_at(data)
+    if bad is not None:
+        raise _fail(source, f"the file is binary or not UTF-8 text (byte {bad}), not a JSON session export")
     try:
         return _top_decoder.decode(data)
     except msgspec.ValidationError as e:
@@ -150,11 +155,20 @@ def _decode_document(data: bytes, source: str) -> dict[str, msgspec.Raw]:
                     "the file is JSON Lines (one JSON value per line, like a Claude Code or Codex transcript), "
                     "not a tether session export",
                 ) from None
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _fail(source, "the file is binary or not UTF-8 text, not a JSON session export") from None
         raise _fail(source, f"the file is not valid JSON ({reason})") from None
+
+
+def _utf8_error_at(data: bytes, chunk: int = 1 << 20) -> int | None:
+    """The offset of the first byte that is not valid UTF-8, or None. msgspec leaves the text inside
+    deferred (`Raw`) values unchecked, so it is checked here once, a chunk at a time, without a copy."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data), chunk):
+        try:
+            decoder.decode(view[start : start + chunk], final=start + chunk >= len(data))
+        except UnicodeDecodeError as e:
+            return start + e.start
+    return None
 
 
 def parse_export(data: bytes | str, *, source: str = "input") -> SessionExport:
@@ -285,17 +299,24 @@ def call_signature(call: ToolCallPart, width: int = 100) -> str:
 
 
 def result_outcome(result: ToolResultPart | None, width: int = 80) -> str:
-    """How a tool call ended, on one line: ``✓`` and the output's first line, ``✗`` and the error, or
+    """How a tool call ended, on one line: ``✓`` and the output (its line count when it has several),
+    ``✗`` and the last line of the error (where tracebacks and test runners put the point), or
     ``… no result`` when the call never got one (a run that stopped in between)."""
     if result is None:
         return "… no result"
     lines = result.content.splitlines()
-    first = next((line.strip() for line in lines if line.strip()), "")
-    more = len(lines) - 1
-    summary = _clip(first, width) if first else "(empty)"
-    if more > 0:
-        summary += f" (+{more} lines)"
-    return ("✗ " if result.is_error else "✓ ") + summary
+    # rules like "=====" around a test runner's summary carry no meaning on one line
+    texts = [t for t in (line.strip().strip("=-_*# ") for line in lines) if t]
+    if result.is_error:
+        return "✗ " + (_clip(texts[-1], width) if texts else "error")
+    if not texts:
+        return "✓ (empty)"
+    return "✓ " + (_clip(texts[0], width) if len(lines) == 1 else f"{len(lines):,} lines")
+
+
+def span_label(lo: int, hi: int) -> str:
+    """'entry 6' or 'entries 5–7'."""
+    return f"entry {lo}" if lo == hi else f"entries {lo}–{hi}"
 
 
 def hidden_spans(reverts: Iterable[tuple[int, int]], entry_count: int) -> list[tuple[int, int]]:
@@ -416,7 +437,7 @@ def _md_message(message: Message, call_names: dict[str, str], *, reverted: bool 
 def _md_marker(entry: Entry, reverted: Sequence[tuple[int, int]]) -> list[str]:
     body = entry.body
     if isinstance(body, Revert):
-        span = next((f" (entries {lo}–{hi} hidden)" for lo, hi in reverted if hi == entry.seq - 1), "")
+        span = next((f" ({span_label(lo, hi)} hidden)" for lo, hi in reverted if hi == entry.seq - 1), "")
         reason = f": {body.reason}" if body.reason else ""
         return [f"> ↶ Reverted to entry {body.to_seq}{span}{reason}", ""]
     if isinstance(body, TitleChange):

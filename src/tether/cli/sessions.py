@@ -44,6 +44,7 @@ from ..transfer import (
     parse_export,
     result_outcome,
     session_record,
+    span_label,
 )
 from .common import MIN_REF, ago, console, echo_json, human_count, resolve_session, wants_json, with_store
 
@@ -253,7 +254,7 @@ def _entry_lines(
     head = Text(f"#{entry.seq} ", style="dim")
     if isinstance(body, Revert):
         span = next(((lo, hi) for lo, hi in spans if hi == entry.seq - 1), None)
-        hidden = f" ({span[1] - span[0] + 1} entries hidden: #{span[0]}–#{span[1]})" if span else ""
+        hidden = f" ({span_label(*span)} hidden)" if span else ""
         reason = f": {body.reason}" if body.reason else ""
         return [head.append(f"↶ reverted to #{body.to_seq}{hidden}{reason}", style="magenta")]
     if isinstance(body, TitleChange):
