@@ -16,6 +16,9 @@ from .common import CliState
 COMMANDS: list[tuple[str, str, str]] = [
     # name       "module:attribute" of a click command    summary shown by `tether --help` without importing it
     ("sessions", "tether.cli.sessions:sessions", "List, show, fork, delete, export and import sessions."),
+    ("run", "tether.cli.run:run", "Run the agent on a prompt until it is done."),
+    ("chat", "tether.cli.chat:chat", "Talk with the agent interactively."),
+    ("models", "tether.cli.models:models", "List known models and the configured providers."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 

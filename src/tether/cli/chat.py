@@ -1,0 +1,133 @@
+"""`tether chat`: an interactive session. Each message is one run of the agent loop; Ctrl-C cancels the
+run in progress (the partial answer is kept) and not the program; Ctrl-D or /exit leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ..events import Done
+from ..session import canonical_directory
+from .common import cli_state
+from .run import TerminalRenderer, run_events
+
+HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
+Ctrl-C cancels the answer in progress; Ctrl-D or /exit quits; /session shows the session id."""
+
+
+def read_message(prompt: str = "› ") -> str | None:
+    """One message from the terminal: a line, lines joined by a trailing backslash, or a \"\"\" block.
+    None at end of input."""
+    try:
+        first = input(prompt)
+    except EOFError:
+        return None
+    if first.strip() == '"""':
+        lines: list[str] = []
+        while True:
+            try:
+                line = input("… ")
+            except EOFError:
+                break
+            if line.strip() == '"""':
+                break
+            lines.append(line)
+        return "\n".join(lines)
+    lines = [first]
+    while lines[-1].endswith("\\"):
+        lines[-1] = lines[-1][:-1]
+        try:
+            lines.append(input("… "))
+        except EOFError:
+            break
+    return "\n".join(lines)
+
+
+@click.command("chat")
+@click.option("--session", "-s", "session_ref", metavar="ID", help="Chat in this session.")
+@click.option("--continue", "-c", "cont", is_flag=True, help="Continue the last session of this directory.")
+@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL")
+@click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--dir", "directory", type=click.Path(file_okay=False), help="The workspace (default: here).")
+def chat(session_ref: str | None, cont: bool, model_spec: str | None, max_steps: int, directory: str | None) -> None:
+    """Talk with the agent, one run per message, all in one session."""
+    from ..store import open_store
+
+    workspace = canonical_directory(directory)
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False)
+    if sys.stdin.isatty():
+        err.print(f"[dim]{HELP}[/dim]")
+
+    async def turn(store: Any, text: str, session_id: str | None, first: bool) -> str | None:
+        renderer = TerminalRenderer(out, err)
+        current = session_id
+        try:
+            async for event in run_events(
+                store,
+                text,
+                session_ref=current,
+                cont=cont and first and current is None,
+                model_spec=model_spec,
+                max_steps=max_steps,
+                directory=workspace,
+                system_prompt=None,
+                notice=lambda msg: err.print(f"[dim]{msg}[/dim]") if first else None,
+            ):
+                current = event.session_id or current
+                renderer.handle(event)
+                if isinstance(event, Done):
+                    renderer.summary(event.session_id, event.steps, event.usage)
+        finally:
+            renderer.close()
+        return current
+
+    async def main() -> None:
+        store = open_store(cli_state().store_url)
+        session_id = session_ref
+        first = True
+        running: asyncio.Task[str | None] | None = None
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            # Ctrl-C cancels the answer in progress, never the program.
+            if running is not None and not running.done():
+                running.cancel()
+            else:
+                err.print("\n[dim](Ctrl-D or /exit to quit)[/dim]")
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            while True:
+                text = await asyncio.to_thread(read_message)
+                if text is None or text.strip() in ("/exit", "/quit"):
+                    break
+                if not text.strip():
+                    continue
+                if text.strip() == "/session":
+                    err.print(session_id or "(no session yet)")
+                    continue
+                running = asyncio.create_task(turn(store, text, session_id, first))
+                try:
+                    session_id = await running
+                except asyncio.CancelledError:
+                    if asyncio.current_task() is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                        raise
+                    err.print("\n[yellow]Cancelled.[/yellow] [dim]The partial answer is kept.[/dim]")
+                    if session_id is None:
+                        last = await store.last_session(workspace)
+                        session_id = last.id if last is not None else None
+                running = None
+                first = False
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            await store.close()
+        if session_id:
+            err.print(f"[dim]session {session_id} — resume with `tether chat --session {session_id}`[/dim]")
+
+    asyncio.run(main())
