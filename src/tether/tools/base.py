@@ -243,7 +243,8 @@ def _matches(value: Any, expected: str) -> bool:
 
 
 def _check_value(name: str, value: Any, schema: dict[str, Any]) -> Any:
-    """Check one argument against its property schema; returns it (an integral float becomes an int)."""
+    """Check one argument against its property schema (type, enum, minimum/maximum, the item type of an
+    array); returns it, an integral float made an int where an integer is wanted."""
     expected = schema.get("type")
     types_ = [expected] if isinstance(expected, str) else list(expected) if isinstance(expected, list) else []
     if types_ and not any(_matches(value, t) for t in types_):
@@ -256,6 +257,12 @@ def _check_value(name: str, value: Any, schema: dict[str, Any]) -> Any:
         raise ToolError(
             f"argument {name!r} must be one of {', '.join(json.dumps(e) for e in enum)}, not {_preview(value)}"
         )
+    if _json_type_of(value) in ("integer", "number"):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if isinstance(low, int | float) and value < low:
+            raise ToolError(f"argument {name!r} must be at least {low}, not {value}")
+        if isinstance(high, int | float) and value > high:
+            raise ToolError(f"argument {name!r} must be at most {high}, not {value}")
     items = schema.get("items")
     if isinstance(value, list) and isinstance(items, dict) and isinstance(items.get("type"), str):
         for i, item in enumerate(value):
@@ -274,8 +281,8 @@ def _preview(value: Any, width: int = 60) -> str:
 
 def validate_arguments(schema: dict[str, Any], args: Any) -> dict[str, Any]:
     """Check a call's arguments against a tool's JSON schema: an object, required keys present, unknown keys
-    refused where the schema says `additionalProperties: false`, top-level types and enums (and the item
-    type of arrays). Not a full JSON-schema validator: enough that a model gets a message it can act on.
+    refused where the schema says `additionalProperties: false`, and each top-level argument's type, enum,
+    bounds and array item type. Not a full JSON-schema validator: enough that a model gets a message it can act on.
 
     Returns a new dict with the schema's defaults filled in; raises `ToolError`."""
     if args is None:

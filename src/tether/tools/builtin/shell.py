@@ -1,0 +1,182 @@
+"""The `bash` tool: one command in a fresh shell in the workspace, stdin closed, stdout and stderr merged
+and streamed into a bounded spool, killed with its whole process group on timeout, abort or cancel.
+
+It is not a sandbox: the working directory is the workspace, but a command can reach any path the user
+running tether can. Confinement of the other tools' path arguments does not apply to what a command does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+from typing import Any, ClassVar
+
+from ...errors import ToolError
+from ..base import ToolContext, ToolOutput
+from ..output import MIN_LIMIT, OutputSpool
+
+READ_BYTES = 64 * 1024
+TERM_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL, for commands that clean up when asked."""
+DRAIN_GRACE = 2.0
+"""Seconds to keep reading after the shell exits, while background jobs still hold its output open."""
+FOOTER_RESERVE = 300
+"""Characters kept free for the status line, so the runner never has to cut a command's result again."""
+
+# Pagers would wait for a terminal that is not there; git would ask for credentials on one.
+_ENV_OVERRIDES = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+
+
+class BashTool:
+    name = "bash"
+    description = (
+        "Run a shell command with bash in the workspace directory and return its output (stdout and stderr "
+        "together) and exit code. stdin is closed, so interactive programs get end-of-file. timeout is in "
+        "seconds (default 120, at most 600); on timeout the command and every process it started are killed. "
+        "Long output is cut to its head and tail, and the whole of it saved for read. Background jobs "
+        "(`cmd &`) keep running after the call: redirect their output (`cmd > log 2>&1 &`) or the call waits "
+        "a moment for it. This runs with your permissions: it is not a sandbox."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command line, run with bash -c"},
+            "timeout": {"type": "number", "description": "Seconds before the command is killed (default 120)"},
+            "description": {"type": "string", "description": "What the command does, in a few words (for people)"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+    read_only = False
+    bulk = False
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        command: str = args["command"]
+        if not command.strip():
+            raise ToolError("command is empty")
+        timeout = float(args.get("timeout") or ctx.limits.bash_timeout)
+        if not 0 < timeout <= ctx.limits.bash_max_timeout:
+            raise ToolError(f"timeout must be more than 0 and at most {ctx.limits.bash_max_timeout:g} seconds")
+        shell = shutil.which("bash") or "/bin/sh"
+        env = {**os.environ, **_ENV_OVERRIDES}
+        spool = OutputSpool(
+            limit=max(ctx.limits.output_chars - FOOTER_RESERVE, MIN_LIMIT),
+            max_lines=max(ctx.limits.output_lines - 5, 10),
+        )
+        # Our own pipe rather than asyncio's: closing our end when we stop reading is then ours to do, so a
+        # background job that still writes gets EPIPE instead of filling a pipe nobody reads.
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                shell,
+                "-c",
+                command,
+                cwd=ctx.workspace,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=write_fd,
+                start_new_session=True,  # its own process group, so a kill reaches every child
+            )
+        except OSError as e:
+            os.close(read_fd)
+            spool.close()
+            raise ToolError(f"could not start {shell}: {e}") from None
+        finally:
+            os.close(write_fd)
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+        )
+        try:
+            outcome = await _supervise(proc, reader, spool, timeout, ctx.abort)
+        except BaseException:
+            # cancelled (or a bug here): leave no process behind
+            _kill_group(proc, signal.SIGKILL)
+            spool.close()
+            raise
+        finally:
+            transport.close()
+        fitted = await spool.finish(ctx.store, ctx.session_id)
+        body = fitted.content if fitted.content else "(no output)"
+        footer, is_error = _footer(outcome, proc.returncode, timeout)
+        metadata: dict[str, Any] = {
+            "exit_code": proc.returncode if outcome in ("exited", "detached") else None,
+            **fitted.metadata,
+        }
+        if outcome == "timeout":
+            metadata["timed_out"] = True
+        elif outcome == "aborted":
+            metadata["aborted"] = True
+        elif outcome == "detached":
+            metadata["detached_output"] = True
+        sep = "" if body.endswith("\n") else "\n"
+        return ToolOutput(f"{body}{sep}{footer}", is_error=is_error, metadata=metadata)
+
+
+async def _supervise(
+    proc: asyncio.subprocess.Process,
+    output: asyncio.StreamReader,
+    spool: OutputSpool,
+    timeout: float,
+    abort: asyncio.Event,
+) -> str:
+    """Run the command to its end; returns how it ended: exited, detached, timeout or aborted."""
+
+    async def pump() -> None:
+        while chunk := await output.read(READ_BYTES):
+            spool.write(chunk)
+
+    pumping = asyncio.create_task(pump())
+    waiting = asyncio.create_task(proc.wait())
+    aborting = asyncio.create_task(abort.wait())
+    try:
+        done, _ = await asyncio.wait({waiting, aborting}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if waiting in done:
+            outcome = "exited"
+            # the shell is gone; its output ends when the last process holding the pipe closes it
+            drained, _ = await asyncio.wait({pumping}, timeout=DRAIN_GRACE)
+            if not drained:
+                outcome = "detached"
+        else:
+            outcome = "aborted" if aborting in done else "timeout"
+            _kill_group(proc, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiting), TERM_GRACE)
+            _kill_group(proc, signal.SIGKILL)  # children that ignored SIGTERM, or outlived the shell
+            await waiting
+            await asyncio.wait({pumping}, timeout=DRAIN_GRACE)
+        return outcome
+    finally:
+        for task in (pumping, aborting, waiting):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(pumping, aborting, waiting, return_exceptions=True)
+
+
+def _kill_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+    # start_new_session made the shell's pid its group id; the group outlives the shell
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _footer(outcome: str, code: int | None, timeout: float) -> tuple[str, bool]:
+    if outcome == "timeout":
+        return f"[timed out after {timeout:g} s; the command and its child processes were killed]", True
+    if outcome == "aborted":
+        return "[aborted; the command and its child processes were killed]", True
+    assert code is not None
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        status = f"[killed by signal {name}]"
+    else:
+        status = f"[exit code {code}]"
+    if outcome == "detached":
+        status += " [background processes still hold the output open; what they print later is not shown]"
+    return status, False
