@@ -306,7 +306,7 @@ def result_outcome(result: ToolResultPart | None, width: int = 80) -> str:
         return "… no result"
     lines = result.content.splitlines()
     # rules like "=====" around a test runner's summary carry no meaning on one line
-    texts = [t for t in (line.strip().strip("=-_*# ") for line in lines) if t]
+    texts = [" ".join(t.split()) for t in (line.strip().strip("=-_*# ") for line in lines) if t]
     if result.is_error:
         return "✗ " + (_clip(texts[-1], width) if texts else "error")
     if not texts:

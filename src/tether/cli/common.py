@@ -24,6 +24,9 @@ T = TypeVar("T")
 MIN_REF = 6
 """The fewest characters of an id that `resolve_session` accepts as a prefix or suffix."""
 
+MAX_REF = 35
+"""The longest id there is: an 8-letter kind, "_" and 26 characters."""
+
 _REF_RE = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -68,7 +71,7 @@ async def resolve_session(store: Store, ref: str) -> SessionInfo:
     ref = ref.strip()
     if is_valid_id(ref):
         return await store.get_session(ref)
-    if not _REF_RE.match(ref) or len(ref) < MIN_REF:
+    if not _REF_RE.match(ref) or not MIN_REF <= len(ref) <= MAX_REF:
         raise InvalidId(
             f"invalid session id {ref[:80]!r}: give a full id like 'ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB' "
             f"or at least its last {MIN_REF} characters"
@@ -128,6 +131,7 @@ def human_count(n: int) -> str:
     """1234 -> '1.2k', 1200000 -> '1.2M'; small numbers as they are."""
     if n < 1000:
         return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k".replace(".0k", "k")
-    return f"{n / 1_000_000:.1f}M".replace(".0M", "M")
+    value, unit = n / 1000, "k"
+    if round(value, 1) >= 1000:  # 999,999 is "1M", not "1000k"
+        value, unit = n / 1_000_000, "M"
+    return f"{value:.1f}".removesuffix(".0") + unit

@@ -375,15 +375,19 @@ def _destination(output: str | None, *, binary: bool) -> Iterator[IO[Any]]:
         stream.flush()
         return
     target = Path(output)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else "."
-    )
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as e:
+        raise click.FileError(output, e.strerror) from None
     try:
         with open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="\n") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as e:
+            raise click.FileError(output, e.strerror) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
