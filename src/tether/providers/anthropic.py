@@ -5,6 +5,7 @@ JSON deltas, usage includes prompt-cache reads and writes, and the system prompt
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -15,7 +16,7 @@ from ..errors import ConfigError, MissingExtra, ProviderError, TransientError
 from ..messages import FilePart, ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, Usage
 from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, aclose_quietly, with_cost
 from .catalog import Catalog
-from .retry import RetryPolicy, classify_http_error, retrying
+from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -44,6 +45,7 @@ class AnthropicProvider:
         headers: Mapping[str, str] | None = None,
         catalog: Catalog | None = None,
         prompt_caching: bool = True,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.name = name
         self.base_url = base_url or DEFAULT_BASE_URL
@@ -54,6 +56,7 @@ class AnthropicProvider:
         self._api_key = key
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        self._sleep = sleep  # waits between retries; tests pass one that records instead of sleeping
         self.prompt_caching = prompt_caching
         self._headers = dict(headers or {})
         self.catalog = catalog or Catalog()
@@ -89,7 +92,7 @@ class AnthropicProvider:
         await self.aclose()
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        return retrying(lambda: self._stream_once(request), self.retry)
+        return retrying(lambda: self._stream_once(request), self.retry, sleep=self._sleep)
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API parameters for `request` (what goes on the wire, minus the key)."""

@@ -4,6 +4,7 @@ named profile. Streams text, reasoning (``reasoning_content``) and tool calls as
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -23,7 +24,7 @@ from ..messages import (
 )
 from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, aclose_quietly, with_cost
 from .catalog import Catalog
-from .retry import RetryPolicy, classify_http_error, retrying
+from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -78,6 +79,7 @@ class OpenAIProvider:
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         catalog: Catalog | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         profile = PROFILES.get(name)
         self.name = name
@@ -94,6 +96,7 @@ class OpenAIProvider:
         self.max_tokens_param = max_tokens_param or (profile.max_tokens_param if profile else "max_tokens")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        self._sleep = sleep  # waits between retries; tests pass one that records instead of sleeping
         self._headers = dict(headers or {})
         self.catalog = catalog or Catalog()
         self._client: AsyncOpenAI | None = None
@@ -128,7 +131,7 @@ class OpenAIProvider:
         await self.aclose()
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        return retrying(lambda: self._stream_once(request), self.retry)
+        return retrying(lambda: self._stream_once(request), self.retry, sleep=self._sleep)
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions parameters for `request` (what goes on the wire, minus the key)."""

@@ -1,0 +1,109 @@
+"""resolve_provider: model names, the documented preference order among configured keys, and the local
+fallback. Keys are set with monkeypatch; the shared conftest removes every *_API_KEY first."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.config import parse_config
+from tether.errors import ConfigError
+from tether.providers import PREFERENCE, choose_model, make_provider, resolve_provider
+from tether.providers.anthropic import AnthropicProvider
+from tether.providers.local import LocalProvider
+from tether.providers.openai import OpenAIProvider
+from tether.providers.registry import KEY_ENVS
+
+
+def test_no_key_anywhere_falls_back_to_the_local_model() -> None:
+    resolved = resolve_provider()
+    assert isinstance(resolved.provider, LocalProvider)
+    assert resolved.id == "local/smollm2-135m"
+    assert resolved.info.context_window == 8192
+
+
+@pytest.mark.parametrize("position", range(len(PREFERENCE)))
+def test_the_first_keyed_provider_in_preference_order_wins(monkeypatch: pytest.MonkeyPatch, position: int) -> None:
+    # Set the key of this provider and of every provider after it: this one must be chosen.
+    for name in PREFERENCE[position:]:
+        monkeypatch.setenv(KEY_ENVS[name], f"key-for-{name}")
+    provider, _model = choose_model(config=parse_config(""))
+    assert provider == PREFERENCE[position]
+
+
+def test_preference_order_is_anthropic_then_openai_then_openrouter() -> None:
+    assert PREFERENCE[:3] == ("anthropic", "openai", "openrouter")
+
+
+def test_explicit_model_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "ak-test")
+    resolved = resolve_provider("openai/gpt-4o")
+    assert isinstance(resolved.provider, OpenAIProvider)
+    assert (resolved.provider.name, resolved.model) == ("openai", "gpt-4o")
+    assert resolved.info.context_window == 128_000
+
+    # A bare id found in the catalog goes to the provider that lists it.
+    bare = resolve_provider("claude-haiku-4-5")
+    assert isinstance(bare.provider, AnthropicProvider)
+    assert bare.model == "claude-haiku-4-5"
+
+    # Just a provider name: its default model.
+    assert resolve_provider("anthropic").id == "anthropic/claude-sonnet-4-5"
+
+    # Ids with slashes after the provider stay whole.
+    monkeypatch.setenv("OPENROUTER_API_KEY", "or-test")
+    assert resolve_provider("openrouter/google/gemini-2.5-pro").model == "google/gemini-2.5-pro"
+
+
+def test_tether_model_env_and_config_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    config = parse_config('default_model = "openai/gpt-4.1-mini"')
+    assert choose_model(config=config) == ("openai", "gpt-4.1-mini")
+    monkeypatch.setenv("TETHER_MODEL", "openai/o3")
+    assert choose_model(config=config) == ("openai", "o3")
+    assert choose_model("openai/gpt-4o", config=config) == ("openai", "gpt-4o")
+
+
+def test_unknown_bare_model_and_missing_key_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="provider/model"):
+        resolve_provider("totally-unknown-model")
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        resolve_provider("anthropic/claude-sonnet-4-5")
+    with pytest.raises(ConfigError, match="unknown provider"):
+        make_provider("nobody", parse_config(""))
+
+
+def test_a_provider_declared_in_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_TOKEN", "lab-secret")
+    config = parse_config(
+        """
+        [providers.lab]
+        kind = "openai"
+        base_url = "http://127.0.0.1:9/v1"
+        api_key_env = "LAB_TOKEN"
+        default_model = "tiny"
+        max_attempts = 2
+        """
+    )
+    resolved = resolve_provider("lab", config=config)
+    provider = resolved.provider
+    assert isinstance(provider, OpenAIProvider)
+    assert (provider.base_url, resolved.model, provider.retry.max_attempts) == ("http://127.0.0.1:9/v1", "tiny", 2)
+    assert not resolved.info.known
+    assert "lab-secret" not in repr(provider) and "lab-secret" not in repr(resolved)
+
+    with pytest.raises(ConfigError, match="unknown kind"):
+        make_provider("odd", parse_config('[providers.odd]\nkind = "carrier-pigeon"\n'))
+
+
+def test_a_key_in_config_counts_as_configured() -> None:
+    config = parse_config('[providers.deepseek]\napi_key = "ds-from-config"\n')
+    assert choose_model(config=config) == ("deepseek", "deepseek-chat")
+    provider = make_provider("deepseek", config)
+    assert "ds-from-config" not in repr(provider)
+
+
+def test_local_servers_need_no_key() -> None:
+    provider = make_provider("ollama", parse_config(""))
+    assert isinstance(provider, OpenAIProvider)
+    assert provider.base_url == "http://127.0.0.1:11434/v1"
