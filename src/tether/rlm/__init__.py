@@ -1,0 +1,47 @@
+"""RLM: answering questions about texts far larger than a model's window. The text lives as `context` in a
+confined Python REPL (`sandbox`, `confine`, `child`) that the model drives with code and sub-model calls
+(`engine`); a chunked map-reduce (`mapreduce`) is the fallback; `policy` says when the agent loop uses it."""
+
+from __future__ import annotations
+
+from .engine import RlmLimits, RlmResult, find_code_blocks, find_final, rlm_answer
+from .events import RlmEvent, RlmFinished, RlmProgress
+from .mapreduce import map_reduce, split_text
+from .policy import (
+    MESSAGE_QUESTION,
+    PREVIEW_CHARS,
+    RLM_SHARE,
+    Condensed,
+    condense,
+    needs_rlm,
+    stand_in,
+    tool_output_needs_rlm,
+    tool_output_question,
+)
+from .sandbox import BlockResult, Sandbox, SandboxLayer, SandboxLimits
+
+__all__ = [
+    "MESSAGE_QUESTION",
+    "PREVIEW_CHARS",
+    "RLM_SHARE",
+    "BlockResult",
+    "Condensed",
+    "RlmEvent",
+    "RlmFinished",
+    "RlmLimits",
+    "RlmProgress",
+    "RlmResult",
+    "Sandbox",
+    "SandboxLayer",
+    "SandboxLimits",
+    "condense",
+    "find_code_blocks",
+    "find_final",
+    "map_reduce",
+    "needs_rlm",
+    "rlm_answer",
+    "split_text",
+    "stand_in",
+    "tool_output_needs_rlm",
+    "tool_output_question",
+]
