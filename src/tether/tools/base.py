@@ -13,7 +13,7 @@ import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, Union, get_args, get_origin, get_type_hints, overload, runtime_checkable
+from typing import Any, Literal, Protocol, Union, get_args, get_origin, overload, runtime_checkable
 
 from ..errors import InvalidInput, OutsideWorkspace, ToolError
 from ..messages import ToolSpec
@@ -431,7 +431,7 @@ def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 
 def _schema_from_signature(f: Callable[..., Any], sig: inspect.Signature, arg_docs: dict[str, str]) -> dict[str, Any]:
-    hints = get_type_hints(f)
+    annotations = inspect.get_annotations(f)
     props: dict[str, Any] = {}
     required: list[str] = []
     for pname, param in sig.parameters.items():
@@ -441,9 +441,9 @@ def _schema_from_signature(f: Callable[..., Any], sig: inspect.Signature, arg_do
             raise InvalidInput(f"{f.__name__}: *args and **kwargs cannot be tool parameters")
         if param.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise InvalidInput(f"{f.__name__}: parameter {pname!r} is positional-only; tools take keywords")
-        if pname not in hints:
+        if pname not in annotations:
             raise InvalidInput(f"{f.__name__}: parameter {pname!r} needs a type annotation")
-        prop = _schema_for(hints[pname], f"{f.__name__}.{pname}")
+        prop = _schema_for(_annotation(f, pname, annotations[pname]), f"{f.__name__}.{pname}")
         if pname in arg_docs:
             prop["description"] = arg_docs[pname]
         if param.default is inspect.Parameter.empty:
@@ -455,6 +455,20 @@ def _schema_from_signature(f: Callable[..., Any], sig: inspect.Signature, arg_do
     if required:
         schema["required"] = required
     return schema
+
+
+def _annotation(f: Callable[..., Any], pname: str, annotation: Any) -> Any:
+    """One parameter's annotation evaluated (under `from __future__ import annotations` it is a string).
+    Done per parameter, so that `ctx`'s annotation need not be importable where the tool is defined."""
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, getattr(f, "__globals__", {}))
+    except Exception as e:
+        raise InvalidInput(
+            f"{f.__name__}.{pname}: cannot evaluate the annotation {annotation!r} ({e}); use types defined "
+            "at module level, or pass parameters= explicitly"
+        ) from None
 
 
 _PRIMITIVES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}

@@ -86,11 +86,12 @@ class ReadTool:
         path_arg: str = args["path"]
         offset: int = args.get("offset") or 1
         limit: int = args.get("limit") or ctx.limits.read_lines
+        # a page never needs cutting by the runner (the file is still there to read the next one), so it
+        # stops short of the output limits, leaving room for the footer
         pager = LinePager(
             offset,
-            limit,
+            min(limit, max(ctx.limits.output_lines - 4, 1)),
             line_chars=ctx.limits.line_chars,
-            # a page never needs cutting by the runner: the file is still there to read the next one
             max_chars=max(ctx.limits.output_chars - MARKER_RESERVE, 1000),
         )
         if path_arg.startswith(ARTIFACT_SCHEME):

@@ -56,7 +56,8 @@ class BashTool:
         command: str = args["command"]
         if not command.strip():
             raise ToolError("command is empty")
-        timeout = float(args.get("timeout") or ctx.limits.bash_timeout)
+        given = args.get("timeout")
+        timeout = float(given if given is not None else ctx.limits.bash_timeout)
         if not 0 < timeout <= ctx.limits.bash_max_timeout:
             raise ToolError(f"timeout must be more than 0 and at most {ctx.limits.bash_max_timeout:g} seconds")
         shell = shutil.which("bash") or "/bin/sh"

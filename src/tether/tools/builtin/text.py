@@ -57,6 +57,7 @@ class LinePager:
         self.done = False
         self._no = first_line  # the number of the line being assembled
         self._parts: list[str] = []
+        self._cr = False
         self._kept = 0
         self._length = 0
         self._chars = 0
@@ -106,6 +107,8 @@ class LinePager:
         return self._newlines + (1 if self._open else 0)
 
     def _add(self, piece: str) -> None:
+        if piece:
+            self._cr = piece.endswith("\r")
         self._length += len(piece)
         room = self.line_chars - self._kept
         if room > 0 and piece:
@@ -116,8 +119,10 @@ class LinePager:
     def _emit(self) -> None:
         text = "".join(self._parts)
         length = self._length
-        if text.endswith("\r") and length == len(text):
-            text, length = text[:-1], length - 1
+        if self._cr:  # a CRLF line ending is not part of the line
+            length -= 1
+            if len(text) > length:
+                text = text[:length]
         line = Line(self._no, text, length)
         self._no += 1
         self._reset()
@@ -130,6 +135,7 @@ class LinePager:
             self.done = True
 
     def _reset(self) -> None:
+        self._cr = False
         self._parts = []
         self._kept = 0
         self._length = 0

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tether.messages import ToolCallPart
+from tether.tools import ToolContext, ToolRegistry, run_tool_call
+
+from ..conftest import Call
+
+
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie waiting for a reaper has ended too)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def wait_for_file(path: Path) -> str:
+    for _ in range(500):
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{path} never appeared")
+
+
+async def eventually_gone(pid: int) -> bool:
+    # a SIGKILLed process is reaped by init asynchronously; give it a moment (not a timing assertion)
+    for _ in range(200):
+        if gone(pid):
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_output_and_exit_code(call: Call, workspace: Path) -> None:
+    result = await call("bash", command="echo out; echo err >&2; exit 3")
+    assert result.content == "out\nerr\n[exit code 3]"
+    assert result.metadata["exit_code"] == 3
+    assert not result.is_error  # the command ran; its exit status is for the model to read
+    ok = await call("bash", command="pwd")
+    assert ok.content == f"{workspace.resolve()}\n[exit code 0]"
+    assert ok.metadata["exit_code"] == 0
+
+
+async def test_no_output_and_no_trailing_newline(call: Call) -> None:
+    assert (await call("bash", command="true")).content == "(no output)\n[exit code 0]"
+    assert (await call("bash", command="printf abc")).content == "abc\n[exit code 0]"
+
+
+async def test_stdin_is_closed(call: Call) -> None:
+    result = await call("bash", command='read -r x; echo "got:$x"; cat')
+    assert result.content == "got:\n[exit code 0]"
+
+
+async def test_pagers_and_prompts_are_disabled(call: Call) -> None:
+    result = await call("bash", command='echo "$PAGER $GIT_PAGER $GIT_TERMINAL_PROMPT"')
+    assert result.content == "cat cat 0\n[exit code 0]"
+
+
+async def test_killed_by_a_signal(call: Call) -> None:
+    result = await call("bash", command="kill -SEGV $$")
+    assert result.content == "(no output)\n[killed by signal SIGSEGV]"
+    assert result.metadata["exit_code"] == -signal.SIGSEGV
+
+
+async def test_bad_arguments(call: Call) -> None:
+    assert "command is empty" in (await call("bash", command="  ")).content
+    result = await call("bash", command="true", timeout=0)
+    assert result.is_error and "timeout must be more than 0 and at most 600" in result.content
+    assert (await call("bash", command="true", timeout=601)).is_error
+    assert (
+        await call("bash")
+    ).content == "bash: missing required argument 'command' (expected: command, timeout?, description?)"
+
+
+async def test_timeout_kills_the_whole_process_group(call: Call, workspace: Path) -> None:
+    result = await call("bash", command="sleep 100 & echo $! > child.pid; echo started; wait", timeout=1)
+    assert result.is_error
+    assert result.content == ("started\n[timed out after 1 s; the command and its child processes were killed]")
+    assert result.metadata["timed_out"] is True and result.metadata["exit_code"] is None
+    assert await eventually_gone(int((workspace / "child.pid").read_text()))
+
+
+async def test_children_that_ignore_sigterm_are_killed_too(call: Call, workspace: Path) -> None:
+    result = await call("bash", command="trap '' TERM; sleep 100 & echo $! > child.pid; wait", timeout=0.5)
+    assert result.metadata["timed_out"] is True
+    assert await eventually_gone(int((workspace / "child.pid").read_text()))
+
+
+async def test_abort_kills_the_command(registry: ToolRegistry, ctx: ToolContext, workspace: Path) -> None:
+    call = ToolCallPart(id="1", name="bash", arguments={"command": "sleep 100 & echo $! > child.pid; wait"})
+    task = asyncio.create_task(run_tool_call(registry, call, ctx))
+    pid = int(await wait_for_file(workspace / "child.pid"))
+    ctx.abort.set()
+    result = await task
+    assert result.is_error and result.metadata["aborted"] is True
+    assert result.content == "(no output)\n[aborted; the command and its child processes were killed]"
+    assert await eventually_gone(pid)
+
+
+async def test_cancelling_the_call_kills_the_command(registry: ToolRegistry, ctx: ToolContext, workspace: Path) -> None:
+    call = ToolCallPart(id="1", name="bash", arguments={"command": "sleep 100 & echo $! > child.pid; wait"})
+    task = asyncio.create_task(run_tool_call(registry, call, ctx))
+    pid = int(await wait_for_file(workspace / "child.pid"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await eventually_gone(pid)
+
+
+async def test_background_jobs_do_not_hold_the_call_forever(call: Call, workspace: Path) -> None:
+    result = await call("bash", command="sleep 30 & echo $! > bg.pid; echo started")
+    pid = int((workspace / "bg.pid").read_text())
+    try:
+        assert result.metadata["exit_code"] == 0 and result.metadata["detached_output"] is True
+        assert result.content.startswith("started\n[exit code 0] [background processes still hold the output")
+        assert not gone(pid)  # a background job the user asked for keeps running
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    # with its output redirected, a background job does not delay the call at all
+    quiet = await call("bash", command="sleep 30 > /dev/null 2>&1 & echo $! > bg2.pid; echo started")
+    os.kill(int((workspace / "bg2.pid").read_text()), signal.SIGKILL)
+    assert quiet.content == "started\n[exit code 0]"
+
+
+class PeakRSS:
+    """Samples this process's resident memory from a thread, to catch the peak of an operation."""
+
+    def __init__(self) -> None:
+        self.proc = psutil.Process()
+        self.base = self.proc.memory_info().rss
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.005)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+async def test_100_mb_of_output_is_cut_saved_and_readable_in_bounded_memory(call: Call, ctx: ToolContext) -> None:
+    lines = 1_000_000  # 100 bytes each: 100,000,000 bytes, every chunk different
+    script = f"import sys\nw = sys.stdout.write\nfor i in range({lines}):\n    w(f'{{i:09d}} ' + 'x' * 89 + '\\n')\n"
+    (ctx.workspace / "gen.py").write_text(script)
+    with PeakRSS() as rss:
+        result = await call("bash", command=f"{sys.executable} gen.py")
+    growth = rss.peak - rss.base
+    assert growth < 40 * 1024 * 1024, f"resident memory grew by {growth / 2**20:.1f} MiB"
+
+    assert result.metadata["exit_code"] == 0 and not result.is_error
+    assert result.metadata["truncated"] is True
+    assert result.metadata["original_bytes"] == 100_000_000
+    assert result.metadata["original_lines"] == lines
+    assert len(result.content) <= ctx.limits.output_chars
+    assert result.content.startswith("000000000 " + "x" * 89 + "\n")
+    assert result.content.endswith("000999999 " + "x" * 89 + "\n[exit code 0]")
+    aid = result.metadata["artifact"]
+    assert "[... " in result.content and f"artifact://{aid}" in result.content
+
+    page = await call("read", path=f"artifact://{aid}", offset=765_433, limit=2)
+    assert page.content.split("\n")[:2] == [
+        "765433\t000765432 " + "x" * 89,
+        "765434\t000765433 " + "x" * 89,
+    ]
+    last = await call("read", path=f"artifact://{aid}", offset=lines)
+    assert last.content == f"{lines:>6}\t000999999 " + "x" * 89
+    found = await call("grep", pattern="^000543210 ", path=f"artifact://{aid}")
+    assert found.content == f"artifact://{aid}:\n  543211: 000543210 " + "x" * 89
