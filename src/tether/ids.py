@@ -11,7 +11,7 @@ import time
 from .errors import InvalidId
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_ID_RE = re.compile(r"^[a-z]{1,8}_[0-9A-HJKMNP-TV-Z]{26}$")
+_ID_RE = re.compile(r"^[a-z]{1,8}_[0-9A-HJKMNP-TV-Z]{26}\Z")  # \Z, not $: $ lets a trailing "\n" through
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0

@@ -47,8 +47,10 @@ class ToolCallPart(_Part, tag="tool_call"):
         if not text:
             return cls(id=id, name=name, arguments={})
         try:
-            return cls(id=id, name=name, arguments=json.loads(text))
-        except ValueError:
+            arguments = json.loads(text)
+            _encoder.encode(arguments)  # "\ud83d" parses to a lone surrogate, which no store can hold
+            return cls(id=id, name=name, arguments=arguments)
+        except ValueError:  # UnicodeEncodeError included
             return cls(id=id, name=name, arguments=None, raw_arguments=raw)
 
     @property

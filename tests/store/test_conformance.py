@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -80,9 +81,7 @@ async def test_create_with_generated_id(store: Store) -> None:
 async def test_create_with_given_id_and_fields(store: Store) -> None:
     sid = new_session_id()
     meta = {"source": "import", "nested": {"list": [1, 2.5, None, "x"]}}
-    info = await store.create_session(
-        id=sid, title="Given", state="paused", metadata=meta, created_at=1_000_000.0
-    )
+    info = await store.create_session(id=sid, title="Given", state="paused", metadata=meta, created_at=1_000_000.0)
     assert info.id == sid
     assert (info.title, info.state, info.metadata, info.created_at) == ("Given", "paused", meta, 1_000_000.0)
     assert await store.get_session(sid) == info
@@ -121,7 +120,7 @@ async def test_get_missing_session(store: Store) -> None:
 
 async def test_returned_rows_are_copies(store: Store) -> None:
     """Mutating what the store returned must not change what it holds (a disk never aliases)."""
-    meta = {"tags": ["a"], "nested": {"k": 1}}
+    meta: dict[str, Any] = {"tags": ["a"], "nested": {"k": 1}}
     info = await store.create_session(metadata=meta)
     meta["tags"].append("changed-after-create")
     got = await store.get_session(info.id)
@@ -771,6 +770,7 @@ BAD_IDS: list[Any] = [
     "",
     "ses_" + "0" * 100_000,
     "ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB\x00",
+    "ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB\n",
     "ses_01jd8x3q5t9n2c7kz6w4m0r1yb",
     123,
     None,
@@ -788,6 +788,7 @@ BAD_ID_NAMES = [
     "empty",
     "very-long",
     "nul",
+    "newline",
     "lowercase",
     "int",
     "none",
@@ -799,7 +800,7 @@ BAD_ID_NAMES = [
 async def test_bad_session_ids_are_refused_everywhere(store: Store, bad: Any) -> None:
     real = await store.create_session()
     await store.append(real.id, numbered(2))
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "get": lambda: store.get_session(bad),
         "update": lambda: store.update_session(bad, title="x"),
         "delete": lambda: store.delete_session(bad),
@@ -844,15 +845,41 @@ async def test_nul_and_astral_text_round_trips_exactly(store: Store) -> None:
     assert (got.title, got.directory, got.system_prompt, got.agent, got.model) == (odd, f"/tmp/{odd}", odd, odd, odd)
     assert got.metadata == {odd: [odd]}
     entries = await store.read(info.id)
-    assert entries[0].body == body and entries[0].body.text == odd  # type: ignore[union-attr]
+    assert entries[0].body == body and body.text == odd
     assert entries[1].body == Marker(name=odd, data={odd: odd})
     assert (await store.last_session(f"/tmp/{odd}")) == got
     assert [s.id for s in await all_sessions(store, directory=f"/tmp/{odd}")] == [info.id]
 
 
+_text = st.text()  # every code point but lone surrogates
+_json = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _text
+_stored_bodies = st.one_of(
+    st.builds(Message.user, _text),
+    st.builds(
+        lambda content, key: Message(
+            role="tool", parts=[ToolResultPart(call_id="c", content=content)], metadata={key: content}
+        ),
+        _text,
+        _text,
+    ),
+    st.builds(lambda name, data: Marker(name=name, data=data), _text, st.dictionaries(_text, _json, max_size=3)),
+    st.builds(TitleChange, title=_text),
+    st.builds(lambda cost: priced("p", tokens_in=1, cost=str(cost)), st.decimals(0, 10**6, places=12)),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bodies=st.lists(_stored_bodies, min_size=1, max_size=6))
+async def test_any_text_round_trips_through_the_store(store: Store, bodies: list[EntryBody]) -> None:
+    info = await store.create_session()
+    written = await store.append(info.id, bodies)
+    assert [e.body for e in await store.read(info.id)] == bodies
+    assert await store.read(info.id) == written
+
+
 async def test_a_50_mb_message_round_trips(store: Store) -> None:
     # latin-1 only, so that the str stays one byte per character: 50 MB, not 200
-    unit = "line of tool output é \x00 {\"json\": [1, 2]} \\ \n"
+    unit = 'line of tool output é \x00 {"json": [1, 2]} \\ \n'
     big = (unit * (50_000_000 // len(unit) + 1))[:50_000_000]
     info = await store.create_session()
     await store.append(info.id, [Message.user("cat big.log")])
@@ -875,7 +902,7 @@ async def test_lone_surrogate_is_a_clear_error_and_writes_nothing(store: Store) 
         [Marker(name="m", data={"k": "\ud83d"})],
         [TitleChange(title="\udc80")],
     ):
-        with pytest.raises(InvalidInput, match="surrogate|Unicode|unicode"):
+        with pytest.raises(InvalidInput, match="not valid Unicode"):
             await store.append(info.id, bad)
     assert await store.get_session(info.id) == before
     assert texts(await store.read(info.id)) == ["fine"]

@@ -14,7 +14,7 @@ import pytest
 
 from tether.errors import CorruptEntry, InvalidInput, SeqConflict, StoreBusy, StoreError
 from tether.ids import new_session_id
-from tether.messages import Entry, Marker, Message, Revert, TextPart, Usage
+from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart, Usage
 from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store, tether_home
 from tether.store.base import Durability
 
@@ -393,7 +393,7 @@ async def test_many_parts_and_a_long_history_in_one_append(
     store, _ = reports
     info = await store.create_session(id=new_session_id())
     wide = Message(role="assistant", parts=[TextPart(text=str(i)) for i in range(20_000)])
-    bodies = [wide, *[Marker(name="m", data={"i": i}) for i in range(5_000)]]
+    bodies: list[EntryBody] = [wide, *[Marker(name="m", data={"i": i}) for i in range(5_000)]]
     entries = await store.append(info.id, bodies)
     assert entries[-1].seq == 5_001
     assert (await store.read(info.id, 1, 1))[0].body == wide

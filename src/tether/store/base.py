@@ -170,6 +170,12 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    async def __aenter__(self) -> Store:
+        """`async with open_store() as store:` closes the store on the way out."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
 
 # --- helpers every backend shares ---------------------------------------------------------------------
 
