@@ -152,7 +152,8 @@ def state_of(compaction: Compaction) -> SummaryState:
     if raw is not None:
         try:
             state: SummaryState = msgspec.convert(raw, SummaryState)
-            return state
+            if state.count >= 1:  # every state tether writes has counted its compaction
+                return state
         except msgspec.ValidationError:
             pass
     return SummaryState(body=compaction.summary, covered_to=compaction.first_kept_seq - 1, count=1)
@@ -185,9 +186,12 @@ def render_summary(
     if state.notes:
         out.append(f"## Current state (recorded mechanically)\n{state.notes}")
     facts = state.facts
+    # Messages already quoted whole above are not repeated as constraints or table rows.
+    verbatim = {f.seq for f in (state.goal, state.latest, *state.pinned) if f is not None}
     if attach_facts or not state.body:
-        if facts.constraints:
-            lines = "\n".join(f"- (entry {c.seq}) {c.text}" for c in facts.constraints)
+        constraints = [c for c in facts.constraints if c.seq not in verbatim]
+        if constraints:
+            lines = "\n".join(f"- (entry {c.seq}) {c.text}" for c in constraints)
             out.append(f"## Constraints and preferences the user stated (verbatim)\n{lines}")
         if facts.files:
             out.append("## Files touched\n" + "\n".join(f"- {f}" for f in facts.files))
@@ -199,10 +203,11 @@ def render_summary(
             out.append(f"## Errors\n{lines}")
     if state.latest is not None:
         out.append(f"## The user's latest request (entry {state.latest.seq}, verbatim)\n{state.latest.text}")
-    if state.turns:
+    turns = [t for t in state.turns if t.seq not in verbatim]
+    if turns:
         rows = "\n".join(
             f"| {t.seq} | {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t.at))} | {t.line.replace('|', '/')} |"
-            for t in state.turns
+            for t in turns
         )
         more = f"\n({state.turns_omitted} earlier user turns are not listed.)" if state.turns_omitted else ""
         out.append(

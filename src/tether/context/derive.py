@@ -314,13 +314,13 @@ def derive_context(
 
     # 4. calibration: the provider's count of an earlier request over ours
     anchor = _anchor(units, compaction_entry)
-    ratio = 1.0
+    ours = 1
     if anchor is not None:
         provider_tokens, anchor_item = anchor
-        ours = anchor_item.message.metadata.get("context_tokens")
-        if not isinstance(ours, int) or ours <= 0:
-            ours = fixed + _tokens_before(units, anchor_item)
-        ratio = provider_tokens / max(ours, 1)
+        recorded = anchor_item.message.metadata.get("context_tokens")
+        ours = recorded if isinstance(recorded, int) and recorded > 0 else fixed + _tokens_before(units, anchor_item)
+        ours = max(ours, 1)
+    ratio = anchor[0] / ours if anchor is not None else 1.0
 
     # 5. old tool outputs become pointers
     if policy.prune_tool_outputs:
@@ -332,11 +332,16 @@ def derive_context(
     if policy.budget is not None:
         limit = math.floor(policy.budget / fit_ratio) - fixed
         if sum(u.tokens for u in units) > limit:
+            # Unprotected turns go first (by relevance or age); then oversized parts are cut; only then
+            # do pinned turns and the goal go, and what is left is cut again.
             if policy.mode == "relevant":
                 units = _select_relevant(units, limit, policy, omissions)
             else:
-                units = _drop_oldest(units, limit, omissions)
+                units = _drop_oldest(units, limit, omissions, protected=False)
             _truncate(units, limit, policy, counter, omissions)
+            if sum(u.tokens for u in units) > limit:
+                units = _drop_oldest(units, limit, omissions, protected=True)
+                _truncate(units, limit, policy, counter, omissions)
 
     # 7. the answer
     messages: list[Message] = []
@@ -354,7 +359,7 @@ def derive_context(
             before = fixed + _tokens_before(units, anchor_item)
             since = counted - before
             estimate = TokenEstimate(
-                tokens=math.ceil(before * ratio) + since,
+                tokens=-(-before * provider_tokens // ours) + since,  # exact ceiling, no float error
                 source="provider",
                 counted=counted,
                 counter=counter.source,
@@ -561,21 +566,20 @@ def _prune(
 # --- fitting the budget ---------------------------------------------------------------------------------
 
 
-def _drop_oldest(units: list[_Unit], limit: int, omissions: _Omissions) -> list[_Unit]:
-    """Drop whole units, oldest first: unprotected ones, then protected ones but the summary and the last."""
+def _drop_oldest(units: list[_Unit], limit: int, omissions: _Omissions, *, protected: bool) -> list[_Unit]:
+    """Drop whole units, oldest first, until they fit: unprotected ones, or (`protected`) the protected
+    ones too, but never the summary or the last unit."""
     excess = sum(u.tokens for u in units) - limit
     dropped: set[int] = set()
-    for protected_pass in (False, True):
-        for k, unit in enumerate(units):
-            if excess <= 0:
-                break
-            if k in dropped or unit.protected != protected_pass:
-                continue
-            if protected_pass and (k == len(units) - 1 or unit.items[0].seq is None):
-                continue
-            dropped.add(k)
-            excess -= unit.tokens
-            omissions.add("dropped", unit.seqs, unit.tokens, "the oldest turns, to fit the budget")
+    for k, unit in enumerate(units):
+        if excess <= 0:
+            break
+        if unit.protected and (not protected or k == len(units) - 1 or unit.items[0].seq is None):
+            continue
+        dropped.add(k)
+        excess -= unit.tokens
+        reason = "pinned or first turns, when nothing else was left to drop" if unit.protected else "the oldest turns"
+        omissions.add("dropped", unit.seqs, unit.tokens, f"{reason}, to fit the budget")
     return [u for k, u in enumerate(units) if k not in dropped]
 
 
@@ -622,7 +626,7 @@ def _select_relevant(units: list[_Unit], limit: int, policy: ContextPolicy, omis
         focus_tools |= t
         focus_words |= w
     for j, unit in enumerate(units):
-        if unit.protected and j not in keep and used + unit.tokens <= limit:
+        if unit.protected and j not in keep:
             keep.add(j)
             used += unit.tokens
     scored = []
@@ -640,10 +644,7 @@ def _select_relevant(units: list[_Unit], limit: int, policy: ContextPolicy, omis
     for j, unit in enumerate(units):
         if j not in keep:
             omissions.add("dropped", unit.seqs, unit.tokens, "least relevant to the current task, to fit the budget")
-    kept = [u for j, u in enumerate(units) if j in keep]
-    if sum(u.tokens for u in kept) > limit:
-        return _drop_oldest(kept, limit, omissions)
-    return kept
+    return [u for j, u in enumerate(units) if j in keep]
 
 
 def cut_text(text: str, tokens: int, target: int, counter: TokenCounter, note: str) -> tuple[str, int]:

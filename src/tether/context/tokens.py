@@ -7,12 +7,17 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import importlib.machinery
+import importlib.util
 import logging
 import math
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 import msgspec
@@ -110,11 +115,12 @@ def load_ranks(encoding: str) -> dict[bytes, int]:
     """The BPE merge ranks of `encoding`, read from the file that `bpe-openai` ships and checked against
     tiktoken's published digest. Raises `MissingExtra` when the package is not installed."""
     _check_encoding(encoding)
+    directory = _package_dir()
     try:
-        from importlib.resources import files
-
-        raw = (files("bpe_openai") / "data" / f"{encoding}.tiktoken.gz").read_bytes()
-    except (ModuleNotFoundError, FileNotFoundError):
+        if directory is None:
+            raise FileNotFoundError("bpe_openai")
+        raw = (directory / "data" / f"{encoding}.tiktoken.gz").read_bytes()
+    except OSError:
         raise MissingExtra("tokens", "bpe-openai") from None
     data = gzip.decompress(raw)
     if hashlib.sha256(data).hexdigest() != _SHA256[encoding]:
@@ -171,13 +177,46 @@ class BpeCounter:
             return self._count(_clean(text))
 
 
-def _rust_count(encoding: str) -> Callable[[str], int] | None:
+def _package_dir() -> Path | None:
+    """Where `bpe_openai` is installed, found without importing it: its ``__init__`` loads every
+    vocabulary it knows into Python dicts (1-2 s, ~60 MB), which counting does not need."""
     try:
-        from bpe_openai import _bindings  # private, so guarded: a change there falls back to tiktoken
-    except ImportError:
+        spec = importlib.util.find_spec("bpe_openai")
+    except (ImportError, ValueError):
         return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _bindings() -> ModuleType | None:
+    """bpe-openai's Rust extension module, loaded from its file (see `_package_dir`)."""
+    loaded = sys.modules.get("bpe_openai._bindings")
+    if loaded is not None:
+        return loaded
+    directory = _package_dir()
+    if directory is None:
+        return None
+    for path in sorted(directory.glob("_bindings.*")):
+        if path.suffix not in (".so", ".pyd"):
+            continue
+        loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", str(path))
+        spec = importlib.util.spec_from_file_location("bpe_openai._bindings", path, loader=loader)
+        if spec is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        return module
+    return None
+
+
+def _rust_count(encoding: str) -> Callable[[str], int] | None:
+    # A private module, so every step is guarded: any change there falls back to tiktoken.
     try:
-        tokenizer = _bindings.tokenizer_for_encoding(encoding)
+        bindings = _bindings()
+        if bindings is None:
+            return None
+        tokenizer = bindings.tokenizer_for_encoding(encoding)
         count: Callable[[str], int] = tokenizer.count
         probe, expected = _PROBES[encoding]
         if count(probe) != expected:
