@@ -177,8 +177,8 @@ class Message(_Body, tag="message"):
 
 
 class Revert(_Body, tag="revert"):
-    """Hides the entries after `to_seq` (up to this entry) from the active history. They stay stored;
-    reverting this entry's effect is another revert to a position at or after it."""
+    """Makes the active history what it was right after entry `to_seq`: the entries after it, this one
+    included, are hidden but stay stored. A later revert to the seq just before this one undoes it."""
 
     to_seq: int
     reason: str | None = None

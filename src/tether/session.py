@@ -128,7 +128,7 @@ class Session:
 
     async def revert(self, to_seq: int, *, reason: str | None = None) -> Entry:
         """Hide every entry after `to_seq` from the active history. Nothing is deleted; the revert is an
-        entry of its own, and a later revert to a position at or after it brings the span back."""
+        entry of its own, and a later revert to the seq just before it brings the span back."""
         (entry,) = await self.append(Revert(to_seq=to_seq, reason=reason))
         return entry
 
