@@ -16,7 +16,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -269,47 +269,16 @@ class LocalProvider:
             loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
         def generate() -> None:
+            # Wait for the model without ignoring a cancel that comes while another generation holds it.
+            while not loaded.lock.acquire(timeout=0.05):
+                if stop.is_set():
+                    return
             try:
-                with loaded.lock:
-                    llama = loaded.llama
-                    prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-                    room = self.context_window - len(prompt_tokens)
-                    if room <= 16:
-                        raise ContextOverflow(
-                            f"{self.name}: prompt of {len(prompt_tokens)} tokens does not fit the "
-                            f"{self.context_window}-token context",
-                            provider=self.name,
-                        )
-                    grammar = None
-                    if grammar_json is not None:
-                        from llama_cpp.llama_grammar import LlamaGrammar
-
-                        grammar = LlamaGrammar.from_json_schema(grammar_json, verbose=False)
-                    max_tokens = min(request.max_output_tokens or DEFAULT_MAX_OUTPUT, room)
-                    chunks: Iterator[Any] = llama.create_completion(
-                        prompt_tokens, max_tokens=max_tokens, grammar=grammar, stream=True, **options
-                    )
-                    finish = "stop"
-                    generated: list[str] = []
-                    try:
-                        for chunk in chunks:
-                            if stop.is_set():
-                                return
-                            choice = chunk["choices"][0]
-                            if choice["text"]:
-                                generated.append(choice["text"])
-                                put("text", choice["text"])
-                            if choice.get("finish_reason"):
-                                finish = choice["finish_reason"]
-                    finally:
-                        close = getattr(chunks, "close", None)
-                        if close is not None:
-                            close()
-                    text = "".join(generated).encode("utf-8")
-                    output_count = len(llama.tokenize(text, add_bos=False, special=True)) if text else 0
-                    put("done", (len(prompt_tokens), output_count, finish))
+                put("done", self._generate(loaded.llama, prompt, grammar_json, request, options, stop, put))
             except BaseException as exc:
                 put("error", exc)
+            finally:
+                loaded.lock.release()
 
         worker = threading.Thread(target=generate, name="tether-local-generate", daemon=True)
         worker.start()
@@ -333,8 +302,10 @@ class LocalProvider:
                     break
         finally:
             # Reached on completion, on error and when the consumer closes the stream: in the last case the
-            # worker sees the flag at its next token and lets go of the model.
+            # worker sees the flag at its next token. Waiting for it means that once the stream is closed,
+            # generation has stopped and the model is free.
             stop.set()
+            await asyncio.to_thread(worker.join)
 
         output = (
             answer.buffer if answer is not None else "".join(p.text for p in builder.parts if isinstance(p, TextPart))
@@ -355,6 +326,55 @@ class LocalProvider:
         if builder.tool_calls:
             finish = "tool_calls"
         yield builder.done(usage=usage, finish_reason=finish)
+
+    def _generate(
+        self,
+        llama: Any,
+        prompt: str,
+        grammar_json: str | None,
+        request: ModelRequest,
+        options: dict[str, Any],
+        stop: threading.Event,
+        put: Callable[[str, Any], None],
+    ) -> tuple[int, int, str]:
+        """Run in the worker thread, holding the model: generate, `put` each piece, return the token counts
+        and finish reason. Returns early (counts so far) once `stop` is set."""
+        prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+        room = self.context_window - len(prompt_tokens)
+        if room <= 16:
+            raise ContextOverflow(
+                f"{self.name}: prompt of {len(prompt_tokens)} tokens does not fit the {self.context_window}-token context",
+                provider=self.name,
+            )
+        grammar = None
+        if grammar_json is not None:
+            from llama_cpp.llama_grammar import LlamaGrammar
+
+            grammar = LlamaGrammar.from_json_schema(grammar_json, verbose=False)
+        max_tokens = min(request.max_output_tokens or DEFAULT_MAX_OUTPUT, room)
+        chunks: Iterator[Any] = llama.create_completion(
+            prompt_tokens, max_tokens=max_tokens, grammar=grammar, stream=True, **options
+        )
+        finish = "stop"
+        generated: list[str] = []
+        try:
+            for chunk in chunks:
+                if stop.is_set():
+                    finish = "cancelled"
+                    break
+                choice = chunk["choices"][0]
+                if choice["text"]:
+                    generated.append(choice["text"])
+                    put("text", choice["text"])
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        text = "".join(generated).encode("utf-8")
+        output_count = len(llama.tokenize(text, add_bos=False, special=True)) if text else 0
+        return len(prompt_tokens), output_count, finish
 
     @staticmethod
     def _decode_call(output: str, tools: list[ToolSpec]) -> ToolCallPart | None:

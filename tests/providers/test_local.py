@@ -1,0 +1,173 @@
+"""The embedded provider: SmolLM2-135M through llama-cpp-python. The prompt, schema and answer decoding are
+tested on their own; the `local_model` tests run the real model."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from tether.errors import ConfigError, ContextOverflow
+from tether.messages import Message, ToolCallPart, ToolResultPart, ToolSpec
+from tether.providers import ModelRequest, StreamDone, TextDelta, ToolCallReady, complete
+from tether.providers.local import (
+    LocalProvider,
+    _AnswerStreamer,
+    chatml_prompt,
+    find_model_path,
+    tool_call_schema,
+)
+
+READ_FILE = ToolSpec(
+    name="read_file",
+    description="Read a text file.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+LIST_DIR = ToolSpec(
+    name="list_dir",
+    description="List the files in a directory.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+
+
+def test_chatml_prompt_shows_earlier_calls_in_the_grammar_format() -> None:
+    request = ModelRequest(
+        model="smollm2-135m",
+        system="Be brief.",
+        messages=[
+            Message.user("read it"),
+            Message.assistant(tool_calls=[ToolCallPart(id="c", name="read_file", arguments={"path": "a"})]),
+            Message.tool(ToolResultPart(call_id="c", name="read_file", content="hello")),
+        ],
+        tools=[READ_FILE],
+    )
+    prompt = chatml_prompt(request, tools=[READ_FILE])
+    assert prompt.startswith(
+        "<|im_start|>system\nBe brief.\n\nYou can use these tools:\n- read_file: Read a text file."
+    )
+    assert '<|im_start|>assistant\n{"tool": "read_file", "arguments": {"path": "a"}}<|im_end|>' in prompt
+    assert "<|im_start|>user\nResult of read_file:\nhello<|im_end|>" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_tool_call_schema_per_tool_choice() -> None:
+    auto = tool_call_schema([READ_FILE, LIST_DIR], "auto")
+    assert [v["properties"].get("tool", {}).get("const") for v in auto["oneOf"]] == ["read_file", "list_dir", None]
+    assert auto["oneOf"][2]["properties"] == {"answer": {"type": "string"}}
+    required = tool_call_schema([READ_FILE, LIST_DIR], "required")
+    assert len(required["oneOf"]) == 2
+    forced = tool_call_schema([READ_FILE, LIST_DIR], "list_dir")
+    assert forced["properties"]["tool"] == {"const": "list_dir"}
+    assert forced["properties"]["arguments"] == LIST_DIR.parameters
+    with pytest.raises(ConfigError, match="not among the tools"):
+        tool_call_schema([READ_FILE], "delete_everything")
+
+
+def test_answer_streamer_decodes_json_string_escapes_across_pieces() -> None:
+    streamer = _AnswerStreamer()
+    pieces = ['{ "ans', 'wer": "Line', " one\\", 'nLine \\"two\\" \\u00e9', '" }']
+    text = "".join(streamer.feed(p) for p in pieces)
+    assert text == 'Line one\nLine "two" é'
+    assert streamer.closed and json.loads(streamer.buffer)["answer"] == text
+    tool = _AnswerStreamer()
+    assert tool.feed('{"tool": "ls", "arguments": {}}') == "" and not tool.started
+
+
+def test_a_model_override_that_does_not_exist_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TETHER_LOCAL_MODEL", str(tmp_path / "missing.gguf"))
+    with pytest.raises(ConfigError, match=r"missing\.gguf"):
+        find_model_path()
+    real = tmp_path / "model.gguf"
+    real.write_bytes(b"GGUF")
+    monkeypatch.setenv("TETHER_LOCAL_MODEL", str(real))
+    assert find_model_path("/elsewhere.gguf") == real  # the environment wins over config
+
+
+# --- the real model -----------------------------------------------------------------------------------
+
+
+def local() -> LocalProvider:
+    pytest.importorskip("llama_cpp", reason="needs the `local` extra: pip install 'tether[local]'")
+    return LocalProvider(seed=0, context_window=2048)
+
+
+@pytest.mark.local_model
+async def test_plain_text_answer_streams() -> None:
+    provider = local()
+    request = ModelRequest(
+        model="smollm2-135m",
+        messages=[Message.user("What is the capital of France?")],
+        max_output_tokens=24,
+        temperature=0,
+    )
+    events = [e async for e in provider.stream(request)]
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert len(deltas) > 1 and "".join(deltas) == done.message.text
+    assert "Paris" in done.message.text
+    assert done.usage.input_tokens > 10 and 0 < done.usage.output_tokens <= 24
+    assert done.usage.cost == 0
+    assert done.message.provider == "local" and done.message.model == "smollm2-135m"
+
+
+@pytest.mark.local_model
+async def test_constrained_tool_call() -> None:
+    provider = local()
+    request = ModelRequest(
+        model="smollm2-135m",
+        messages=[Message.user("Read the file README.md")],
+        tools=[READ_FILE, LIST_DIR],
+        tool_choice="required",
+        temperature=0,
+        max_output_tokens=64,
+    )
+    events = [e async for e in provider.stream(request)]
+    (ready,) = [e.part for e in events if isinstance(e, ToolCallReady)]
+    assert ready.name == "read_file"
+    assert ready.arguments == {"path": "README.md"}
+    done = events[-1]
+    assert isinstance(done, StreamDone) and done.finish_reason == "tool_calls"
+    assert done.message.tool_calls == [ready]
+
+
+@pytest.mark.local_model
+async def test_auto_tool_choice_can_answer_in_text_and_none_turns_tools_off() -> None:
+    provider = local()
+    base = {"model": "smollm2-135m", "tools": [READ_FILE], "temperature": 0, "max_output_tokens": 40}
+    answer = await complete(provider, ModelRequest(messages=[Message.user("What is the capital of France?")], **base))  # type: ignore[arg-type]
+    assert answer.message.tool_calls == [] and "Paris" in answer.message.text
+    assert not answer.message.text.lstrip().startswith("{")  # the JSON envelope is not shown
+
+    plain = await complete(
+        provider,
+        ModelRequest(messages=[Message.user("Read the file README.md")], tool_choice="none", **base),  # type: ignore[arg-type]
+    )
+    assert plain.message.tool_calls == []
+
+
+@pytest.mark.local_model
+async def test_closing_the_stream_stops_generation_and_frees_the_model() -> None:
+    provider = local()
+    long = ModelRequest(model="smollm2-135m", messages=[Message.user("Write a long story.")], max_output_tokens=1500)
+    stream = provider.stream(long)
+    first = await anext(stream)  # type: ignore[call-overload]
+    assert isinstance(first, TextDelta)
+    await stream.aclose()  # type: ignore[attr-defined]
+    # Closing returns once the worker has stopped: no generation thread is left running.
+    assert not [t for t in threading.enumerate() if t.name == "tether-local-generate"]
+    quick = ModelRequest(model="smollm2-135m", messages=[Message.user("Hi")], max_output_tokens=4, temperature=0)
+    response = await complete(provider, quick)
+    assert 0 < response.usage.output_tokens <= 4
+
+
+@pytest.mark.local_model
+async def test_a_prompt_larger_than_the_context_is_a_context_overflow() -> None:
+    provider = local()
+    huge = ModelRequest(model="smollm2-135m", messages=[Message.user("word " * 5000)])
+    with pytest.raises(ContextOverflow, match="does not fit"):
+        await complete(provider, huge)
