@@ -60,7 +60,7 @@ def chat(session_ref: str | None, cont: bool, model_spec: str | None, max_steps:
 
     workspace = canonical_directory(directory)
     out = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if sys.stdin.isatty():
         err.print(f"[dim]{HELP}[/dim]")
 

@@ -272,7 +272,7 @@ def run(
     if not os.path.isdir(workspace):
         raise InvalidInput(f"the workspace {workspace} is not a directory")
     out = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     renderer = None if as_json else TerminalRenderer(out, err)
 
     def notice(text: str) -> None:

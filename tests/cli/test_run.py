@@ -1,0 +1,193 @@
+"""`tether run`, `tether chat` and `tether models` through the real CLI.
+
+In-process tests swap only provider resolution for a scripted provider (everything else, the SQLite store,
+the loop, the rendering, is real). Subprocess tests run the real embedded local model end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tether import Message, ToolCallPart
+from tether.cli.main import cli
+from tether.providers.catalog import unknown_model
+from tether.providers.registry import ResolvedModel
+from tether.providers.scripted import ScriptedProvider, ScriptedResponse
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedProvider:
+    provider = ScriptedProvider(name="scripted")
+
+    def resolve(model: str | None = None, **_: object) -> ResolvedModel:
+        return ResolvedModel(provider=provider, model=model or "test", info=unknown_model("scripted", "test"))
+
+    monkeypatch.setattr("tether.providers.resolve_provider", resolve)
+    return provider
+
+
+def invoke(tmp_path: Path, *args: str, input: str | None = None) -> tuple[int, str, str]:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--store", f"sqlite:///{tmp_path / 'cli.db'}", *args], input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_run_json_prints_one_event_per_line_ending_in_done(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\nbeta\n")
+    scripted.add(
+        Message.assistant("Reading.", tool_calls=[ToolCallPart(id="c1", name="read", arguments={"path": "notes.txt"})]),
+        "The file has two lines.",
+    )
+    code, out, _ = invoke(tmp_path, "run", "--json", "--dir", str(tmp_path), "what is in notes.txt?")
+    assert code == 0
+    events = json_lines(out)
+    assert all("type" in e for e in events)
+    assert events[0]["type"] == "run_started"
+    assert events[-1]["type"] == "done" and events[-1]["text"] == "The file has two lines."
+    complete = next(e for e in events if e["type"] == "tool_call_complete")
+    assert complete["name"] == "read" and complete["success"] is True
+    # the tool really read the file: the model's second request carried the content
+    assert "alpha" in scripted.requests[1].messages[-1].tool_results[0].content
+
+
+def test_run_renders_for_people_and_continue_finds_the_session(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    scripted.add(
+        Message.assistant(tool_calls=[ToolCallPart(id="c1", name="list", arguments={"path": "."})]),
+        Message.assistant(tool_calls=[ToolCallPart(id="c2", name="glob", arguments={"pattern": "*.txt"})]),
+        "Done now.",
+    )
+    code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--max-steps", "1", "look around")
+    assert code == 0
+    assert "list(path='.')" in err and "step limit" in err and "--continue" in err
+    assert "session ses_" in err
+    code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--continue")
+    assert code == 0, err
+    assert "Done now." in out
+    code, out, _ = invoke(tmp_path, "sessions", "--dir", str(tmp_path), "--json")
+    sessions = json.loads(out)
+    assert len(sessions) == 1 and sessions[0]["title"] == "look around"
+    assert sessions[0]["message_count"] == 6
+
+
+def test_run_errors_are_one_clear_line(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--continue")
+    assert code == 1 and "no earlier session" in err and "Traceback" not in err
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "   ")
+    assert code == 1 and "prompt is empty" in err
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path))
+    assert code == 2 and "--continue" in err
+    code, _, err = invoke(tmp_path, "run", "--session", "../etc/passwd", "hi")
+    assert code == 1 and "Traceback" not in err
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path / "missing"), "hi")
+    assert code == 1 and "not a directory" in err
+
+
+def test_a_failed_run_exits_non_zero_with_the_reason(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    from tether.errors import AuthError
+
+    scripted.add(AuthError("invalid x-api-key", status=401))
+    code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "hello")
+    assert code == 1 and "provider_auth" in err and "invalid x-api-key" in err
+    scripted.add(AuthError("invalid x-api-key", status=401))
+    code, out, _ = invoke(tmp_path, "run", "--json", "--dir", str(tmp_path), "hello")
+    assert code == 1 and json_lines(out)[-1]["type"] == "error"
+
+
+def test_prompt_from_stdin(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    scripted.add("Got it.")
+    code, out, _ = invoke(tmp_path, "run", "--dir", str(tmp_path), "-", input="a prompt\nfrom stdin\n")
+    assert code == 0 and "Got it." in out
+    assert scripted.requests[0].messages[0].text == "a prompt\nfrom stdin\n"
+
+
+def test_chat_runs_each_message_in_one_session(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    scripted.add("First answer.", "Second answer.")
+    code, out, err = invoke(tmp_path, "chat", "--dir", str(tmp_path), input='hello\n"""\nline one\nline two\n"""\n/exit\n')
+    assert code == 0, err
+    assert "First answer." in out and "Second answer." in out
+    assert scripted.requests[1].messages[-1].text == "line one\nline two"
+    assert [m.role for m in scripted.requests[1].messages] == ["user", "assistant", "user"]
+
+
+def test_models_lists_the_catalog_and_the_default(tmp_path: Path) -> None:
+    code, out, _ = invoke(tmp_path, "models", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["default"] == "local/smollm2-135m"  # no keys in the test environment
+    assert any(m["provider"] == "anthropic" for m in data["models"])
+    assert {p["name"]: p["configured"] for p in data["providers"]}["local"] is True
+    code, out, _ = invoke(tmp_path, "models")
+    assert code == 0 and "local/smollm2-135m" in out
+
+
+# --- the real thing, in a subprocess, on the embedded local model ----------------------------------------
+
+llama = pytest.importorskip("llama_cpp", reason="needs the `local` extra (llama-cpp-python)")
+
+
+def tether_cmd(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "tether", "--store", f"sqlite:///{tmp_path / 'real.db'}", *args]
+
+
+@pytest.mark.local_model
+@pytest.mark.slow
+def test_real_run_on_the_local_model(tmp_path: Path) -> None:
+    env = {**os.environ, "TETHER_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        tether_cmd(tmp_path, "run", "--json", "--dir", str(tmp_path), "--max-steps", "2", "Say hello."),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    events = json_lines(proc.stdout)
+    assert events and events[0]["type"] == "run_started"
+    assert events[-1]["type"] in ("done", "error"), proc.stderr
+    assert "local model" in proc.stderr  # the user is told the model is tiny and how to do better
+    listed = subprocess.run(tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env)
+    assert json.loads(listed.stdout)[0]["title"] == "Say hello."
+
+
+@pytest.mark.local_model
+@pytest.mark.slow
+def test_ctrl_c_cancels_the_run_and_keeps_what_was_said(tmp_path: Path) -> None:
+    env = {**os.environ, "TETHER_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        tether_cmd(tmp_path, "run", "--json", "--dir", str(tmp_path), "Write a long story about a lighthouse keeper."),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 300
+    seen_text = False
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if json.loads(line)["type"] == "text_delta":
+            seen_text = True
+            proc.send_signal(signal.SIGINT)
+            break
+    assert seen_text, proc.stderr.read() if proc.stderr else ""
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert json_lines(rest)[-1]["code"] == "cancelled"
+    shown = subprocess.run(
+        tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env
+    )
+    (session,) = json.loads(shown.stdout)
+    assert session["message_count"] == 2  # the prompt and the partial answer
