@@ -5,6 +5,7 @@ the adapters (`openai`, `anthropic`, `local`), which import their SDKs only when
 from __future__ import annotations
 
 from .base import (
+    EventStream,
     FinishReason,
     ModelRequest,
     ModelResponse,
@@ -29,6 +30,7 @@ from .scripted import ScriptedProvider, ScriptedResponse
 __all__ = [
     "PREFERENCE",
     "Catalog",
+    "EventStream",
     "FinishReason",
     "ModelInfo",
     "ModelRequest",

@@ -9,12 +9,12 @@ import asyncio
 import base64
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MissingExtra, ProviderError, TransientError
 from ..messages import FilePart, ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, Usage
-from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, aclose_quietly, with_cost
+from .base import EventStream, ModelRequest, ResponseBuilder, UsageUpdate, aclose_quietly, with_cost
 from .catalog import Catalog
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
@@ -91,7 +91,7 @@ class AnthropicProvider:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> EventStream:
         return retrying(lambda: self._stream_once(request), self.retry, sleep=self._sleep)
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
@@ -128,7 +128,7 @@ class AnthropicProvider:
             body["extra_body"] = {"temperature": request.temperature}
         return body
 
-    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def _stream_once(self, request: ModelRequest) -> EventStream:
         import anthropic
 
         client = self._sdk()

@@ -10,7 +10,7 @@ the provider's prompt cache; `output_tokens` counts the whole completion, `reaso
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
@@ -96,6 +96,8 @@ class StreamDone(_Event, tag="done"):
 
 
 StreamEvent = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallDelta | ToolCallReady | UsageUpdate | StreamDone
+EventStream = AsyncGenerator[StreamEvent, None]
+"""What `Provider.stream` returns: an async generator, so that callers can ``aclose()`` it."""
 
 
 @runtime_checkable
@@ -103,12 +105,21 @@ class Provider(Protocol):
     """A model behind an API (or in process). `stream` is an async generator: iterate it to the end, or
     close it (``aclose()``, cancellation) to abandon the call, which closes the underlying HTTP stream.
 
-    A stream either ends with exactly one `StreamDone` or raises a `tether.errors.ProviderError`.
+    A stream either ends with exactly one `StreamDone` or raises a `tether.errors.ProviderError`
+    (`ConfigError` / `MissingExtra` when the provider cannot be set up). Retryable failures before the first
+    event are retried inside the stream; after it, they propagate. A caller's step looks like::
+
+        async with contextlib.aclosing(provider.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, StreamDone):
+                    history.append(event.message)
+                else:
+                    forward(event)  # deltas, for display
     """
 
     name: str
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: ModelRequest) -> EventStream: ...
 
 
 class ModelResponse(msgspec.Struct, kw_only=True):

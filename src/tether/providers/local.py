@@ -16,14 +16,14 @@ import json
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ContextOverflow, MissingExtra, ProviderError
 from ..ids import new_id
 from ..messages import FilePart, ImagePart, TextPart, ToolCallPart, ToolResultPart, ToolSpec, Usage
-from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, with_cost
+from .base import EventStream, ModelRequest, ResponseBuilder, UsageUpdate, with_cost
 from .catalog import Catalog
 
 MODEL_ENV = "TETHER_LOCAL_MODEL"
@@ -245,7 +245,7 @@ class LocalProvider:
     async def aclose(self) -> None:
         """Nothing to release: the model stays loaded for the process (it is shared)."""
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> EventStream:
         path = self.model_path
         loaded = await asyncio.to_thread(_load, path, self.context_window, self.threads)
         info = self.catalog.info(self.name, request.model)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, aclose_quietly, with_cost
+from .base import EventStream, ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, aclose_quietly, with_cost
 from .catalog import Catalog
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
@@ -130,7 +130,7 @@ class OpenAIProvider:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> EventStream:
         return retrying(lambda: self._stream_once(request), self.retry, sleep=self._sleep)
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
@@ -164,7 +164,7 @@ class OpenAIProvider:
             body["stop"] = list(request.stop)
         return body
 
-    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def _stream_once(self, request: ModelRequest) -> EventStream:
         import openai
 
         client = self._sdk()

@@ -26,7 +26,7 @@ from ..errors import (
     RateLimited,
     TransientError,
 )
-from .base import ModelRequest, Provider, StreamEvent, aclose_quietly
+from .base import EventStream, ModelRequest, Provider, StreamEvent, aclose_quietly
 
 log = logging.getLogger("tether.providers")
 
@@ -144,7 +144,7 @@ async def retrying(
     policy: RetryPolicy,
     *,
     sleep: Sleep = asyncio.sleep,
-) -> AsyncIterator[StreamEvent]:
+) -> EventStream:
     """Events of `open_stream()`, re-opened after a retryable `ProviderError` raised before the first event.
 
     Closing this generator closes the stream it is reading (and so the HTTP response under it).
@@ -181,5 +181,5 @@ class RetryingProvider:
     def __repr__(self) -> str:
         return f"RetryingProvider({self.provider!r}, {self.policy!r})"
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> EventStream:
         return retrying(lambda: self.provider.stream(request), self.policy, sleep=self._sleep)

@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import ProviderError
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, Usage
-from .base import ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate
+from .base import EventStream, ModelRequest, ResponseBuilder, UsageUpdate
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class ScriptedProvider:
             raise item
         return ScriptedResponse(message=item)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> EventStream:
         # Record a copy: callers go on appending to their message list after the call.
         self.requests.append(msgspec.structs.replace(request, messages=list(request.messages)))
         response = self._next(request)
