@@ -13,6 +13,7 @@ from tether.tools import (
     FunctionTool,
     Tool,
     ToolContext,
+    ToolLimits,
     ToolOutput,
     default_registry,
     function_tool,
@@ -273,3 +274,12 @@ def test_context_refuses_paths_that_escape(tmp_path: Path) -> None:
     loose = ToolContext(workspace=ws, session_id="s", store=MemoryStore(), confine_to_workspace=False)
     assert loose.resolve("../secret") == (tmp_path / "secret").resolve()
     assert loose.display((tmp_path / "secret").resolve()) == os.fspath((tmp_path / "secret").resolve())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"output_chars": 100}, {"output_lines": 3}, {"bash_timeout": 0}, {"bash_timeout": 900}, {"read_lines": 0}],
+)
+def test_limits_that_cannot_work_are_refused_up_front(bad: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput):
+        ToolLimits(**bad)

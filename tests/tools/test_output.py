@@ -131,7 +131,7 @@ async def test_spool_spills_to_disk_and_matches_fit_output(sqlite_store: SqliteS
     for i in range(0, len(data), 4096):
         spool.write(data[i : i + 4096])
     assert not spool.fits
-    with pytest.raises(InvalidInput, match="spilled"):
+    with pytest.raises(InvalidInput, match="over the limit; use finish"):
         spool.text()
     from_spool = await spool.finish(sqlite_store, "s")
     from_text = await fit_output(text, store=sqlite_store, session_id="s")
@@ -152,3 +152,22 @@ async def test_limits_that_leave_no_room_are_refused() -> None:
         await fit_output("x", store=MemoryStore(), session_id="s", limit=100)
     with pytest.raises(InvalidInput, match="line limit"):
         OutputSpool(max_lines=2)
+
+
+async def test_spilled_output_that_fits_is_returned_whole() -> None:
+    spool = OutputSpool(spill_bytes=1024)
+    text = "✓" * 5_000  # 15,000 bytes on disk, 5,000 characters: within the limit
+    spool.write(text.encode())
+    assert spool.fits and spool.text() == text
+    assert (await spool.finish(MemoryStore(), "s")).content == text
+
+
+async def test_spool_with_a_failing_store_still_gives_head_and_tail() -> None:
+    store = MemoryStore()
+    await store.close()
+    spool = OutputSpool(spill_bytes=1024)
+    spool.write(b"first\n" + b"middle\n" * 10_000 + b"last\n")
+    out = await spool.finish(store, "s")
+    assert out.truncated and "artifact" not in out.metadata
+    assert out.content.startswith("first\n") and out.content.endswith("last\n")
+    assert "the full output could not be saved (StoreClosed" in out.content

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, Union, get_args, get_origin, overload
 from ..errors import InvalidInput, OutsideWorkspace, ToolError
 from ..messages import ToolSpec
 from ..store.base import Store
+from .output import MIN_LIMIT, MIN_LINES
 
 AskFn = Callable[[str], Awaitable[str]]
 
@@ -42,6 +43,18 @@ class ToolLimits:
     grep_results: int = 100
     """Files (files mode) or matching lines (lines mode)."""
     list_entries: int = 500
+
+    def __post_init__(self) -> None:
+        # refused here, when a run is configured, rather than as a failure inside every tool call
+        if self.output_chars < MIN_LIMIT:
+            raise InvalidInput(f"output_chars must be at least {MIN_LIMIT}, not {self.output_chars}")
+        if self.output_lines < MIN_LINES:
+            raise InvalidInput(f"output_lines must be at least {MIN_LINES}, not {self.output_lines}")
+        if not 0 < self.bash_timeout <= self.bash_max_timeout:
+            raise InvalidInput("bash_timeout must be more than 0 and at most bash_max_timeout")
+        for name in ("read_lines", "line_chars", "glob_results", "grep_results", "list_entries"):
+            if getattr(self, name) < 1:
+                raise InvalidInput(f"{name} must be at least 1")
 
 
 @dataclass
@@ -135,7 +148,7 @@ class Tool(Protocol):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 
 
 class ToolRegistry:

@@ -31,6 +31,7 @@ SPILL_BYTES = 1024 * 1024
 MARKER_RESERVE = 600
 """Characters kept free for the marker line, so head + marker + tail stays within the limit."""
 MIN_LIMIT = 2 * MARKER_RESERVE
+MIN_LINES = 10
 CHUNKED_MEDIA_TYPE = "application/vnd.tether.chunked-artifact+json"
 _MANIFEST_PREFIX = b'{"tether":"chunked-artifact"'
 # every byte value that is NOT a UTF-8 continuation byte: deleting them leaves the continuation bytes, and
@@ -155,10 +156,13 @@ class OutputSpool:
         return self.chars <= self.limit and self.lines <= self.max_lines
 
     def text(self) -> str:
-        """The whole output as text; only for outputs that fit (or are known to be small)."""
-        if self._file is not None:
-            raise InvalidInput("the output was spilled to disk; use finish()")
-        return self._mem.decode("utf-8", "replace")
+        """The whole output as text; only for outputs that fit (else use `finish`)."""
+        if not self.fits:
+            raise InvalidInput(f"the output has {self.chars:,} characters, over the limit; use finish()")
+        if self._file is None:
+            return self._mem.decode("utf-8", "replace")
+        self._file.seek(0)
+        return self._file.read().decode("utf-8", "replace")
 
     async def finish(self, store: Store, session_id: str) -> FittedOutput:
         """The output as the model should see it: whole if it fits, else head + marker + tail with the full
@@ -166,7 +170,12 @@ class OutputSpool:
         try:
             if self.fits:
                 return FittedOutput(self.text())
-            aid = await self._save(store)
+            aid: str | None = None
+            failure: str | None = None
+            try:
+                aid = await self._save(store)
+            except Exception as e:  # a cut result without the rest beats no result: the command did run
+                failure = f"{type(e).__name__}: {e}"
             return _cut_view(
                 bytes(self._head),
                 bytes(self._tail),
@@ -177,7 +186,8 @@ class OutputSpool:
                 limit=self.limit,
                 max_lines=self.max_lines,
                 artifact=aid,
-                session_id=session_id,
+                session_id=session_id if aid else None,
+                unsaved_reason=failure,
             )
         finally:
             self.close()
@@ -291,8 +301,8 @@ def truncate_without_artifact(
 def _check_limits(limit: int, max_lines: int) -> None:
     if limit < MIN_LIMIT:
         raise InvalidInput(f"output limit must be at least {MIN_LIMIT} characters, not {limit}")
-    if max_lines < 10:
-        raise InvalidInput(f"output line limit must be at least 10, not {max_lines}")
+    if max_lines < MIN_LINES:
+        raise InvalidInput(f"output line limit must be at least {MIN_LINES}, not {max_lines}")
 
 
 def _cut_view(
@@ -390,16 +400,20 @@ def _last_lines(text: str, n: int) -> str:
 # --- reading artifacts back --------------------------------------------------------------------------------
 
 
-@dataclass
 class ArtifactView:
     """A stored output, plain or chunked, read in blocks so a large one never has to be in memory whole."""
 
-    id: str
-    size: int
-    lines: int
-    _store: Store
-    _data: bytes | None = None
-    _manifest: ChunkedArtifact | None = None
+    def __init__(
+        self, store: Store, artifact_id: str, *, data: bytes | None = None, manifest: ChunkedArtifact | None = None
+    ) -> None:
+        self.id = artifact_id
+        self._store = store
+        self._data = data
+        self._manifest = manifest
+        if manifest is not None:
+            self.size, self.lines = manifest.bytes, manifest.lines
+        else:
+            self.size, self.lines = len(data or b""), count_lines(data or b"")
 
     async def blocks(self, from_line: int = 1) -> AsyncIterator[tuple[int, bytes]]:
         """(the number of the line in progress at the block's start, the block), from the block where line
@@ -426,8 +440,8 @@ async def open_artifact(store: Store, artifact_id: str) -> ArtifactView:
         except msgspec.DecodeError:
             manifest = None  # an output that merely starts like a manifest
         if manifest is not None:
-            return ArtifactView(artifact_id, manifest.bytes, manifest.lines, store, _manifest=manifest)
-    return ArtifactView(artifact_id, len(data), count_lines(data), store, _data=data)
+            return ArtifactView(store, artifact_id, manifest=manifest)
+    return ArtifactView(store, artifact_id, data=data)
 
 
 async def read_artifact_bytes(store: Store, artifact_id: str) -> bytes:

@@ -168,6 +168,17 @@ async def test_write_follows_a_link_inside_the_workspace(call: Call, workspace: 
     assert (workspace / "alias.txt").is_symlink()
 
 
+async def test_write_and_edit_refuse_text_that_is_not_valid_unicode(call: Call, workspace: Path) -> None:
+    result = await call("write", path="s.txt", content="a\ud800b")
+    assert (
+        result.is_error and result.content == "write: content holds '\\ud800' at character 1, which is not valid text"
+    )
+    assert not (workspace / "s.txt").exists()
+    (workspace / "t.txt").write_text("abc")
+    result = await call("edit", path="t.txt", old_string="b", new_string="\udfff")
+    assert result.is_error and (workspace / "t.txt").read_text() == "abc"
+
+
 async def test_write_errors(call: Call, workspace: Path) -> None:
     (workspace / "d").mkdir()
     assert (await call("write", path="d", content="x")).content == "write: d is a directory"

@@ -191,6 +191,12 @@ async def test_grep_caps_results(grep_call: Call, workspace: Path, ctx: ToolCont
     assert exact.metadata == {"count": 5, "truncated": False, "duration": exact.metadata["duration"]}
 
 
+async def test_grep_takes_python_regex_syntax_with_either_engine(grep_call: Call, project: Path) -> None:
+    # ripgrep has no look-around; the Python engine answers such patterns
+    result = await grep_call("grep", pattern="(?<=# )TODO", output_mode="lines", path="src")
+    assert result.content == "src/app.py:\n  4:     # TODO: handle errors"
+
+
 async def test_grep_stays_in_the_workspace(grep_call: Call, workspace: Path) -> None:
     (workspace.parent / "secret.txt").write_text("password\n")
     (workspace / "leak.txt").symlink_to(workspace.parent / "secret.txt")

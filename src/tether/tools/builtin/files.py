@@ -140,6 +140,16 @@ class ReadTool:
         return ToolOutput(text, metadata=metadata)
 
 
+def _encode(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        # a lone surrogate from a JSON "\\ud800" escape: writing it would make the file invalid UTF-8
+        raise ToolError(
+            f"{what} holds {e.object[e.start : e.end]!r} at character {e.start}, which is not valid text"
+        ) from None
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data` all at once (a crash leaves the old file or the new one, never half of
     one), keeping an existing file's permission bits."""
@@ -190,7 +200,7 @@ class WriteTool:
         shown = ctx.display(path)
         if path.is_dir():
             raise ToolError(f"{shown} is a directory")
-        data = args["content"].encode("utf-8", "surrogatepass")
+        data = _encode(args["content"], "content")
         existed = path.exists()
         old_size = path.stat().st_size if existed else 0
         try:
@@ -269,7 +279,7 @@ class EditTool:
                 "text to make it unique, or pass replace_all=true to replace every occurrence"
             )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        await asyncio.to_thread(_atomic_write, path, updated.encode("utf-8"))
+        await asyncio.to_thread(_atomic_write, path, _encode(updated, "new_string"))
 
         n = count if replace_all else 1
         noun = "occurrence" if n == 1 else "occurrences"

@@ -129,10 +129,10 @@ class GrepTool:
         rg = shutil.which("rg") if self.use_ripgrep is not False else None
         if self.use_ripgrep and rg is None:
             raise ToolError("ripgrep (rg) is not on PATH")
-        if rg is not None:
-            hits, more = await _ripgrep(rg, pattern, root, name_glob, mode, icase, ctx)
-        else:
-            hits, more = await asyncio.to_thread(_pygrep, rx, root, name_glob, mode, ctx)
+        result = await _ripgrep(rg, pattern, root, name_glob, mode, icase, ctx) if rg is not None else None
+        if result is None:  # no rg, or a regex only Python's engine knows (look-around, backreferences)
+            result = await asyncio.to_thread(_pygrep, rx, root, name_glob, mode, ctx)
+        hits, more = result
         return _grep_output(hits, more, mode, pattern, root, ctx)
 
     async def _search_artifact(self, artifact_id: str, rx: re.Pattern[str], ctx: ToolContext) -> ToolOutput:
@@ -219,7 +219,8 @@ def _pygrep(rx: re.Pattern[str], root: Path, name_glob: str | None, mode: str, c
 
 async def _ripgrep(
     rg: str, pattern: str, root: Path, name_glob: str | None, mode: str, icase: bool, ctx: ToolContext
-) -> tuple[Hits, bool]:
+) -> tuple[Hits, bool] | None:
+    """ripgrep's hits and whether there were more, or None when it could not parse a regex that Python's `re` accepted."""
     limit = ctx.limits.grep_results
     # --null ends each path with NUL, so any file name parses; --sort=path makes the order stable
     cmd = [rg, "--no-config", "--color=never", "--hidden", "--no-messages", "--null", "--sort=path"]
@@ -284,6 +285,8 @@ async def _ripgrep(
         await proc.wait()
     if proc.returncode == 2 and not hits:
         message = stderr.decode("utf-8", "replace").strip() or "ripgrep failed"
+        if "regex parse error" in message:
+            return None
         raise ToolError(message if len(message) <= 1000 else message[-1000:])
     return hits, more
 

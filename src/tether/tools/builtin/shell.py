@@ -88,19 +88,23 @@ class BashTool:
         finally:
             os.close(write_fd)
         reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
-        )
+        pipe = os.fdopen(read_fd, "rb", buffering=0)
+        transport: asyncio.BaseTransport | None = None
         try:
+            transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), pipe
+            )
             outcome = await _supervise(proc, reader, spool, timeout, ctx.abort)
         except BaseException:
-            # cancelled (or a bug here): leave no process behind
+            # cancelled (or a bug here), at any point after the start: leave no process behind
             _kill_group(proc, signal.SIGKILL)
             spool.close()
             raise
         finally:
-            transport.close()
+            if transport is not None:
+                transport.close()
+            else:
+                pipe.close()
         fitted = await spool.finish(ctx.store, ctx.session_id)
         body = fitted.content if fitted.content else "(no output)"
         footer, is_error = _footer(outcome, proc.returncode, timeout)
