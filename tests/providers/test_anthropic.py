@@ -321,3 +321,14 @@ def test_a_missing_key_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
         AnthropicProvider()
     assert "sk-ant-x" not in repr(AnthropicProvider(api_key="sk-ant-x"))
+
+
+def test_forcing_a_tool_turns_extended_thinking_off() -> None:
+    provider = AnthropicProvider(api_key="sk-ant-x")
+    body = provider.request_body(first_request(thinking_budget=2048, tool_choice="read_file"))
+    assert body["tool_choice"] == {"type": "tool", "name": "read_file"}
+    assert "thinking" not in body
+    body = provider.request_body(first_request(thinking_budget=100, tool_choice="required", temperature=0.2))
+    assert body["tool_choice"] == {"type": "any"} and "thinking" not in body
+    assert body["extra_body"] == {"temperature": 0.2}
+    assert provider.request_body(first_request(thinking_budget=100))["thinking"]["budget_tokens"] == 1024

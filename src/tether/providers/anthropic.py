@@ -112,7 +112,10 @@ class AnthropicProvider:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
             ]
             body["tool_choice"] = _tool_choice(request.tool_choice)
-        thinking = request.thinking_budget is not None and info.supports_thinking
+        # The API refuses a forced tool choice together with extended thinking; forcing wins.
+        thinking = (
+            request.thinking_budget is not None and info.supports_thinking and request.tool_choice in ("auto", "none")
+        )
         if thinking:
             assert request.thinking_budget is not None
             budget = max(1024, request.thinking_budget)  # the API's minimum
@@ -129,9 +132,9 @@ class AnthropicProvider:
         return body
 
     async def _stream_once(self, request: ModelRequest) -> EventStream:
+        client = self._sdk()  # first: it raises MissingExtra when the SDK is not installed
         import anthropic
 
-        client = self._sdk()
         body = self.request_body(request)
         try:
             sdk_stream = await client.messages.create(**body)

@@ -165,9 +165,9 @@ class OpenAIProvider:
         return body
 
     async def _stream_once(self, request: ModelRequest) -> EventStream:
+        client = self._sdk()  # first: it raises MissingExtra when the SDK is not installed
         import openai
 
-        client = self._sdk()
         body = self.request_body(request)
         try:
             sdk_stream = await client.chat.completions.create(**body)
