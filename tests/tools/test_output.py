@@ -14,7 +14,6 @@ from tether.tools.output import (
     fit_output,
     open_artifact,
     read_artifact_bytes,
-    truncate_without_artifact,
 )
 
 MARKER = re.compile(
@@ -140,10 +139,13 @@ async def test_spool_spills_to_disk_and_matches_fit_output(sqlite_store: SqliteS
     assert await read_artifact_bytes(sqlite_store, from_spool.metadata["artifact"]) == data
 
 
-def test_truncation_without_a_store_says_so() -> None:
-    out = truncate_without_artifact(numbered(10_000), reason="StoreClosed: closed")
+async def test_a_failing_store_still_gives_a_cut_result() -> None:
+    store = MemoryStore()
+    await store.close()
+    out = await fit_output(numbered(10_000), store=store, session_id="s")
     assert out.truncated and "artifact" not in out.metadata
-    assert "the full output could not be saved (StoreClosed: closed)" in out.content
+    assert out.metadata["artifact_error"].startswith("StoreClosed")
+    assert "the full output could not be saved (StoreClosed" in out.content
     assert len(out.content) <= 30_000
 
 

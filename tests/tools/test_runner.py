@@ -50,9 +50,21 @@ async def metadata_soup() -> ToolOutput:
     return ToolOutput("ok", metadata={"path": Path("/x"), "pair": (1, 2), 3: {"set": {1}}})
 
 
+@function_tool(parameters={"type": "object", "properties": ["not", "a", "dict"]})
+async def broken_schema() -> str:
+    """Declares a schema the validator cannot read."""
+    return "never"
+
+
+@function_tool
+async def bytes_content() -> ToolOutput:
+    """Returns bytes where text belongs."""
+    return ToolOutput(b"raw")  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def reg() -> ToolRegistry:
-    return ToolRegistry([echo, explode, refuse, hang, bad_return, metadata_soup])
+    return ToolRegistry([echo, explode, refuse, hang, bad_return, metadata_soup, broken_schema, bytes_content])
 
 
 @pytest.fixture
@@ -77,7 +89,8 @@ async def test_unknown_tool_lists_the_available_ones(reg: ToolRegistry, ctx: Too
     result = await run_tool_call(reg, call("ech0", {"text": "hi"}), ctx)
     assert result.is_error
     assert result.content == (
-        "unknown tool 'ech0'; the available tools are: echo, explode, refuse, hang, bad_return, metadata_soup"
+        "unknown tool 'ech0'; the available tools are: "
+        "echo, explode, refuse, hang, bad_return, metadata_soup, broken_schema, bytes_content"
     )
     assert result.metadata["error"] == "unknown_tool"
 
@@ -117,6 +130,12 @@ async def test_tool_errors_and_wrong_returns(reg: ToolRegistry, ctx: ToolContext
     assert result.metadata["error"] == "tool_error"
     result = await run_tool_call(reg, call("bad_return", {}), ctx)
     assert result.is_error and "returned int, expected str or ToolOutput" in result.content
+    result = await run_tool_call(reg, call("bytes_content", {}), ctx)
+    assert result.is_error and result.content == (
+        "bytes_content: the tool returned bytes, not a ToolOutput with text content"
+    )
+    result = await run_tool_call(reg, call("broken_schema", {}), ctx)
+    assert result.is_error and result.content.startswith("broken_schema: its parameter schema is broken (")
 
 
 async def test_metadata_is_made_json_ready(reg: ToolRegistry, ctx: ToolContext) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -66,7 +66,8 @@ _manifest_decoder = msgspec.json.Decoder(ChunkedArtifact)
 @dataclass
 class FittedOutput:
     """A tool result's content as the model will see it. `metadata` is empty when nothing was cut; else
-    {truncated: true, artifact, original_chars, original_lines, original_bytes, shown_lines...}."""
+    it holds truncated (True), artifact (the id, absent if the store failed, with artifact_error saying
+    why), session_id, original_chars, original_lines, original_bytes and cut_lines ([first, last])."""
 
     content: str
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -199,21 +200,9 @@ class OutputSpool:
         self._file.seek(0)
         if self.size <= CHUNK_BYTES:
             return await store.put_artifact(self._file.read(), "text/plain")
-        chunks: list[ChunkRef] = []
-        line = 1
-        while True:
-            block = self._file.read(CHUNK_BYTES)
-            if not block:
-                break
-            nl = block.count(b"\n")
-            chunks.append(
-                ChunkRef(
-                    id=await store.put_artifact(block, "text/plain"), bytes=len(block), first_line=line, newlines=nl
-                )
-            )
-            line += nl
-        manifest = ChunkedArtifact(bytes=self.size, lines=self.lines, sha256=self._sha.hexdigest(), chunks=chunks)
-        return await store.put_artifact(_manifest_encoder.encode(manifest), CHUNKED_MEDIA_TYPE)
+        file = self._file
+        blocks = iter(lambda: file.read(CHUNK_BYTES), b"")
+        return await _put_chunked(store, blocks, size=self.size, lines=self.lines, sha256=self._sha.hexdigest())
 
     def close(self) -> None:
         if self._file is not None:
@@ -227,18 +216,22 @@ async def put_output_artifact(store: Store, data: bytes) -> str:
     if len(data) <= CHUNK_BYTES:
         return await store.put_artifact(data, "text/plain")
     view = memoryview(data)
+    blocks = (bytes(view[i : i + CHUNK_BYTES]) for i in range(0, len(data), CHUNK_BYTES))
+    return await _put_chunked(
+        store, blocks, size=len(data), lines=count_lines(data), sha256=hashlib.sha256(data).hexdigest()
+    )
+
+
+async def _put_chunked(store: Store, blocks: Iterator[bytes], *, size: int, lines: int, sha256: str) -> str:
+    """Store `blocks` one artifact each (one in memory at a time), then their manifest; returns its id."""
     chunks: list[ChunkRef] = []
     line = 1
-    for start in range(0, len(data), CHUNK_BYTES):
-        block = bytes(view[start : start + CHUNK_BYTES])
-        nl = block.count(b"\n")
-        chunks.append(
-            ChunkRef(id=await store.put_artifact(block, "text/plain"), bytes=len(block), first_line=line, newlines=nl)
-        )
-        line += nl
-    manifest = ChunkedArtifact(
-        bytes=len(data), lines=count_lines(data), sha256=hashlib.sha256(data).hexdigest(), chunks=chunks
-    )
+    for block in blocks:
+        newlines = block.count(b"\n")
+        aid = await store.put_artifact(block, "text/plain")
+        chunks.append(ChunkRef(id=aid, bytes=len(block), first_line=line, newlines=newlines))
+        line += newlines
+    manifest = ChunkedArtifact(bytes=size, lines=lines, sha256=sha256, chunks=chunks)
     return await store.put_artifact(_manifest_encoder.encode(manifest), CHUNKED_MEDIA_TYPE)
 
 
@@ -253,12 +246,20 @@ async def fit_output(
     """`text` unchanged if it has at most `limit` characters and `max_lines` lines. Otherwise the full text
     is saved as an artifact and the content becomes head + a marker naming the artifact and the cut line
     range + tail, within both limits. `session_id` is carried in the metadata so that a later garbage
-    collection of artifacts can tell which session refers to which."""
+    collection of artifacts can tell which session refers to which.
+
+    If the store fails, the result is still cut, and the marker says the rest could not be saved: a tool
+    that ran must not lose its result to a storage hiccup."""
     _check_limits(limit, max_lines)
     if len(text) <= limit and count_lines(text) <= max_lines:
         return FittedOutput(text)
     data = text.encode("utf-8", "surrogatepass")
-    aid = await put_output_artifact(store, data)
+    aid: str | None = None
+    failure: str | None = None
+    try:
+        aid = await put_output_artifact(store, data)
+    except Exception as e:
+        failure = f"{type(e).__name__}: {e}"
     keep = 4 * limit
     return _cut_view(
         data[:keep],
@@ -270,31 +271,8 @@ async def fit_output(
         limit=limit,
         max_lines=max_lines,
         artifact=aid,
-        session_id=session_id,
-    )
-
-
-def truncate_without_artifact(
-    text: str, *, limit: int = DEFAULT_LIMIT, max_lines: int = DEFAULT_MAX_LINES, reason: str
-) -> FittedOutput:
-    """The cut view when the full output cannot be saved (the store failed): better a cut result than none."""
-    _check_limits(limit, max_lines)
-    if len(text) <= limit and count_lines(text) <= max_lines:
-        return FittedOutput(text)
-    data = text.encode("utf-8", "surrogatepass")
-    keep = 4 * limit
-    return _cut_view(
-        data[:keep],
-        data[-keep:],
-        tail_is_whole=len(data) <= keep,
-        total_bytes=len(data),
-        total_chars=len(text),
-        total_lines=count_lines(text),
-        limit=limit,
-        max_lines=max_lines,
-        artifact=None,
-        session_id=None,
-        unsaved_reason=reason,
+        session_id=session_id if aid else None,
+        unsaved_reason=failure,
     )
 
 

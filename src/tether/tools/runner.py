@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import OutsideWorkspace, ToolError
 from ..messages import ToolCallPart, ToolResultPart
 from .base import ToolContext, ToolOutput, ToolRegistry, validate_arguments
-from .output import fit_output, truncate_without_artifact
+from .output import fit_output
 
 log = logging.getLogger("tether.tools")
 
@@ -22,30 +22,21 @@ _RAW_PREVIEW = 200
 
 async def run_tool_call(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> ToolResultPart:
     """Run `call` with the tool `registry` names and return its result, never raising except
-    `asyncio.CancelledError`. The result's metadata always holds `duration` (seconds); a cut result also
-    holds `truncated`, `artifact`, `original_chars` and `original_lines` (see `fit_output`)."""
+    `asyncio.CancelledError`. The result's metadata holds what the tool put there, plus `duration` (seconds);
+    a cut result also holds `truncated`, `artifact`, `original_chars`, `original_lines` (see `fit_output`);
+    a failed call holds `error`: unknown_tool, malformed_arguments, invalid_arguments, aborted, tool_error,
+    outside_workspace or exception."""
     started = time.monotonic()
     output = await _run(registry, call, ctx)
     content = output.content
     metadata = dict(output.metadata)
-    try:
-        fitted = await fit_output(
-            content,
-            store=ctx.store,
-            session_id=ctx.session_id,
-            limit=ctx.limits.output_chars,
-            max_lines=ctx.limits.output_lines,
-        )
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # the store failed: a cut result beats losing the result
-        log.warning("could not save the full output of %s: %s", call.name, e)
-        fitted = truncate_without_artifact(
-            content,
-            limit=ctx.limits.output_chars,
-            max_lines=ctx.limits.output_lines,
-            reason=f"{type(e).__name__}: {e}",
-        )
+    fitted = await fit_output(
+        content,
+        store=ctx.store,
+        session_id=ctx.session_id,
+        limit=ctx.limits.output_chars,
+        max_lines=ctx.limits.output_lines,
+    )
     metadata.update(fitted.metadata)
     metadata["duration"] = round(time.monotonic() - started, 6)
     return ToolResultPart(
@@ -68,6 +59,9 @@ async def _run(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> 
         args = validate_arguments(tool.parameters, call.arguments)
     except ToolError as e:
         return _error(f"{call.name}: {e}", "invalid_arguments")
+    except Exception as e:  # a schema the validator cannot read: the tool's fault, not the model's
+        log.warning("tool %s: cannot validate against its schema", call.name, exc_info=True)
+        return _error(f"{call.name}: its parameter schema is broken ({type(e).__name__}: {e})", "exception")
     if ctx.abort.is_set():
         return _error(f"{call.name}: not run, the run was aborted", "aborted")
     try:
@@ -82,8 +76,9 @@ async def _run(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> 
         # a bug or an unexpected failure inside the tool: the model gets a one-line account, the log the trace
         log.warning("tool %s raised", call.name, exc_info=True)
         return _error(f"{call.name} failed: {type(e).__name__}: {e}", "exception")
-    if not isinstance(output, ToolOutput):
-        return _error(f"{call.name}: the tool returned {type(output).__name__}, not a ToolOutput", "exception")
+    if not isinstance(output, ToolOutput) or not isinstance(output.content, str):
+        got = type(output.content if isinstance(output, ToolOutput) else output).__name__
+        return _error(f"{call.name}: the tool returned {got}, not a ToolOutput with text content", "exception")
     return output
 
 
