@@ -312,3 +312,16 @@ async def test_llama_server_forced_tool_call(llama_server: str) -> None:
     # The server held the output to the tool's schema: a JSON object with a string path.
     assert call.arguments_ok, call.raw_arguments
     assert isinstance(call.arguments["path"], str)
+
+
+async def test_calls_without_an_index_are_told_apart_by_id(server: Any) -> None:
+    def whole(id_: str, path: str) -> dict[str, Any]:
+        return {
+            "id": id_,
+            "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+        }
+
+    server.answer_sse(sse([delta(tool_calls=[whole("c1", "a"), whole("c2", "b")]), delta("tool_calls")]))
+    response = await complete(provider_for(server, "ollama"), ModelRequest(model="qwen3", messages=[Message.user("x")]))
+    assert [(c.id, c.arguments) for c in response.message.tool_calls] == [("c1", {"path": "a"}), ("c2", {"path": "b"})]

@@ -79,7 +79,9 @@ _VISION = {"supports_images": True}
 _CLAUDE = {"supports_thinking": True, "supports_images": True}
 
 # Prices as published by each provider as of late 2025 (US dollars per million tokens: input, output,
-# cache read, cache write). They change: override them in config.toml rather than trusting these.
+# cache read, cache write). They change, models are retired (the SDKs' own model lists carry shutdown dates
+# for several of these) and newer ones appear: override or add entries in config.toml rather than trusting
+# this table. A model missing here still works; its cost is just not computed.
 BUILTIN_MODELS: tuple[ModelInfo, ...] = (
     # OpenAI: cached input is billed at the cache read price; there is no cache write surcharge.
     _m("openai", "gpt-5", 400_000, 128_000, ("1.25", "10", "0.125", None), **_REASONING),

@@ -75,7 +75,7 @@ class OpenAIProvider:
         api_key_env: str | None = None,
         key_required: bool | None = None,
         max_tokens_param: str | None = None,
-        timeout: float = 120.0,
+        timeout: float = 300.0,
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         catalog: Catalog | None = None,
@@ -176,12 +176,13 @@ class OpenAIProvider:
         builder = ResponseBuilder(provider=self.name, model=request.model)
         usage: Usage | None = None
         finish: str | None = None
+        calls: list[Any] = []  # keys of the tool calls started, in order
         try:
             async for chunk in sdk_stream:
                 if chunk.usage is not None:
                     usage = self._usage(chunk, request.model)
                 for choice in chunk.choices[:1]:
-                    for event in self._deltas(builder, choice.delta):
+                    for event in self._deltas(builder, choice.delta, calls):
                         yield event
                     if choice.finish_reason:
                         finish = choice.finish_reason
@@ -202,7 +203,7 @@ class OpenAIProvider:
             finish = "tool_calls"
         yield builder.done(usage=usage or Usage(), finish_reason=finish)
 
-    def _deltas(self, builder: ResponseBuilder, delta: Any) -> list[StreamEvent]:
+    def _deltas(self, builder: ResponseBuilder, delta: Any, calls: list[Any]) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         extra = delta.model_extra or {}
         # DeepSeek, Moonshot, vLLM and llama.cpp send `reasoning_content`; OpenRouter sends `reasoning`.
@@ -214,12 +215,17 @@ class OpenAIProvider:
         for call in delta.tool_calls or []:
             function = call.function
             name = function.name if function is not None else None
-            if not builder.has_call(call.index):
-                events.append(builder.start_call(call.index, call.id or new_id("call"), name or ""))
+            key: Any = call.index
+            if key is None:
+                # Servers that leave out `index` send each call whole, or continue the last one without an id.
+                key = call.id or (calls[-1] if calls else 0)
+            if not builder.has_call(key):
+                calls.append(key)
+                events.append(builder.start_call(key, call.id or new_id("call"), name or ""))
             else:
-                builder.rename_call(call.index, id=call.id, name=name)
+                builder.rename_call(key, id=call.id, name=name)
             if function is not None and function.arguments:
-                piece = builder.call_arguments(call.index, function.arguments)
+                piece = builder.call_arguments(key, function.arguments)
                 if piece is not None:
                     events.append(piece)
         return events
