@@ -100,6 +100,10 @@ async def test_malformed_json_quotes_the_parse_problem(reg: ToolRegistry, ctx: T
     assert result.is_error and result.metadata["error"] == "malformed_arguments"
     assert result.content.startswith("echo: the arguments are not valid JSON (Expecting property name")
     assert '\'{"text": "hi",\'' in result.content
+    nan = await run_tool_call(reg, ToolCallPart(id="c1", name="echo", raw_arguments='{"text": NaN}'), ctx)
+    assert "(NaN is not valid JSON)" in nan.content
+    lone = ToolCallPart(id="c1", name="echo", raw_arguments='{"text": "\\ud83d"}')
+    assert "lone surrogate" in (await run_tool_call(reg, lone, ctx)).content
     long_raw = '{"text": "' + "x" * 5_000
     result = await run_tool_call(reg, call("echo", raw=long_raw), ctx)
     assert "(5,010 characters)" in result.content and len(result.content) < 600

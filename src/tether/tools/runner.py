@@ -86,14 +86,24 @@ def _error(message: str, kind: str) -> ToolOutput:
     return ToolOutput(message, is_error=True, metadata={"error": kind})
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def _json_problem(raw: str) -> str:
+    """What is wrong with arguments that did not parse, in the parser's words where it has them."""
     preview = raw if len(raw) <= _RAW_PREVIEW else raw[:_RAW_PREVIEW] + f"... ({len(raw):,} characters)"
     try:
-        json.loads(raw)
+        value = json.loads(raw, parse_constant=_refuse_constant)
     except ValueError as e:
         problem = str(e)
     else:
-        problem = "it parsed here, but the provider reported it as malformed"
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "it holds a lone surrogate escape such as \\ud83d, which is not valid text"
+        else:
+            problem = "the provider reported it as malformed"
     return (
         f"the arguments are not valid JSON ({problem}): {preview!r}. "
         "Call the tool again with a JSON object that matches its parameters."
