@@ -31,6 +31,11 @@ class ThinkingPart(_Part, tag="thinking"):
     provider: str | None = None
 
 
+def _refuse_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON: kept, they would be stored as null and silently change the call
+    raise ValueError(f"{name} is not valid JSON")
+
+
 class ToolCallPart(_Part, tag="tool_call"):
     """A call the model made. `arguments` is the parsed JSON; when the model's string did not parse,
     `arguments` is None and `raw_arguments` keeps the string as it came."""
@@ -47,7 +52,7 @@ class ToolCallPart(_Part, tag="tool_call"):
         if not text:
             return cls(id=id, name=name, arguments={})
         try:
-            arguments = json.loads(text)
+            arguments = json.loads(text, parse_constant=_refuse_constant)
             _encoder.encode(arguments)  # "\ud83d" parses to a lone surrogate, which no store can hold
             return cls(id=id, name=name, arguments=arguments)
         except ValueError:  # UnicodeEncodeError included

@@ -27,7 +27,7 @@ MIN_REF = 6
 MAX_REF = 35
 """The longest id there is: an 8-letter kind, "_" and 26 characters."""
 
-_REF_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_REF_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
 
 
 @dataclass

@@ -8,13 +8,13 @@ import base64
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
 from ..errors import CorruptEntry, InvalidInput
-from ..messages import Entry, EntryBody, Message, Revert, TextPart
+from ..messages import Entry, EntryBody, Message, Revert, TextPart, encode_json
 
 T = TypeVar("T")
 SessionState = Literal["active", "paused"]
@@ -204,6 +204,48 @@ def title_candidate(bodies: Sequence[EntryBody]) -> str | None:
                     if title:
                         return title
     return None
+
+
+PICO = Decimal(10) ** 12
+MAX_PICO = 2**63 - 1
+
+
+def decimal_to_pico(cost: Decimal) -> int:
+    """Costs are counted in integer picodollars (1e-12 USD), so counters add up exactly inside SQL and
+    every backend rounds the same way."""
+    pico = int((cost * PICO).to_integral_value(rounding=ROUND_HALF_EVEN))
+    if abs(pico) > MAX_PICO:
+        raise InvalidInput(f"a cost of ${cost} is beyond what a session can count (about $9.2 million)")
+    return pico
+
+
+def pico_to_decimal(value: int) -> Decimal:
+    """Back to dollars, without trailing zeros and without an exponent ($100, not $1E+2)."""
+    if not value:
+        return Decimal(0)
+    dollars = Decimal(value).scaleb(-12)
+    return dollars.quantize(Decimal(1)) if dollars == dollars.to_integral_value() else dollars.normalize()
+
+
+def check_text(value: object, what: str) -> None:
+    """Refuse text that cannot be stored as UTF-8 (lone surrogates), with a typed error."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput(f"{what} holds a character that is not valid Unicode (a lone surrogate)") from None
+
+
+def check_session_fields(fields: dict[str, Any]) -> None:
+    """Refuse session fields that cannot be stored: text that is not valid Unicode, metadata that is not JSON."""
+    for name, value in fields.items():
+        if name == "metadata" and value is not None and value is not UNSET:
+            try:
+                encode_json(value)
+            except (TypeError, ValueError) as e:
+                raise InvalidInput(f"metadata cannot be stored as JSON: {e}") from None
+        else:
+            check_text(value, name)
 
 
 def artifact_id(data: bytes) -> str:

@@ -24,9 +24,12 @@ from .base import (
     artifact_id,
     check_artifact_id,
     check_limit,
+    check_session_fields,
+    decimal_to_pico,
     decode_cursor,
     encode_cursor,
     message_counters,
+    pico_to_decimal,
     title_candidate,
     validate_bodies,
     validate_import,
@@ -90,6 +93,16 @@ class MemoryStore:
     ) -> SessionInfo:
         self._check()
         sid = check_id(id, "session id") if id is not None else new_session_id()
+        check_session_fields(
+            {
+                "title": title,
+                "directory": directory,
+                "agent": agent,
+                "model": model,
+                "system_prompt": system_prompt,
+                "metadata": metadata,
+            }
+        )
         if sid in self._sessions:
             raise InvalidInput(f"session {sid} already exists")
         if parent_id is not None:
@@ -120,6 +133,7 @@ class MemoryStore:
     async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
         info = self._get(session_id)
         changes = {k: v for k, v in fields.items() if v is not UNSET}
+        check_session_fields(changes)
         bad = set(changes) - set(UPDATABLE_FIELDS)
         if bad:
             raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
@@ -185,10 +199,10 @@ class MemoryStore:
         rows = self._entries[session_id]
         rows.extend((now, data) for data in encoded)
         messages, t_in, t_out, cost = message_counters(bodies)
-        title = info.title or title_candidate(bodies)
+        title = info.title if info.title is not None else title_candidate(bodies)
         for body in bodies:
             if isinstance(body, TitleChange):
-                title = body.title
+                title = body.title or None
         self._sessions[session_id] = msgspec.structs.replace(
             info,
             updated_at=now,
@@ -197,7 +211,7 @@ class MemoryStore:
             message_count=info.message_count + messages,
             input_tokens=info.input_tokens + t_in,
             output_tokens=info.output_tokens + t_out,
-            cost=info.cost + cost,
+            cost=pico_to_decimal(decimal_to_pico(info.cost) + decimal_to_pico(cost)),
         )
         return [Entry(first + i, now, decode_body(data)) for i, data in enumerate(encoded)]
 

@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,10 +53,13 @@ from .base import (
     artifact_id,
     check_artifact_id,
     check_limit,
+    check_session_fields,
+    decimal_to_pico,
     decode_cursor,
     encode_cursor,
     log_corrupt,
     message_counters,
+    pico_to_decimal,
     title_candidate,
     validate_bodies,
     validate_import,
@@ -64,7 +67,6 @@ from .base import (
 
 R = TypeVar("R")
 SCHEMA_VERSION = 1
-PICO = Decimal(10) ** 12
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -340,6 +342,16 @@ class SqliteStore:
         created_at: float | None = None,
     ) -> SessionInfo:
         sid = check_id(id, "session id") if id is not None else new_session_id()
+        check_session_fields(
+            {
+                "title": title,
+                "directory": directory,
+                "agent": agent,
+                "model": model,
+                "system_prompt": system_prompt,
+                "metadata": metadata,
+            }
+        )
         if parent_id is not None:
             check_id(parent_id, "parent id")
         if state not in ("active", "paused"):
@@ -374,6 +386,7 @@ class SqliteStore:
     async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
         check_id(session_id, "session id")
         changes = {k: v for k, v in fields.items() if v is not UNSET}
+        check_session_fields(changes)
         bad = set(changes) - set(UPDATABLE_FIELDS)
         if bad:
             raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
@@ -470,12 +483,12 @@ class SqliteStore:
         for body in bodies:
             if type(body) is TitleChange:
                 explicit_title = body.title
-        title = explicit_title or title_candidate(bodies)
+        title = explicit_title if explicit_title is not None else title_candidate(bodies)
         params: tuple[Any, ...]
         if title is None:
             sql, params = _APPEND_SQL, (n, messages, t_in, t_out, cost_pico, session_id)
         elif explicit_title is not None:
-            sql, params = _APPEND_SET_TITLE_SQL, (n, messages, t_in, t_out, cost_pico, title, session_id)
+            sql, params = _APPEND_SET_TITLE_SQL, (n, messages, t_in, t_out, cost_pico, title or None, session_id)
         else:
             sql, params = _APPEND_DEFAULT_TITLE_SQL, (n, messages, t_in, t_out, cost_pico, title, session_id)
 
@@ -493,7 +506,9 @@ class SqliteStore:
             # Skip it while the session is already the most recent one and was bumped less than a second ago:
             # the listing order is then unchanged, and updated_at stays within a second of the truth.
             if updated_at < newest or now - updated_at >= 1.0:
-                if updated_at < newest:
+                if updated_at < newest and newest - now < 1.0:
+                    # another process's clock is a little ahead: stay on top of the listing anyway, but
+                    # never follow a timestamp far in the future (an import from a skewed machine)
                     now = max(now, newest + 1e-6)
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
             if n == 1:
@@ -713,15 +728,6 @@ class _Checkpointer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-
-
-def decimal_to_pico(cost: Decimal) -> int:
-    """Costs are stored as integer picodollars, so counters add up exactly inside SQL."""
-    return int((cost * PICO).to_integral_value(rounding=ROUND_HALF_EVEN))
-
-
-def pico_to_decimal(value: int) -> Decimal:
-    return (Decimal(value) / PICO).normalize() if value else Decimal(0)
 
 
 def _statements(script: str) -> list[str]:
