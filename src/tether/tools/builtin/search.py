@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 from collections import deque
 from pathlib import Path
 from typing import Any, ClassVar
@@ -280,8 +281,10 @@ async def _ripgrep(
             stderr = await proc.stderr.read()
     finally:
         if proc.returncode is None:
+            # os.kill, not proc.kill(): Popen.send_signal polls first, and a poll that reaps the exited rg
+            # leaves asyncio's child watcher to report exit code 255 instead of ripgrep's own
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                os.kill(proc.pid, signal.SIGKILL)
         await proc.wait()
     if proc.returncode == 2 and not hits:
         message = stderr.decode("utf-8", "replace").strip() or "ripgrep failed"
