@@ -82,14 +82,13 @@ def count_chars(data: bytes) -> int:
     return len(data) - len(data.translate(None, _LEADING))
 
 
-def count_lines(data: bytes | str, *, last_byte_newline: bool | None = None) -> int:
+def count_lines(data: bytes | str) -> int:
     """Lines as an editor numbers them: a trailing newline does not start a new line."""
     if not data:
         return 0
-    nl = b"\n" if isinstance(data, bytes) else "\n"
-    n = data.count(nl)  # type: ignore[arg-type]
-    ends = data.endswith(nl) if last_byte_newline is None else last_byte_newline  # type: ignore[arg-type]
-    return n if ends else n + 1
+    if isinstance(data, bytes):
+        return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    return data.count("\n") + (0 if data.endswith("\n") else 1)
 
 
 class OutputSpool:
