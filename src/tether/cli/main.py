@@ -19,6 +19,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("run", "tether.cli.run:run", "Run the agent on a prompt until it is done."),
     ("chat", "tether.cli.chat:chat", "Talk with the agent interactively."),
     ("models", "tether.cli.models:models", "List known models and the configured providers."),
+    ("rlm", "tether.cli.rlm:rlm", "Answer a question about a file too large for the model's window."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 

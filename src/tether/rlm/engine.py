@@ -295,7 +295,7 @@ async def rlm_answer(
         counter=get_counter(model=model),
     )
     if not use_repl:
-        reason = "no code-capable model: map-reduce"
+        reason = "REPL not used: the model cannot write code"
     else:
         try:
             async with asyncio.timeout(limits.wall_seconds):
