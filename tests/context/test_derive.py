@@ -140,6 +140,11 @@ def test_history_is_never_changed() -> None:
     assert [encode_body(e.body) for e in history] == before
 
 
+def test_system_messages_are_left_to_the_request_system_field() -> None:
+    history = journal(Message.system("You are an airline agent."), Message.user("hi"))
+    assert texts(derive_context(history, counter=Chars())) == ["hi"]
+
+
 def test_system_prompt_and_tools_count_against_the_budget() -> None:
     chars = Chars()
     tool = ToolSpec(name="bash", description="run")

@@ -20,6 +20,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("chat", "tether.cli.chat:chat", "Talk with the agent interactively."),
     ("models", "tether.cli.models:models", "List known models and the configured providers."),
     ("rlm", "tether.cli.rlm:rlm", "Answer a question about a file too large for the model's window."),
+    ("context", "tether.cli.context:context", "Show what the model would see at a session's next step."),
+    ("compact", "tether.cli.compact:compact", "Compact a session now (or undo the latest compaction)."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 

@@ -494,16 +494,20 @@ async def compact_session(
     info = await store.get_session(session_id)
     entries = await load_context_history(store, session_id)
     usable = budget.usable if budget is not None else None
-    keep = keep_recent_tokens or settings.keep_recent_tokens or (usable // 5 if usable else DEFAULT_KEEP_RECENT)
-    if reason == "overflow":
-        keep //= 2  # the context did not fit as estimated: cut deeper
-    plan = plan_compaction(entries, keep_recent_tokens=keep, counter=counter, cache=cache, session_id=session_id)
     prune = settings.prune_tool_outputs is not False
     policy = ContextPolicy(mode="compacted", prune_tool_outputs=prune)
     before = derive_context(
         entries, policy, session_id=session_id, system=system, tools=tools, counter=counter, cache=cache
     )
     result.tokens_before = before.estimate.counted
+    keep = keep_recent_tokens or settings.keep_recent_tokens
+    if keep is None:
+        # A fifth of the budget, and never more than a quarter of what is there: a compaction asked for
+        # early (by hand, on a big window) still has something to summarize.
+        keep = min(usable // 5 if usable else DEFAULT_KEEP_RECENT, (before.estimate.counted - before.fixed_tokens) // 4)
+    if reason == "overflow":
+        keep //= 2  # the context did not fit as estimated: cut deeper
+    plan = plan_compaction(entries, keep_recent_tokens=keep, counter=counter, cache=cache, session_id=session_id)
     if plan is None:
         await _emit(emit, CompactionStarted(session_id=session_id, reason=reason, tokens_before=result.tokens_before))
         return await fail("nothing to compact: the context holds a single turn")

@@ -40,6 +40,7 @@ from .tokens import (
     count_part,
     default_cache,
     get_counter,
+    part_counts,
 )
 
 OmissionAction = Literal["summarized", "dropped", "pruned", "truncated", "repaired"]
@@ -141,7 +142,7 @@ class DerivedContext(msgspec.Struct, kw_only=True):
 class _Item:
     """One message on its way into the context."""
 
-    __slots__ = ("counts", "message", "modified", "pinned", "ref", "seq", "tokens")
+    __slots__ = ("counts", "message", "pinned", "ref", "seq", "tokens", "unit")
 
     def __init__(self, seq: int | None, message: Message, counts: tuple[int, ...], *, ref: int | None = None) -> None:
         self.seq = seq
@@ -151,32 +152,39 @@ class _Item:
         self.counts = counts
         self.tokens = MESSAGE_OVERHEAD + sum(counts)
         self.pinned = False
-        self.modified = False
+        self.unit: _Unit | None = None
 
     def replace_part(self, index: int, part: Part, tokens: int) -> None:
+        """Swap one part (a new message object: the history's own is never changed)."""
         parts = list(self.message.parts)
         parts[index] = part
+        self.set_parts(parts, (*self.counts[:index], tokens, *self.counts[index + 1 :]))
+
+    def set_parts(self, parts: list[Part], counts: tuple[int, ...]) -> None:
         self.message = msgspec.structs.replace(self.message, parts=parts)
-        counts = list(self.counts)
-        counts[index] = tokens
-        self.counts = tuple(counts)
+        self.counts = counts
+        before = self.tokens
         self.tokens = MESSAGE_OVERHEAD + sum(counts)
-        self.modified = True
+        if self.unit is not None:
+            self.unit.tokens += self.tokens - before
 
 
 class _Unit:
     """Messages that stand or fall together: a message, or an assistant's tool calls and their results."""
 
-    __slots__ = ("items", "pending", "protected")
+    __slots__ = ("items", "pending", "protected", "tokens")
 
-    def __init__(self, item: _Item) -> None:
-        self.items = [item]
+    def __init__(self, item: _Item, calls: list[ToolCallPart]) -> None:
+        self.items: list[_Item] = []
+        self.tokens = 0
         self.protected = False
-        self.pending: dict[str, ToolCallPart] = {c.id: c for c in item.message.tool_calls}
+        self.pending: dict[str, ToolCallPart] = {c.id: c for c in calls}
+        self.add(item)
 
-    @property
-    def tokens(self) -> int:
-        return sum(i.tokens for i in self.items)
+    def add(self, item: _Item) -> None:
+        item.unit = self
+        self.items.append(item)
+        self.tokens += item.tokens
 
     @property
     def seqs(self) -> list[int]:
@@ -232,7 +240,7 @@ def derive_context(
     or `load_context_history`, which reads only from the latest compaction on).
 
     `system` and `tools` are counted against the budget but not returned (a `ModelRequest` carries them
-    apart). With `session_id`, per-entry counts are cached in `cache` (default: the process-wide one), so a
+    apart); system-role messages of the history are left out for the same reason. With `session_id`, per-entry counts are cached in `cache` (default: the process-wide one), so a
     step re-derives without re-tokenizing. The history is never changed.
     """
     policy = (policy or ContextPolicy()).validate()
@@ -252,10 +260,12 @@ def derive_context(
             first_kept = compaction_entry.body.first_kept_seq
             start = bisect.bisect_left(history, first_kept, key=lambda e: e.seq)
             if first_kept > 1:
+                made = compaction_entry.body
+                saved = (made.tokens_before or 0) - (made.tokens_after or made.tokens_before or 0)
                 omissions.add(
                     "summarized",
                     [1, first_kept - 1],
-                    compaction_entry.body.tokens_before or 0,
+                    max(saved, 0),
                     f"replaced by the summary of compaction entry {compaction_entry.seq}",
                     count=first_kept - 1,
                 )
@@ -272,10 +282,14 @@ def derive_context(
         )
         counts = cache.parts(session_id, compaction_entry, summary, counter)
         items.append(_Item(None, summary, counts, ref=compaction_entry.seq))
+    table = cache.table(session_id, counter) if session_id is not None else None
     for entry in history[start:] if start else history:
         body = entry.body
         if isinstance(body, Message):
-            items.append(_Item(entry.seq, body, cache.parts(session_id, entry, body, counter)))
+            if body.role == "system":
+                continue  # the request's `system` carries the system prompt, as the loop sends it
+            counts = table.counts(entry, body, counter) if table is not None else part_counts(body, counter)
+            items.append(_Item(entry.seq, body, counts))
             if body.metadata.get("pinned") is True:
                 pinned_seqs.add(entry.seq)
         elif isinstance(body, Marker) and body.name in (PIN_MARKER, UNPIN_MARKER):
@@ -402,8 +416,14 @@ def _units(items: list[_Item], counter: TokenCounter, omissions: _Omissions) -> 
     unit_of_call: dict[str, _Unit] = {}
     for item in items:
         message = item.message
-        results = message.tool_results
-        if results and not message.tool_calls:
+        calls: list[ToolCallPart] = []
+        results: list[ToolResultPart] = []
+        for part in message.parts:
+            if type(part) is ToolCallPart:
+                calls.append(part)
+            elif type(part) is ToolResultPart:
+                results.append(part)
+        if results and not calls:
             known = [r for r in results if r.call_id in unit_of_call]
             if len(known) < len(results):
                 # Results whose call is not in the context (summarized away, or never made): a provider
@@ -423,18 +443,15 @@ def _units(items: list[_Item], counter: TokenCounter, omissions: _Omissions) -> 
                 if not known:
                     continue
                 keep = [i for i in range(len(message.parts)) if i not in orphans]
-                item.message = msgspec.structs.replace(message, parts=[message.parts[i] for i in keep])
-                item.counts = tuple(item.counts[i] for i in keep)
-                item.tokens = MESSAGE_OVERHEAD + sum(item.counts)
-                item.modified = True
+                item.set_parts([message.parts[i] for i in keep], tuple(item.counts[i] for i in keep))
             unit = unit_of_call[known[-1].call_id]
-            unit.items.append(item)
+            unit.add(item)
             for result in known:
                 unit.pending.pop(result.call_id, None)
             continue
-        unit = _Unit(item)
+        unit = _Unit(item, calls)
         units.append(unit)
-        for call in message.tool_calls:
+        for call in calls:
             unit_of_call[call.id] = unit
     for unit in units:
         if unit.pending:
@@ -448,7 +465,7 @@ def _units(items: list[_Item], counter: TokenCounter, omissions: _Omissions) -> 
                 for call in unit.pending.values()
             ]
             repair = Message(role="tool", parts=parts)
-            unit.items.append(_Item(None, repair, tuple(count_part(p, counter) for p in parts)))
+            unit.add(_Item(None, repair, tuple(count_part(p, counter) for p in parts)))
             omissions.add(
                 "repaired",
                 unit.seqs[:1],

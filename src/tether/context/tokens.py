@@ -159,14 +159,11 @@ class BpeCounter:
     def __init__(self, encoding: str, count: Callable[[str], int], engine: str) -> None:
         self.encoding = _check_encoding(encoding)
         self.engine = engine
+        self.source = f"tiktoken:{encoding}"
         self._count = count
 
     def __repr__(self) -> str:
         return f"BpeCounter({self.encoding!r}, engine={self.engine!r})"
-
-    @property
-    def source(self) -> str:
-        return f"tiktoken:{self.encoding}"
 
     def count(self, text: str) -> int:
         if not text:
@@ -386,41 +383,82 @@ class TokenEstimate(msgspec.Struct, frozen=True, kw_only=True):
     """The seq of the assistant message whose usage anchored the estimate."""
 
 
+class CountTable:
+    """The part counts of one session's entries under one counter, by seq (see `TokenCache.table`)."""
+
+    __slots__ = ("_cache", "_rows")
+
+    def __init__(self, cache: TokenCache) -> None:
+        self._cache = cache
+        self._rows: dict[int, tuple[float, tuple[int, ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def counts(self, entry: Entry, message: Message, counter: TokenCounter) -> tuple[int, ...]:
+        """The part counts of `message`, the body of `entry`: counted on first sight, then remembered.
+        The commit time is checked too, so a session deleted and re-created under its id is recounted."""
+        row = self._rows.get(entry.seq)
+        if row is not None and row[0] == entry.created_at:
+            self._cache.hits += 1
+            return row[1]
+        self._cache.misses += 1
+        counts = part_counts(message, counter)
+        if row is None:
+            self._cache._grew(1)
+        self._rows[entry.seq] = (entry.created_at, counts)
+        return counts
+
+
 class TokenCache:
-    """Part counts of journal entries, by session, seq, commit time and counter. Entries never change once
-    written, so a count never goes stale; the cache only bounds its size, dropping the oldest tenth when
-    full. Thread-safe for the single-dict operations it uses."""
+    """Part counts of journal entries, by session, counter and seq. Entries never change once written, so
+    a count never goes stale; the cache only bounds its size (`max_entries`), forgetting the sessions
+    least recently looked up first."""
 
     def __init__(self, max_entries: int = 500_000) -> None:
         if max_entries < 1:
             raise InvalidInput("max_entries must be at least 1")
         self.max_entries = max_entries
-        self._counts: dict[tuple[str, int, float, str], tuple[int, ...]] = {}
+        self._tables: dict[tuple[str, str], CountTable] = {}
+        self._size = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._counts)
+        return self._size
 
     def clear(self) -> None:
-        self._counts.clear()
+        self._tables.clear()
+        self._size = 0
+
+    def table(self, session_id: str, counter: TokenCounter) -> CountTable:
+        """The counts of one session's entries under `counter` (derivation looks it up once a step)."""
+        key = (session_id, counter.source)
+        table = self._tables.pop(key, None)  # re-inserted last: the most recently used
+        if table is None:
+            table = CountTable(self)
+        self._tables[key] = table
+        return table
 
     def parts(self, session_id: str | None, entry: Entry, message: Message, counter: TokenCounter) -> tuple[int, ...]:
-        """The part counts of `message` (the body of `entry`), counted once per session and seq."""
+        """The part counts of `message` (the body of `entry`); without a session, counted afresh."""
         if session_id is None:
             return part_counts(message, counter)
-        key = (session_id, entry.seq, entry.created_at, counter.source)
-        counts = self._counts.get(key)
-        if counts is not None:
-            self.hits += 1
-            return counts
-        self.misses += 1
-        counts = part_counts(message, counter)
-        if len(self._counts) >= self.max_entries:
-            for old in list(self._counts)[: max(1, self.max_entries // 10)]:
-                self._counts.pop(old, None)
-        self._counts[key] = counts
-        return counts
+        return self.table(session_id, counter).counts(entry, message, counter)
+
+    def _grew(self, n: int) -> None:
+        self._size += n
+        while self._size > self.max_entries and self._tables:
+            _, oldest = next(iter(self._tables.items()))
+            if len(self._tables) == 1:
+                # one session bigger than the bound: forget its oldest tenth
+                rows = oldest._rows
+                for seq in list(rows)[: max(1, len(rows) // 10)]:
+                    del rows[seq]
+                    self._size -= 1
+                return
+            self._size -= len(oldest)
+            del self._tables[next(iter(self._tables))]
 
 
 _default_cache = TokenCache()

@@ -1,0 +1,111 @@
+"""`tether compact ID`: compact a session now (a model writes the summary, or `--mechanical` extracts it),
+or `--undo` the latest compaction. Manual compaction runs whatever `auto_compact` says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import msgspec
+
+from ..context import CompactionEvent, CompactionResult, CompactionStarted, ContextEngine, compute_budget
+from ..context.compaction import undo_compaction
+from ..errors import ConfigError
+from ..messages import Entry, Revert, to_builtins
+from ..store import Store
+from .common import console, echo_json, resolve_session, wants_json, with_store
+from .context import model_limits
+
+
+@click.command("compact")
+@click.argument("session_ref", metavar="ID")
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    metavar="PROVIDER/MODEL",
+    help="The summarizer (default: the context setting compaction_model, else the session's model).",
+)
+@click.option("--mechanical", is_flag=True, help="No model: extract goal, constraints, files, commands, errors.")
+@click.option(
+    "--keep", "keep_tokens", type=click.IntRange(min=1), metavar="TOKENS", help="Newest tokens to keep verbatim."
+)
+@click.option("--undo", is_flag=True, help="Undo the latest compaction (a revert to just before it).")
+@click.option("--json", "json_flag", is_flag=True, help="The result as JSON.")
+def compact(
+    session_ref: str,
+    model_spec: str | None,
+    mechanical: bool,
+    keep_tokens: int | None,
+    undo: bool,
+    json_flag: bool,
+) -> None:
+    """Compact session ID: a summary entry stands, in what the model sees, for its older part.
+
+    Nothing is deleted: the full history stays in the journal, `tether context ID` shows what changed, and
+    `tether compact ID --undo` takes the compaction back. If the model fails or its summary saves less than
+    5%, the summary is written mechanically instead; if even that saves less than 5%, nothing is appended.
+    """
+    as_json = wants_json(json_flag)
+    out = None if as_json else console()
+
+    def show(event: CompactionEvent) -> None:
+        if out is not None and isinstance(event, CompactionStarted):
+            how = f"with {event.summarizer}" if event.summarizer else "mechanically"
+            out.print(f"compacting {event.session_id} ({event.tokens_before:,} tokens) {how}...")
+
+    async def run_undo(store: Store) -> Entry:
+        info = await resolve_session(store, session_ref)
+        return await undo_compaction(store, info.id)
+
+    async def run_compact(store: Store) -> CompactionResult:
+        info = await resolve_session(store, session_ref)
+        engine = ContextEngine(store)
+        settings = await engine.settings_for(info.id)
+        if keep_tokens is not None:
+            settings = msgspec.structs.replace(settings, keep_recent_tokens=keep_tokens)
+        model_id, window, max_output = model_limits(model_spec or settings.compaction_model, info)
+        budget = compute_budget(window, max_output, settings)
+        provider = None
+        model = None
+        if not mechanical:
+            from ..providers.registry import resolve_provider
+
+            try:
+                resolved = resolve_provider(model_id)
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} (or compact without a model: --mechanical)") from exc
+            provider, model = resolved.provider, resolved.model
+        return await engine.compact(
+            info.id, budget=budget, provider=provider, model=model, emit=show, settings=settings
+        )
+
+    if undo:
+        entry = with_store(run_undo)
+        to_seq = entry.body.to_seq if isinstance(entry.body, Revert) else None
+        if as_json:
+            echo_json({"undone": True, "seq": entry.seq, "to_seq": to_seq})
+        else:
+            click.echo(f"compaction undone: entry {entry.seq} reverts the session to entry {to_seq}")
+        return
+    result = with_store(run_compact)
+    if as_json:
+        payload: dict[str, Any] = to_builtins(result)
+        payload["ok"] = result.ok
+        echo_json(payload)
+    else:
+        assert out is not None
+        if result.entry is None:
+            out.print(f"not compacted: {result.error}")
+        else:
+            saved = 1 - result.tokens_after / max(result.tokens_before, 1)
+            out.print(
+                f"compacted ({result.strategy}): {result.tokens_before:,} -> {result.tokens_after:,} tokens "
+                f"({saved:.0%} less); entry {result.entry.seq} summarizes entries before "
+                f"{getattr(result.entry.body, 'first_kept_seq', '?')}"
+            )
+            if result.fallback:
+                out.print(f"the summary was written mechanically: {result.fallback}")
+            out.print(f"undo with: tether compact {result.session_id} --undo")
+    if result.entry is None:
+        raise SystemExit(1)

@@ -1,0 +1,197 @@
+"""`tether context ID`: what the model would see at the session's next step (the derived messages and their
+tokens), the budget they are fitted to, and what was summarized, pruned, dropped or truncated; also
+`--pin SEQ` / `--unpin SEQ`, which mark a message for compactions to keep verbatim."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from ..context import Budget, ContextEngine, ContextSettings, DerivedContext, compute_budget, pin
+from ..context.tokens import count_message, get_counter
+from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, to_builtins
+from ..store import Store
+from ..store.base import SessionInfo
+from .common import console, echo_json, human_count, resolve_session, wants_json, with_store
+
+
+@dataclass
+class ContextView:
+    info: SessionInfo
+    model: str
+    budget: Budget
+    settings: ContextSettings
+    derived: DerivedContext
+    tokens: list[int]
+
+
+def model_limits(spec: str | None, info: SessionInfo) -> tuple[str, int, int]:
+    """``(provider/model, context window, max output)`` for `spec`, else the session's model, else the
+    default one, from the catalog (no provider is built, so no key is needed)."""
+    from ..config import load_config
+    from ..providers.catalog import Catalog
+    from ..providers.registry import choose_model
+
+    config = load_config()
+    catalog = Catalog.from_config(config)
+    provider, model = choose_model(spec or info.model, config=config, catalog=catalog)
+    entry = catalog.info(provider, model)
+    return f"{provider}/{model}", entry.context_window, entry.max_output_tokens
+
+
+def session_tools() -> list[Any]:
+    """The tool definitions a run sends by default (they count against the budget)."""
+    from ..tools.base import default_registry
+
+    return list(default_registry().specs())
+
+
+async def build_view(store: Store, ref: str, model_spec: str | None) -> ContextView:
+    info = await resolve_session(store, ref)
+    engine = ContextEngine(store)
+    settings = await engine.settings_for(info.id)
+    model, window, max_output = model_limits(model_spec, info)
+    budget = compute_budget(window, max_output, settings)
+    counter = get_counter(model=model)
+    derived = await engine.derive(
+        info.id, budget=budget, system=info.system_prompt, tools=session_tools(), model=model, settings=settings
+    )
+    tokens = [count_message(m, counter) for m in derived.messages]
+    return ContextView(info, model, budget, settings, derived, tokens)
+
+
+def preview(message: Message, width: int = 100) -> str:
+    """One line that says what a message holds."""
+    pieces: list[str] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            pieces.append(part.text)
+        elif isinstance(part, ThinkingPart):
+            pieces.append("(thinking)")
+        elif isinstance(part, ToolCallPart):
+            pieces.append(f"-> {part.name} {part.arguments_json()}")
+        elif isinstance(part, ToolResultPart):
+            pieces.append(f"<- {part.name or 'result'}{' (error)' if part.is_error else ''}: {part.content}")
+        else:
+            pieces.append(f"({part.media_type})")
+    line = " ".join(" ".join(pieces).split())
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def _as_json(view: ContextView) -> dict[str, Any]:
+    d = view.derived
+    return {
+        "session_id": view.info.id,
+        "model": view.model,
+        "budget": {
+            "context_window": view.budget.context_window,
+            "reserved_output": view.budget.reserved_output,
+            "safety_margin": view.budget.safety_margin,
+            "usable": view.budget.usable,
+            "compact_threshold": view.budget.threshold(view.settings.compact_threshold or 0.9),
+        },
+        "auto_compact": view.settings.auto_compact is not False,
+        "mode": d.mode,
+        "estimate": to_builtins(d.estimate),
+        "needed_tokens": d.needed_tokens,
+        "fixed_tokens": d.fixed_tokens,
+        "fits": d.fits,
+        "compaction_seq": d.compaction_seq,
+        "first_kept_seq": d.first_kept_seq,
+        "omissions": to_builtins(d.omissions),
+        "messages": [
+            {"seq": seq, "role": m.role, "tokens": n, "message": to_builtins(m)}
+            for seq, m, n in zip(d.seqs, d.messages, view.tokens, strict=True)
+        ],
+    }
+
+
+def _print(view: ContextView, limit: int | None) -> None:
+    from rich.table import Table
+
+    out = console()
+    d = view.derived
+    b = view.budget
+    threshold = b.threshold(view.settings.compact_threshold or 0.9)
+    out.print(f"session {view.info.id}  model {view.model}  mode {d.mode}")
+    out.print(
+        f"budget: {b.context_window:,} window - {b.reserved_output:,} reserved for output - "
+        f"{b.safety_margin:,} margin = {b.usable:,} usable; compaction at {threshold:,} "
+        f"({'automatic' if view.settings.auto_compact is not False else 'automatic compaction OFF'})"
+    )
+    source = d.estimate.source
+    if d.estimate.provider_tokens is not None:
+        source += f", anchored on {d.estimate.provider_tokens:,} reported for entry {d.estimate.anchor_seq}"
+    out.print(
+        f"next step: {d.estimate.tokens:,} tokens ({source}; {d.fixed_tokens:,} of them system prompt and tools), "
+        f"{d.estimate.tokens / b.usable:.0%} of usable" + ("" if d.fits else "  [DOES NOT FIT]")
+    )
+    if d.compaction_seq is not None:
+        out.print(f"compaction: entry {d.compaction_seq} summarizes entries before {d.first_kept_seq}")
+    table = Table(show_edge=False, pad_edge=False)
+    for header, justify in (("#", "right"), ("entry", "right"), ("role", "left"), ("tokens", "right")):
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("content", overflow="ellipsis", no_wrap=True)
+    rows = list(zip(d.seqs, d.messages, view.tokens, strict=True))
+    shown = rows if limit is None or len(rows) <= limit else rows[-limit:]
+    first = len(rows) - len(shown)
+    if first:
+        out.print(f"({first} earlier messages not shown; --all shows them)")
+    for i, (seq, message, n) in enumerate(shown, start=first + 1):
+        table.add_row(
+            str(i),
+            "summary" if seq is None and i == 1 and d.compaction_seq else ("-" if seq is None else str(seq)),
+            message.role,
+            human_count(n),
+            preview(message),
+        )
+    out.print(table)
+    if d.omissions:
+        out.print("left out or changed:")
+        for o in d.omissions:
+            span = f"{o.first_seq}" if o.first_seq == o.last_seq else f"{o.first_seq}-{o.last_seq}"
+            out.print(
+                f"  {o.action:<10} entries {span:<12} x{o.count:<5} {human_count(o.tokens):>6} tokens  {o.reason}"
+            )
+
+
+@click.command("context")
+@click.argument("session_ref", metavar="ID")
+@click.option(
+    "--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="Budget for this model (default: the session's)."
+)
+@click.option("--all", "show_all", is_flag=True, help="Show every message (default: the last 40).")
+@click.option("--pin", "pin_seq", type=int, metavar="SEQ", help="Pin message SEQ: compactions keep it verbatim.")
+@click.option("--unpin", "unpin_seq", type=int, metavar="SEQ", help="Unpin message SEQ.")
+@click.option("--json", "json_flag", is_flag=True, help="Everything as JSON, messages in full.")
+def context(
+    session_ref: str,
+    model_spec: str | None,
+    show_all: bool,
+    pin_seq: int | None,
+    unpin_seq: int | None,
+    json_flag: bool,
+) -> None:
+    """Show what the model would see at the next step of session ID.
+
+    The messages are derived from the journal as a run would derive them: the latest compaction's summary
+    and the entries it kept, old tool outputs pruned to pointers, and, if the budget is still short, the
+    oldest turns dropped or oversized parts cut. Nothing is changed by looking.
+    """
+
+    async def main(store: Store) -> ContextView:
+        if pin_seq is not None or unpin_seq is not None:
+            info = await resolve_session(store, session_ref)
+            if pin_seq is not None:
+                await pin(store, info.id, pin_seq)
+            if unpin_seq is not None:
+                await pin(store, info.id, unpin_seq, pinned=False)
+        return await build_view(store, session_ref, model_spec)
+
+    view = with_store(main)
+    if wants_json(json_flag):
+        echo_json(_as_json(view))
+        return
+    _print(view, None if show_all else 40)
