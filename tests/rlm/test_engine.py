@@ -193,7 +193,7 @@ async def test_a_model_that_never_writes_code_falls_back() -> None:
 async def test_a_repl_that_keeps_hanging_is_restarted_then_abandoned() -> None:
     hang = repl("import time\ntime.sleep(30)")
     provider = model([repl("x = 1"), hang, repl("print(x)"), hang, hang])
-    limits = RlmLimits(max_repl_restarts=2, sandbox=SandboxLimits(block_timeout=0.5))
+    limits = RlmLimits(max_repl_restarts=2, sandbox=SandboxLimits(block_timeout=2.0))
     events: list[RlmEvent] = []
     result = await rlm_answer(
         "text with the access code is 7", "q?", provider, model="m", limits=limits, on_event=events.append

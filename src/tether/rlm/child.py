@@ -18,6 +18,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -99,6 +100,8 @@ class Repl:
             "SHOW_VARS": self.show_vars,
         }
         self._reserved = set(self.namespace)
+        # One request on the pipe at a time, or threads in the model's code would take each other's answers.
+        self._asking = threading.Lock()
         signal.signal(signal.SIGXCPU, self._on_cpu_limit)
 
     # --- functions the model's code calls ---
@@ -131,8 +134,9 @@ class Repl:
     def _ask(self, prompts: list[str]) -> list[str]:
         if not prompts:
             return []
-        self.channel.send({"op": "llm", "prompts": prompts})
-        reply = self.channel.receive()
+        with self._asking:
+            self.channel.send({"op": "llm", "prompts": prompts})
+            reply = self.channel.receive()
         if reply is None:
             raise SystemExit(0)
         if not reply.get("ok"):
