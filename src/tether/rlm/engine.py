@@ -313,11 +313,11 @@ async def rlm_answer(
 
 
 async def _recursive(run: _Run, text: str, question: str) -> str:
+    """The loop: ask the root model, run its blocks, look for its answer, tell it what happened."""
     limits = run.limits
     # At about four characters a token, one block's output then takes at most a quarter of the window.
     output_chars = min(limits.sandbox.output_chars, max(1_000, run.prompt_tokens))
-    sandbox_limits = msgspec.structs.replace(limits.sandbox, output_chars=output_chars)
-    sandbox = await _start_sandbox(run, text, sandbox_limits)
+    repl = _Repl(run, text, msgspec.structs.replace(limits.sandbox, output_chars=output_chars))
     system = SYSTEM_PROMPT.format(
         output_chars=output_chars,
         sub_chars=_chars_for(run, text, run.prompt_tokens),
@@ -325,8 +325,8 @@ async def _recursive(run: _Run, text: str, question: str) -> str:
         max_sub_calls=limits.max_sub_calls,
     )
     messages = [Message.user(_opening(run, text, question))]
-    restarts = 0
     replies_without_code = 0
+    await repl.start()
     try:
         for iteration in range(1, limits.max_iterations + 1):
             run.iterations = iteration
@@ -346,76 +346,97 @@ async def _recursive(run: _Run, text: str, question: str) -> str:
             messages.append(Message.assistant(reply or "(empty reply)"))
 
             blocks = find_code_blocks(reply)
-            feedback: list[str] = []
-            answer: str | None = None
-            for n, code in enumerate(blocks, 1):
-                run.emit("block", f"block {n} of {len(blocks)}, {len(code)} characters")
-                try:
-                    result = await sandbox.run(code)
-                except SandboxError as exc:
-                    restarts += 1
-                    if run.fatal is not None:
-                        raise run.fatal from exc
-                    if restarts > limits.max_repl_restarts:
-                        raise _GiveUp(f"the REPL failed {restarts} times; last: {exc}") from exc
-                    run.emit("repl_restart", str(exc).splitlines()[0])
-                    sandbox = await _start_sandbox(run, text, sandbox_limits)
-                    feedback.append(
-                        f"Block {n} failed: {exc}\nThe REPL was restarted: `context` is loaded again, but the "
-                        "variables you made are gone. Blocks after this one did not run."
-                    )
-                    break
-                if run.fatal is not None:
-                    raise run.fatal
-                feedback.append(_show(n, result))
-                if result.final is not None and result.final.strip():
-                    answer = result.final
-                    break
+            feedback, answer = await repl.run_blocks(blocks)
             if answer is None and (final := find_final(reply)) is not None:
-                kind, value = final
-                if kind == "var":
-                    answer = await _read_var(sandbox, value)
-                    if answer is None:
-                        feedback.append(f"FINAL_VAR({value}): there is no variable {value!r} in the REPL.")
-                elif value:
-                    answer = value
-                else:
-                    feedback.append("FINAL() was empty: put the answer inside the parentheses.")
+                answer = await repl.final_answer(final, feedback)
             if answer is not None:
                 return answer
 
-            if blocks:
-                replies_without_code = 0
-            else:
-                replies_without_code += 1
-                if replies_without_code >= limits.max_replies_without_code:
-                    raise _GiveUp(f"the model wrote no code in {replies_without_code} replies in a row")
-                if not feedback:
-                    feedback.append(_NO_CODE)
+            replies_without_code = 0 if blocks else replies_without_code + 1
+            if replies_without_code >= limits.max_replies_without_code:
+                raise _GiveUp(f"the model wrote no code in {replies_without_code} replies in a row")
+            if not blocks and not feedback:
+                feedback.append(_NO_CODE)
             messages.append(Message.user(_status(run, feedback)))
         raise _GiveUp(f"no FINAL after {limits.max_iterations} iterations")
     finally:
-        await sandbox.close()
+        await repl.close()
 
 
-async def _start_sandbox(run: _Run, text: str, limits: SandboxLimits) -> Sandbox:
-    sandbox = Sandbox(text, llm=run.answer_prompts, limits=limits)
-    try:
-        await sandbox.start()
-    except SandboxError as exc:
-        raise _GiveUp(f"the REPL could not start: {exc}") from exc
-    if not run.layers:
-        run.layers = sandbox.layers
-        active = ", ".join(layer.name for layer in sandbox.layers if layer.active)
-        run.emit("started", f"sandbox layers: {active}")
-    return sandbox
+class _Repl:
+    """The run's sandbox, replaced by a fresh one (variables lost, `context` reloaded) when it dies or
+    hangs, up to `max_repl_restarts` times."""
 
+    def __init__(self, run: _Run, text: str, limits: SandboxLimits) -> None:
+        self.run = run
+        self.text = text
+        self.limits = limits
+        self.restarts = 0
+        self.sandbox: Sandbox | None = None
 
-async def _read_var(sandbox: Sandbox, name: str) -> str | None:
-    try:
-        return await sandbox.get_var(name)
-    except SandboxError:
-        return None
+    async def start(self) -> None:
+        sandbox = Sandbox(self.text, llm=self.run.answer_prompts, limits=self.limits)
+        try:
+            await sandbox.start()
+        except SandboxError as exc:
+            raise _GiveUp(f"the REPL could not start: {exc}") from exc
+        self.sandbox = sandbox
+        if not self.run.layers:
+            self.run.layers = sandbox.layers
+            active = ", ".join(layer.name for layer in sandbox.layers if layer.active)
+            self.run.emit("started", f"sandbox layers: {active}")
+
+    async def close(self) -> None:
+        if self.sandbox is not None:
+            await self.sandbox.close()
+
+    async def _failed(self, exc: SandboxError) -> str:
+        """Restart after a failure, or give up; returns what the model is told."""
+        if self.run.fatal is not None:
+            raise self.run.fatal from exc
+        self.restarts += 1
+        if self.restarts > self.run.limits.max_repl_restarts:
+            raise _GiveUp(f"the REPL failed {self.restarts} times; last: {exc}") from exc
+        self.run.emit("repl_restart", str(exc).splitlines()[0])
+        await self.close()
+        await self.start()
+        return f"{exc}\nThe REPL was restarted: `context` is loaded again, but the variables you made are gone."
+
+    async def run_blocks(self, blocks: list[str]) -> tuple[list[str], str | None]:
+        """Run the blocks in order until one answers or fails: what each showed, and the answer if any."""
+        feedback: list[str] = []
+        for n, code in enumerate(blocks, 1):
+            assert self.sandbox is not None
+            self.run.emit("block", f"block {n} of {len(blocks)}, {len(code)} characters")
+            try:
+                result = await self.sandbox.run(code)
+            except SandboxError as exc:
+                told = await self._failed(exc)
+                feedback.append(f"Block {n} failed: {told} Blocks after this one did not run.")
+                break
+            if self.run.fatal is not None:
+                raise self.run.fatal
+            feedback.append(_show(n, result))
+            if result.final is not None and result.final.strip():
+                return feedback, result.final
+        return feedback, None
+
+    async def final_answer(self, final: tuple[str, str], feedback: list[str]) -> str | None:
+        """The answer a FINAL/FINAL_VAR in the reply's prose gives, or None with the reason in `feedback`."""
+        kind, value = final
+        if kind == "answer":
+            if not value:
+                feedback.append("FINAL() was empty: put the answer inside the parentheses.")
+            return value or None
+        assert self.sandbox is not None
+        try:
+            found = await self.sandbox.get_var(value)
+        except SandboxError as exc:
+            feedback.append(f"FINAL_VAR({value}) failed: {await self._failed(exc)}")
+            return None
+        if found is None:
+            feedback.append(f"FINAL_VAR({value}): there is no variable {value!r} in the REPL.")
+        return found
 
 
 def _opening(run: _Run, text: str, question: str) -> str:
