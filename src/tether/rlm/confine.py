@@ -1,6 +1,7 @@
 """Confinement that the RLM REPL process applies to itself before it runs any model-written code: resource
-limits, a private user and network namespace, Landlock (filesystem and TCP), a seccomp filter, and a
-Python audit hook. Standard library only, because the REPL runs as `python -I -S` and cannot import tether.
+limits, private user, network and mount namespaces with a size-capped tmpfs as its work directory, Landlock
+(filesystem, TCP, signals), a seccomp filter, and a Python audit hook. Standard library only, because the
+REPL runs as `python -I -S` and cannot import tether.
 
 Every layer is tried on its own and reported (`Layer`), so a kernel that refuses one still gets the others.
 The kernel layers hold even against code that reaches ctypes or raw syscalls; the audit hook is defence in
@@ -15,7 +16,6 @@ import platform
 import resource
 import struct
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -489,8 +489,3 @@ def install_audit_hook(workdir: str) -> None:
             raise PermissionError(errno.EPERM, f"sandbox: {event} is not allowed")
 
     sys.addaudithook(hook)
-
-
-def describe(layers: Iterable[Layer]) -> str:
-    """One line per layer, for humans."""
-    return "\n".join(f"{layer.name:<11} {'on ' if layer.active else 'off'}  {layer.detail}" for layer in layers)
