@@ -20,7 +20,7 @@ from tether import Message, ToolCallPart
 from tether.cli.main import cli
 from tether.providers.catalog import unknown_model
 from tether.providers.registry import ResolvedModel
-from tether.providers.scripted import ScriptedProvider, ScriptedResponse
+from tether.providers.scripted import ScriptedProvider
 
 
 @pytest.fixture
@@ -105,6 +105,16 @@ def test_a_failed_run_exits_non_zero_with_the_reason(tmp_path: Path, scripted: S
     assert code == 1 and json_lines(out)[-1]["type"] == "error"
 
 
+def test_tools_option_limits_what_the_model_is_offered(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    scripted.add("no tools", "two tools")
+    assert invoke(tmp_path, "run", "--dir", str(tmp_path), "--tools", "none", "hi")[0] == 0
+    assert invoke(tmp_path, "run", "--dir", str(tmp_path), "--tools", "read, grep", "hi")[0] == 0
+    assert scripted.requests[0].tools == []
+    assert sorted(t.name for t in scripted.requests[1].tools) == ["grep", "read"]
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--tools", "read,rm_rf", "hi")
+    assert code == 1 and "unknown tool rm_rf" in err
+
+
 def test_prompt_from_stdin(tmp_path: Path, scripted: ScriptedProvider) -> None:
     scripted.add("Got it.")
     code, out, _ = invoke(tmp_path, "run", "--dir", str(tmp_path), "-", input="a prompt\nfrom stdin\n")
@@ -114,7 +124,9 @@ def test_prompt_from_stdin(tmp_path: Path, scripted: ScriptedProvider) -> None:
 
 def test_chat_runs_each_message_in_one_session(tmp_path: Path, scripted: ScriptedProvider) -> None:
     scripted.add("First answer.", "Second answer.")
-    code, out, err = invoke(tmp_path, "chat", "--dir", str(tmp_path), input='hello\n"""\nline one\nline two\n"""\n/exit\n')
+    code, out, err = invoke(
+        tmp_path, "chat", "--dir", str(tmp_path), input='hello\n"""\nline one\nline two\n"""\n/exit\n'
+    )
     assert code == 0, err
     assert "First answer." in out and "Second answer." in out
     assert scripted.requests[1].messages[-1].text == "line one\nline two"
@@ -156,7 +168,9 @@ def test_real_run_on_the_local_model(tmp_path: Path) -> None:
     assert events and events[0]["type"] == "run_started"
     assert events[-1]["type"] in ("done", "error"), proc.stderr
     assert "local model" in proc.stderr  # the user is told the model is tiny and how to do better
-    listed = subprocess.run(tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env)
+    listed = subprocess.run(
+        tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env
+    )
     assert json.loads(listed.stdout)[0]["title"] == "Say hello."
 
 
@@ -165,7 +179,16 @@ def test_real_run_on_the_local_model(tmp_path: Path) -> None:
 def test_ctrl_c_cancels_the_run_and_keeps_what_was_said(tmp_path: Path) -> None:
     env = {**os.environ, "TETHER_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        tether_cmd(tmp_path, "run", "--json", "--dir", str(tmp_path), "Write a long story about a lighthouse keeper."),
+        tether_cmd(
+            tmp_path,
+            "run",
+            "--json",
+            "--tools",
+            "none",
+            "--dir",
+            str(tmp_path),
+            "Write a long story about a lighthouse keeper.",
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -186,8 +209,6 @@ def test_ctrl_c_cancels_the_run_and_keeps_what_was_said(tmp_path: Path) -> None:
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert json_lines(rest)[-1]["code"] == "cancelled"
-    shown = subprocess.run(
-        tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env
-    )
+    shown = subprocess.run(tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env)
     (session,) = json.loads(shown.stdout)
     assert session["message_count"] == 2  # the prompt and the partial answer

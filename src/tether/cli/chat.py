@@ -14,7 +14,7 @@ from rich.console import Console
 from ..events import Done
 from ..session import canonical_directory
 from .common import cli_state
-from .run import TerminalRenderer, run_events
+from .run import TerminalRenderer, run_events, terminal_ask
 
 HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
 Ctrl-C cancels the answer in progress; Ctrl-D or /exit quits; /session shows the session id."""
@@ -54,7 +54,15 @@ def read_message(prompt: str = "› ") -> str | None:
 @click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL")
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="The workspace (default: here).")
-def chat(session_ref: str | None, cont: bool, model_spec: str | None, max_steps: int, directory: str | None) -> None:
+@click.option("--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list, or none.")
+def chat(
+    session_ref: str | None,
+    cont: bool,
+    model_spec: str | None,
+    max_steps: int,
+    directory: str | None,
+    tools: str | None,
+) -> None:
     """Talk with the agent, one run per message, all in one session."""
     from ..store import open_store
 
@@ -78,6 +86,8 @@ def chat(session_ref: str | None, cont: bool, model_spec: str | None, max_steps:
                 directory=workspace,
                 system_prompt=None,
                 notice=lambda msg: err.print(f"[dim]{msg}[/dim]") if first else None,
+                ask=terminal_ask(err),
+                tools=tools,
             ):
                 current = event.session_id or current
                 renderer.handle(event)

@@ -36,6 +36,7 @@ from ..events import (
 from ..messages import Usage
 from ..session import Session, canonical_directory
 from ..store import Store
+from ..tools.base import AskFn, ToolRegistry, default_registry
 from .common import cli_state, resolve_session, wants_json
 
 LOCAL_NOTICE = (
@@ -176,6 +177,30 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
+def select_tools(spec: str | None) -> ToolRegistry:
+    """The built-in tools, all of them (None), none ("none"), or the ones named ("read,grep")."""
+    registry = default_registry()
+    if spec is None:
+        return registry
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if names == ["none"]:
+        return ToolRegistry()
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise InvalidInput(f"unknown tool {', '.join(unknown)}; the tools are: {', '.join(registry.names())}")
+    return registry.subset(names)
+
+
+def terminal_ask(console: Console) -> AskFn:
+    """How the `question` tool reaches a person at this terminal."""
+
+    async def ask(question: str) -> str:
+        console.print(f"\n[bold cyan]?[/bold cyan] {_escape(question)}")
+        return await asyncio.to_thread(input, "answer› ")
+
+    return ask
+
+
 async def open_run_session(
     store: Store, *, session_ref: str | None, cont: bool, directory: str, model_label: str | None
 ) -> tuple[Session, bool]:
@@ -203,6 +228,8 @@ async def run_events(
     directory: str,
     system_prompt: str | None,
     notice: Any,
+    ask: AskFn | None = None,
+    tools: str | None = None,
 ) -> AsyncIterator[Event]:
     from ..providers import resolve_provider
 
@@ -214,7 +241,7 @@ async def run_events(
         notice(LOCAL_NOTICE)
     if existed and model_spec is not None and session.info.model != resolved.id:
         await session.update(model=resolved.id)
-    options: dict[str, Any] = {"max_steps": max_steps}
+    options: dict[str, Any] = {"max_steps": max_steps, "ask": ask, "tools": select_tools(tools)}
     if system_prompt is not None:
         options["system_prompt"] = system_prompt
     if resolved.info.temperature is not None and resolved.info.supports_temperature:
@@ -238,6 +265,9 @@ async def run_events(
     help="The workspace the tools work in (default: the current directory).",
 )
 @click.option("--system", "system_prompt", metavar="TEXT", help="A system prompt for this run.")
+@click.option(
+    "--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list (read,grep,glob), or none."
+)
 @click.option("--json", "json_flag", is_flag=True, help="One JSON object per event per line.")
 def run(
     prompt: str | None,
@@ -247,6 +277,7 @@ def run(
     max_steps: int,
     directory: str | None,
     system_prompt: str | None,
+    tools: str | None,
     json_flag: bool,
 ) -> None:
     """Run the agent on PROMPT until it is done (or the step limit is reached).
@@ -312,6 +343,8 @@ def run(
                 directory=workspace,
                 system_prompt=system_prompt,
                 notice=notice,
+                ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
+                tools=tools,
             ):
                 if isinstance(event, RunStarted):
                     last_session = event.session_id
