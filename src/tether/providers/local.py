@@ -130,8 +130,11 @@ def chatml_prompt(request: ModelRequest, *, tools: list[ToolSpec]) -> str:
             turns.append((role, "\n".join(pieces)))
     if tools and request.messages and request.messages[-1].role == "tool" and request.tool_choice == "auto":
         # A small model tends to repeat the call it just made; say plainly what the result is for.
-        role, text = turns[-1]
-        turns[-1] = (role, f"{text}\n\nUse this result to answer with {{\"answer\": ...}}, unless a different tool is needed.")
+        last_role, text = turns[-1]
+        turns[-1] = (
+            last_role,
+            f'{text}\n\nUse this result to answer with {{"answer": ...}}, unless a different tool is needed.',
+        )
     rendered = "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
     return rendered + "<|im_start|>assistant\n"
 
