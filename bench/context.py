@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Report, Target, load_chat_data, long_conversation, median, ms, scratch_dir, to_message
+from _common import BenchError, Report, Target, load_chat_data, long_conversation, median, ms, scratch_dir, to_message
 
 from tether.context import ContextEngine, ContextPolicy, compute_budget, derive_context
 from tether.context.derive import unit_starts
@@ -159,7 +159,10 @@ def main() -> None:
     parser.add_argument("--dir", help="scratch directory (default: .bench-out/)")
     args = parser.parse_args()
     report = Report(TARGETS)
-    data = load_chat_data(args.data, force_generated=args.generated)
+    try:
+        data = load_chat_data(args.data, force_generated=args.generated)
+    except BenchError as exc:
+        parser.exit(2, f"error: {exc}\n")
     big = 10_000 if args.quick else 100_000
     report.set("data_source", data.source)
     report.set("sizes", {"small": 1_000, "large": big})

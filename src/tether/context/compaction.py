@@ -290,21 +290,6 @@ def render_transcript(entries: Sequence[Entry], counter: TokenCounter) -> list[t
     return blocks
 
 
-def _chunks(blocks: list[tuple[str, int]], limit: int) -> list[str]:
-    chunks: list[str] = []
-    current: list[str] = []
-    size = 0
-    for text, tokens in blocks:
-        if current and size + tokens > limit:
-            chunks.append("\n\n".join(current))
-            current, size = [], 0
-        current.append(text)
-        size += tokens
-    if current:
-        chunks.append("\n\n".join(current))
-    return chunks
-
-
 def _clean_summary(text: str) -> str:
     text = text.strip()
     if text.startswith("```") and text.endswith("```"):
@@ -323,17 +308,26 @@ async def summarize(
     timeout: float | None = 300.0,
     counter: TokenCounter,
 ) -> tuple[str, Usage]:
-    """The model's summary of `blocks`, merged into `previous`. A transcript too long for one call is
-    summarized in chunks, each call updating the summary of the chunks before it. Raises on any failure
-    (the caller falls back); an empty answer is a failure too."""
+    """The model's summary of `blocks`, merged into `previous`. `input_limit` is what the summarizer model
+    may take in (its window less its output). A transcript too long for one call is summarized in chunks,
+    each call updating the summary of the chunks before it, each chunk as big as the room the summary so far
+    leaves. Raises on any failure (the caller falls back); an empty answer is a failure too."""
     usage = Usage()
     summary = previous
     overhead = counter.count(SUMMARIZER_SYSTEM) + counter.count(summarizer_prompt(None, "")) + 64
-    for chunk in _chunks(blocks, max(input_limit - overhead - max_tokens, 1_000)):
+    i = 0
+    while i < len(blocks):
+        room = max(input_limit - overhead - (counter.count(summary) if summary else 0), 512)
+        chunk: list[str] = []
+        size = 0
+        while i < len(blocks) and (not chunk or size + blocks[i][1] <= room):
+            chunk.append(blocks[i][0])
+            size += blocks[i][1]
+            i += 1
         request = ModelRequest(
             model=model,
             system=SUMMARIZER_SYSTEM,
-            messages=[Message.user(summarizer_prompt(summary, chunk))],
+            messages=[Message.user(summarizer_prompt(summary, "\n\n".join(chunk)))],
             max_output_tokens=max_tokens,
             metadata={"purpose": "compaction"},
         )
@@ -598,6 +592,7 @@ async def compact_session(
     if provider is not None and model:
         prior = "\n\n".join(x for x in (state.body, state.notes) if x) or None
         limit = summarizer_input_limit or usable or 100_000
+        max_tokens = min(SUMMARY_MAX_TOKENS, budget.reserved_output) if budget is not None else SUMMARY_MAX_TOKENS
         try:
             text, usage = await summarize(
                 provider,
@@ -605,6 +600,7 @@ async def compact_session(
                 prior,
                 render_transcript(plan.span, counter),
                 input_limit=limit,
+                max_tokens=max_tokens,
                 timeout=timeout,
                 counter=counter,
             )

@@ -35,6 +35,7 @@ _CONSTRAINT = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_EXCEPTION = re.compile(r"\b[A-Z]\w*(Error|Exception|Exit|Interrupt):")
 _ERRORISH = re.compile(r"(Error|Exception|Traceback|FAILED|FAIL:|error:|fatal:|panic)", re.IGNORECASE)
 
 
@@ -160,11 +161,13 @@ def constraints_in(text: str) -> list[str]:
 
 
 def error_line(text: str) -> str:
-    """The most telling line of a failed tool's output: the last error-looking line, else the first."""
+    """The most telling line of a failed tool's output: the last line naming an exception
+    (``KeyError: 'x'``), else the last error-looking one (``FAILED ...``, ``error: ...``), else the first."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if _ERRORISH.search(line):
-            return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 3] + "..."
+    for pattern in (_EXCEPTION, _ERRORISH):
+        for line in reversed(lines):
+            if pattern.search(line):
+                return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 3] + "..."
     return first_line(text)
 
 
@@ -187,6 +190,8 @@ def extract_facts(entries: Sequence[Entry]) -> Facts:
             constraints.extend(Fact(entry.seq, s) for s in constraints_in(text))
             files.extend(paths_in(text))
             continue
+        if message.role == "assistant":
+            files.extend(paths_in(message.text))  # "I moved the fixtures to tests/fixtures/..."
         for part in message.parts:
             if isinstance(part, ToolCallPart):
                 calls[part.id] = (entry.seq, part)
