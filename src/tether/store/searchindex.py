@@ -1,0 +1,289 @@
+"""The full-text index of a `SqliteStore`: an FTS5 table (``porter unicode61``, BM25) over the indexed text
+of every message, fed from the same transactions that write the entries, and the SQL that keeps it
+consistent through append, import, fork, delete, revert, a crash and the backfill of older files.
+
+Each indexed entry is one FTS row whose rowid is ``num << 32 | seq``: `num` is a small integer standing for
+the session (``search_sessions``, AUTOINCREMENT so a number is never reused), so one session's rows are one
+rowid range: deleting a session is a range delete and a session filter a range scan. Reverts are recorded
+in ``search_reverts`` so that searches can leave out what a revert hid."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import msgspec
+
+from ..messages import Revert, decode_body
+from .base import SearchHit, hidden_spans, is_hidden
+from .searchtext import excerpt_of, indexed_text, match_expression, query_terms
+
+SEQ_BITS = 32
+SEQ_MASK = (1 << SEQ_BITS) - 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS search_sessions (
+    num INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL UNIQUE
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(
+    body, role UNINDEXED, tokenize = 'porter unicode61', detail = full
+);
+CREATE TABLE IF NOT EXISTS search_reverts (
+    num INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    to_seq INTEGER NOT NULL,
+    PRIMARY KEY (num, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS search_pending (
+    session_id TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    PRIMARY KEY (session_id, first_seq)
+) WITHOUT ROWID;
+"""
+"""`search_pending` lists entries committed but not yet in the FTS table: the append transaction adds one
+row naming its seq range (a few microseconds), and `flush` moves pending entries into FTS5 in batches.
+FTS5 pays a fixed ~90 us per transaction that touches it (it writes a new segment each time), three times
+what a whole append costs; in batches of a hundred the same work costs ~15 us an entry. Every search
+flushes first, so a search sees every committed entry; a crash loses nothing, since the pending rows
+commit with their entries."""
+
+PENDING_SQL = "INSERT INTO search_pending (session_id, first_seq, last_seq) VALUES (?, ?, ?)"
+FLUSH_EVERY = 128
+"""Appends by one store between flushes: one append in this many pays for indexing the others."""
+SEARCH_FLUSH = 5_000
+"""A search indexes at most this many pending entries first; past that (a migrated file's backlog) it
+searches what is indexed and the caller is told how much is missing (`backlog`)."""
+
+_NUM_SQL = "SELECT num FROM search_sessions WHERE session_id = ?"
+_INSERT_FTS = "INSERT INTO search_fts (rowid, body, role) VALUES (?, ?, ?)"
+_metadata = msgspec.json.Decoder(dict[str, Any])
+
+
+def _num(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute(_NUM_SQL, (session_id,)).fetchone()
+    if row is not None:
+        return int(row[0])
+    cur = conn.execute("INSERT INTO search_sessions (session_id) VALUES (?)", (session_id,))
+    return int(cur.lastrowid or 0)
+
+
+def delete(conn: sqlite3.Connection, session_id: str) -> None:
+    """Remove a session from the index; call in the transaction that deletes its entries."""
+    conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
+    row = conn.execute(_NUM_SQL, (session_id,)).fetchone()
+    if row is None:
+        return
+    num = row[0]
+    conn.execute("DELETE FROM search_fts WHERE rowid BETWEEN ? AND ?", (num << SEQ_BITS, (num << SEQ_BITS) | SEQ_MASK))
+    conn.execute("DELETE FROM search_reverts WHERE num = ?", (num,))
+    conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
+
+
+def mark_pending(conn: sqlite3.Connection, session_id: str, first_seq: int, last_seq: int) -> None:
+    """Entries first_seq..last_seq of a session await indexing (an append, an import, a fork's copy)."""
+    if last_seq >= first_seq:
+        conn.execute(PENDING_SQL, (session_id, first_seq, last_seq))
+
+
+def mark_all_pending(conn: sqlite3.Connection) -> None:
+    """On migrating a file written before the index existed: every stored entry is backlog."""
+    conn.execute(
+        "INSERT OR IGNORE INTO search_pending (session_id, first_seq, last_seq)"
+        " SELECT id, 1, entry_count FROM sessions WHERE entry_count > 0"
+    )
+
+
+def has_pending(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is not None
+
+
+def backlog(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(entries, sessions) waiting to be indexed; entries counts non-message entries too."""
+    row = conn.execute(
+        "SELECT coalesce(sum(last_seq - first_seq + 1), 0), count(DISTINCT session_id) FROM search_pending"
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
+    """Index up to `limit` pending entries, oldest sessions' first; call in a write transaction.
+    Returns (entries read, sessions finished). Memory is bounded by `limit` entries."""
+    budget = limit
+    read = finished = 0
+    while budget > 0:
+        row = conn.execute("SELECT session_id FROM search_pending LIMIT 1").fetchone()
+        if row is None:
+            break
+        session_id = row[0]
+        # A session's pending ranges are contiguous (seqs are dense and each append names its own range).
+        lo, hi = conn.execute(
+            "SELECT min(first_seq), max(last_seq) FROM search_pending WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        take = min(hi, lo + budget - 1)
+        _index_range(conn, session_id, lo, take)
+        conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
+        if take < hi:
+            conn.execute(PENDING_SQL, (session_id, take + 1, hi))
+        else:
+            finished += 1
+        read += take - lo + 1
+        budget -= take - lo + 1
+    return read, finished
+
+
+def _index_range(conn: sqlite3.Connection, session_id: str, lo: int, hi: int) -> None:
+    docs: list[tuple[int, str, str]] = []
+    reverts: list[tuple[int, int]] = []
+    for seq, payload in conn.execute(
+        "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?",
+        (session_id, lo, hi),
+    ):
+        try:
+            body = decode_body(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError):
+            continue  # a corrupt entry has nothing to index; readers report it
+        text = indexed_text(body)
+        if text is not None:
+            docs.append((seq, text, body.role))  # type: ignore[union-attr]  # indexed_text: messages only
+        elif type(body) is Revert:
+            reverts.append((seq, body.to_seq))
+    if not docs and not reverts:
+        return
+    num = _num(conn, session_id)
+    base = num << SEQ_BITS
+    conn.executemany(_INSERT_FTS, [(base + seq, text, role) for seq, text, role in docs])
+    conn.executemany(
+        "INSERT OR REPLACE INTO search_reverts (num, seq, to_seq) VALUES (?, ?, ?)",
+        [(num, seq, to_seq) for seq, to_seq in reverts],
+    )
+
+
+def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[tuple[int, int]]:
+    """The session's effective revert spans: indexed reverts, and reverts among its pending entries."""
+    reverts: list[tuple[int, int]] = []
+    row = conn.execute(_NUM_SQL, (session_id,)).fetchone()
+    if row is not None:
+        reverts += conn.execute("SELECT seq, to_seq FROM search_reverts WHERE num = ?", (row[0],)).fetchall()
+    for lo, hi in conn.execute("SELECT first_seq, last_seq FROM search_pending WHERE session_id = ?", (session_id,)):
+        for seq, payload in conn.execute(
+            "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
+            " AND kind = 'revert'",
+            (session_id, lo, hi),
+        ):
+            try:
+                body = decode_body(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError):
+                continue
+            if type(body) is Revert:
+                reverts.append((seq, body.to_seq))
+    return hidden_spans(reverts)
+
+
+# --- search -------------------------------------------------------------------------------------------
+
+
+def search(
+    conn: sqlite3.Connection,
+    query: str,
+    *,
+    directory: str | None,
+    session_id: str | None,
+    role: str | None,
+    since: float | None,
+    until: float | None,
+    limit: int,
+    include_reverted: bool,
+) -> list[SearchHit]:
+    terms = query_terms(query)
+    match = match_expression(terms)
+    if match is None:
+        return []
+    where = ["search_fts MATCH ?"]
+    params: list[Any] = [match]
+    joins = ""
+    if session_id is not None:
+        row = conn.execute(_NUM_SQL, (session_id,)).fetchone()
+        if row is None:
+            return []
+        where.append("f.rowid BETWEEN ? AND ?")
+        params += [row[0] << SEQ_BITS, (row[0] << SEQ_BITS) | SEQ_MASK]
+    if role is not None:
+        where.append("f.role = ?")
+        params.append(role)
+    if directory is not None:
+        joins += (
+            " JOIN search_sessions n ON n.num = (f.rowid >> 32)"
+            " JOIN sessions s ON s.id = n.session_id AND s.directory = ?"
+        )
+        params.insert(0, directory)
+    if since is not None or until is not None:
+        if directory is None:
+            joins += " JOIN search_sessions n ON n.num = (f.rowid >> 32)"
+        joins += " JOIN entries e ON e.session_id = n.session_id AND e.seq = (f.rowid & 4294967295)"
+        if since is not None:
+            where.append("e.created_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("e.created_at < ?")
+            params.append(until)
+    # joins' parameters come before the WHERE's in the statement; the directory was put first above
+    inner = (
+        f"SELECT f.rowid AS rid, bm25(search_fts) AS rank, f.role AS role, f.body AS body"
+        f" FROM search_fts f{joins} WHERE {' AND '.join(where)} ORDER BY rank LIMIT ?"
+    )
+    sql = (
+        f"WITH hits AS MATERIALIZED ({inner})"
+        " SELECT h.rid, h.rank, h.role, h.body, n2.session_id, s2.title, s2.directory, e2.created_at,"
+        " json_extract(e2.payload, '$.metadata')"
+        " FROM hits h JOIN search_sessions n2 ON n2.num = (h.rid >> 32)"
+        " JOIN sessions s2 ON s2.id = n2.session_id"
+        " JOIN entries e2 ON e2.session_id = n2.session_id AND e2.seq = (h.rid & 4294967295)"
+        " ORDER BY h.rank"
+    )
+    stems = [t for term in terms for t in term.tokens]
+    fetch = limit if include_reverted else limit + 16
+    while True:
+        rows = conn.execute(sql, (*params, fetch)).fetchall()
+        hits = _hits(conn, rows, stems, include_reverted)
+        if len(hits) >= limit or len(rows) < fetch:
+            return hits[:limit]
+        fetch *= 4  # reverts hid many of the best: look further down
+
+
+def _hits(conn: sqlite3.Connection, rows: list[Any], stems: list[str], include_reverted: bool) -> list[SearchHit]:
+    spans: dict[int, list[tuple[int, int]]] = {}
+    nums = sorted({r[0] >> SEQ_BITS for r in rows})
+    if nums:
+        marks = ",".join("?" * len(nums))
+        for num, seq, to_seq in conn.execute(
+            f"SELECT num, seq, to_seq FROM search_reverts WHERE num IN ({marks})", nums
+        ).fetchall():
+            spans.setdefault(num, []).append((seq, to_seq))
+    effective = {num: hidden_spans(reverts) for num, reverts in spans.items()}
+    out: list[SearchHit] = []
+    for rid, rank, role, body, sid, title, directory, created_at, meta in rows:
+        seq = rid & SEQ_MASK
+        reverted = is_hidden(seq, effective.get(rid >> SEQ_BITS, ()))
+        if reverted and not include_reverted:
+            continue
+        try:
+            metadata = _metadata.decode(meta) if meta else {}
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            metadata = {}
+        out.append(
+            SearchHit(
+                session_id=sid,
+                seq=seq,
+                role=role,
+                created_at=created_at,
+                score=-rank,
+                excerpt=excerpt_of(body, stems),
+                title=title,
+                directory=directory,
+                metadata=metadata,
+                reverted=reverted,
+            )
+        )
+    return out
