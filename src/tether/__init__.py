@@ -4,6 +4,8 @@ The public facade: what a user imports lives here; everything else is reachable 
 
 from __future__ import annotations
 
+from . import events
+from .agent import AgentRun, RunOptions
 from .errors import (
     CorruptEntry,
     ImportFormatError,
@@ -16,6 +18,7 @@ from .errors import (
     StoreError,
     TetherError,
 )
+from .events import Done, Error, Event, RunStarted, TextDelta, ToolCallComplete, ToolCallStart
 from .messages import (
     Checkpoint,
     Compaction,
@@ -32,16 +35,23 @@ from .messages import (
     ToolResultPart,
     Usage,
 )
-from .session import Session
+from .providers import ModelRequest, Provider, ScriptedProvider, ScriptedResponse
+from .providers.registry import resolve_provider
+from .session import RunResult, Session
 from .store import MemoryStore, SessionInfo, SqliteStore, Store, open_store
+from .tools import ToolRegistry, default_registry, function_tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentRun",
     "Checkpoint",
     "Compaction",
     "CorruptEntry",
+    "Done",
     "Entry",
+    "Error",
+    "Event",
     "FilePart",
     "ImagePart",
     "ImportFormatError",
@@ -50,8 +60,15 @@ __all__ = [
     "Marker",
     "MemoryStore",
     "Message",
+    "ModelRequest",
     "NotFound",
+    "Provider",
     "Revert",
+    "RunOptions",
+    "RunResult",
+    "RunStarted",
+    "ScriptedProvider",
+    "ScriptedResponse",
     "SeqConflict",
     "Session",
     "SessionInfo",
@@ -61,12 +78,20 @@ __all__ = [
     "StoreBusy",
     "StoreError",
     "TetherError",
+    "TextDelta",
     "TextPart",
     "ThinkingPart",
     "TitleChange",
+    "ToolCallComplete",
     "ToolCallPart",
+    "ToolCallStart",
+    "ToolRegistry",
     "ToolResultPart",
     "Usage",
     "__version__",
+    "default_registry",
+    "events",
+    "function_tool",
     "open_store",
+    "resolve_provider",
 ]
