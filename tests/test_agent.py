@@ -399,3 +399,95 @@ async def test_text_complete_points_at_the_journaled_message(session: Session) -
     assert entry.message is not None and entry.message.text == "hello there"
     starts = [e for e in events if isinstance(e, ToolCallStart)]
     assert starts == []
+
+
+# --- the context engine in the loop ------------------------------------------------------------------
+
+from tether.errors import ContextOverflow  # noqa: E402
+from tether.events import CompactionCompleted, CompactionStarted  # noqa: E402
+from tether.messages import Compaction  # noqa: E402
+from tether.providers.catalog import ModelInfo  # noqa: E402
+
+SMALL = ModelInfo(provider="scripted", model="small", context_window=6_000, max_output_tokens=1_000)
+
+
+async def long_history(session: Session, turns: int = 30) -> None:
+    for i in range(turns):
+        await session.append(
+            Message.user(f"step {i}: please look at src/module_{i}.py and fix the failing check {i}. " * 6),
+            Message.assistant(f"Looked at src/module_{i}.py; the check {i} now passes. " * 6),
+        )
+
+
+def summary_or_answer(answer: str) -> object:
+    """Summarize when asked to (the compaction request has no tools), else answer."""
+
+    def respond(request: object) -> str:
+        tools = getattr(request, "tools", [])
+        return "Goal: fix the checks. Done: modules 0-29 fixed. Next: report." if not tools else answer
+
+    return respond
+
+
+async def test_overflow_compacts_once_and_retries_the_step(session: Session) -> None:
+    await long_history(session)
+    answers = iter([ContextOverflow("maximum context length exceeded")])
+
+    def respond(request: object) -> object:
+        if getattr(request, "tools", []):
+            return next(answers, "All checks pass.")
+        return "Goal: fix the checks. Done: modules 0-29 fixed. Next: report."
+
+    provider = ScriptedProvider(respond)
+    events = await run(session, "report", provider, tools=notes_registry([]))
+    assert isinstance(events[-1], Done) and events[-1].text == "All checks pass."
+    started = next(e for e in events if isinstance(e, CompactionStarted))
+    assert started.reason == "overflow"
+    completed = next(e for e in events if isinstance(e, CompactionCompleted))
+    assert completed.tokens_after < completed.tokens_before
+    compactions = [e for e in await session.entries() if isinstance(e.body, Compaction)]
+    assert len(compactions) == 1 and compactions[0].seq == completed.seq
+    # the retried request was smaller than the one that overflowed
+    with_tools = [r for r in provider.requests if r.tools]
+    assert len(with_tools) == 2 and len(with_tools[1].messages) < len(with_tools[0].messages)
+    # the history is whole: every turn is still in the journal
+    assert (await session.refresh()).message_count == 60 + 2
+
+
+async def test_overflow_with_auto_compaction_off_is_an_error_not_a_compaction(session: Session) -> None:
+    await long_history(session)
+    await session.update(metadata={"auto_compact": False})
+    provider = ScriptedProvider([ContextOverflow("prompt is too long"), "never"])
+    events = await run(session, "report", provider, tools=notes_registry([]))
+    assert isinstance(events[-1], Error) and events[-1].code == "context_overflow"
+    assert not any(isinstance(e, CompactionStarted) for e in events)
+    assert not [e for e in await session.entries() if isinstance(e.body, Compaction)]
+    assert len(provider.requests) == 1  # no summarizer call, no retry
+
+
+async def test_auto_compaction_before_a_step_over_the_threshold(session: Session) -> None:
+    await long_history(session)
+    provider = ScriptedProvider(summary_or_answer("Reported."))
+    events = await run(session, "report", provider, tools=notes_registry([]), model_info=SMALL)
+    assert isinstance(events[-1], Done) and events[-1].text == "Reported."
+    started = next(e for e in events if isinstance(e, CompactionStarted))
+    assert started.reason == "auto"
+    answer_request = [r for r in provider.requests if r.tools][-1]
+    assert len(answer_request.messages) < 61  # the model saw the compacted context, not all 61 messages
+
+
+async def test_a_failing_summarizer_does_not_loop(session: Session) -> None:
+    await long_history(session)
+    calls = {"summaries": 0}
+
+    def respond(request: object) -> object:
+        if not getattr(request, "tools", []):
+            calls["summaries"] += 1
+            raise TransientError("the summarizer is down")
+        return "Reported anyway."
+
+    provider = ScriptedProvider(respond)
+    events = await run(session, "report", provider, tools=notes_registry([]), model_info=SMALL)
+    assert isinstance(events[-1], Done) and events[-1].text == "Reported anyway."
+    assert calls["summaries"] <= 1  # tried once, then the mechanical fallback: never a loop
+    assert sum(isinstance(e, CompactionStarted) for e in events) == 1

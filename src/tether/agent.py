@@ -9,8 +9,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import events as ev
+from .context.engine import ContextEngine, ModelLimits
 from .errors import (
     AuthError,
     ContextOverflow,
@@ -33,7 +35,9 @@ from .messages import (
 from .providers.base import ModelRequest, Provider, StreamDone, ToolCallReady
 from .providers.base import TextDelta as ProviderTextDelta
 from .providers.base import ThinkingDelta as ProviderThinkingDelta
+from .providers.catalog import unknown_model
 from .session import Session
+from .store.base import active_tail
 from .tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry, default_registry
 from .tools.runner import run_tool_call
 
@@ -46,12 +50,16 @@ INTERRUPTED = (
 )
 ABORTED = "aborted: the run was cancelled before this tool call finished."
 
+RESUME_TAIL = 256
+"""Entries of the history a run keeps in hand (the context engine reads what derivation needs itself)."""
+
 ContextFn = Callable[[Sequence[Entry]], Awaitable[list[Message]]]
-"""Turns the active history into the messages a model call receives (the context engine plugs in here)."""
+"""Turns entries into the messages of a model call: an override of the context engine, for tests and for
+callers with a policy of their own."""
 
 
 async def all_messages(entries: Sequence[Entry]) -> list[Message]:
-    """The whole active history as the context: the policy until the context engine takes over."""
+    """Every message of `entries`, as they are: a `ContextFn` that derives nothing."""
     return [e.body for e in entries if isinstance(e.body, Message) and e.body.role != "system"]
 
 
@@ -68,7 +76,12 @@ class RunOptions:
     temperature: float | None = None
     max_output_tokens: int | None = None
     tool_limits: ToolLimits = field(default_factory=ToolLimits)
-    context: ContextFn = all_messages
+    model_info: ModelLimits | None = None
+    """The model's context window and output limit (a catalog entry); unknown: conservative guesses."""
+    context_engine: ContextEngine | None = None
+    """Shared across runs to keep its caches; None: one for this run."""
+    context: ContextFn | None = None
+    """Bypass the context engine (no derivation, no compaction) with a function of the run's entries."""
 
 
 class _Step:
@@ -129,7 +142,12 @@ class AgentRun:
         sid = self.session.id
         opts = self.options
         await self.session.refresh()
-        self.entries = await self.session.entries()
+        self.entries = await active_tail(self.session.store, sid, RESUME_TAIL)
+        engine = opts.context_engine or ContextEngine(self.session.store)
+        model_info = opts.model_info or unknown_model(self.provider.name, opts.model)
+        settings = await engine.settings_for(sid)
+        budget = engine.budget_for(model_info, settings)
+        specs = opts.tools.specs()
         yield ev.RunStarted(
             session_id=sid, run_id=self.run_id, model=opts.model, provider=self.provider.name, resumed=prompt is None
         )
@@ -160,33 +178,86 @@ class AgentRun:
                     )
                     return
                 self.steps += 1
-                step = _Step()
-                request = ModelRequest(
-                    model=opts.model,
-                    messages=await opts.context(self.entries),
-                    system=opts.system_prompt or self.session.info.system_prompt,
-                    tools=opts.tools.specs(),
-                    max_output_tokens=opts.max_output_tokens,
-                    temperature=opts.temperature,
-                )
-                done: StreamDone | None = None
-                stream = self.provider.stream(request)
-                try:
-                    async for event in stream:
-                        if isinstance(event, ProviderTextDelta):
-                            step.text.append(event.text)
-                            yield ev.TextDelta(session_id=sid, text=event.text)
-                        elif isinstance(event, ProviderThinkingDelta):
-                            step.thinking.append(event.text)
-                            yield ev.ThinkingDelta(session_id=sid, text=event.text)
-                        elif isinstance(event, ToolCallReady):
-                            step.calls.append(event.part)
-                        elif isinstance(event, StreamDone):
-                            done = event
-                finally:
-                    aclose = getattr(stream, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
+                system = opts.system_prompt or self.session.info.system_prompt
+                overflowed = False
+                while True:  # one model call; a second only after compacting for a context overflow
+                    notes: list[Any] = []
+                    if opts.context is not None:
+                        messages = await opts.context(self.entries)
+                    else:
+                        derived = await engine.derive(
+                            sid, budget=budget, system=system, tools=specs, model=opts.model, settings=settings
+                        )
+                        compacted = await engine.before_step(
+                            sid,
+                            derived,
+                            budget=budget,
+                            provider=self.provider,
+                            model=opts.model,
+                            system=system,
+                            tools=specs,
+                            emit=notes.append,
+                            settings=settings,
+                        )
+                        for note in notes:
+                            yield _compaction_event(sid, note)
+                        if compacted is not None and compacted.entry is not None:
+                            await self._adopt(compacted.entry)
+                            derived = await engine.derive(
+                                sid, budget=budget, system=system, tools=specs, model=opts.model, settings=settings
+                            )
+                        messages = derived.messages
+                    step = _Step()
+                    request = ModelRequest(
+                        model=opts.model,
+                        messages=messages,
+                        system=system,
+                        tools=specs,
+                        max_output_tokens=opts.max_output_tokens,
+                        temperature=opts.temperature,
+                    )
+                    done: StreamDone | None = None
+                    stream = self.provider.stream(request)
+                    try:
+                        async for event in stream:
+                            if isinstance(event, ProviderTextDelta):
+                                step.text.append(event.text)
+                                yield ev.TextDelta(session_id=sid, text=event.text)
+                            elif isinstance(event, ProviderThinkingDelta):
+                                step.thinking.append(event.text)
+                                yield ev.ThinkingDelta(session_id=sid, text=event.text)
+                            elif isinstance(event, ToolCallReady):
+                                step.calls.append(event.part)
+                            elif isinstance(event, StreamDone):
+                                done = event
+                    except ContextOverflow as overflow:
+                        if overflowed or opts.context is not None or step.text or step.thinking:
+                            raise
+                        overflowed = True
+                        notes = []
+                        try:
+                            result = await engine.on_overflow(
+                                sid,
+                                overflow,
+                                budget=budget,
+                                provider=self.provider,
+                                model=opts.model,
+                                system=system,
+                                tools=specs,
+                                emit=notes.append,
+                                settings=settings,
+                            )
+                        finally:
+                            for note in notes:
+                                yield _compaction_event(sid, note)
+                        if result.entry is not None:
+                            await self._adopt(result.entry)
+                        continue
+                    finally:
+                        aclose = getattr(stream, "aclose", None)
+                        if aclose is not None:
+                            await aclose()
+                    break
                 if done is None:
                     raise ProviderError(f"{self.provider.name} ended its answer without a final message")
 
@@ -235,6 +306,11 @@ class AgentRun:
             yield ev.Error(session_id=sid, code="busy", message=f"another writer appended to this session: {exc}")
         except ProviderError as exc:
             yield ev.Error(session_id=sid, code=_provider_code(exc), message=str(exc), retryable=exc.retryable)
+
+    async def _adopt(self, entry: Entry) -> None:
+        """An entry someone else of ours appended (a compaction): the next append expects the seq after it."""
+        await self.session.refresh()
+        self.entries.append(entry)
 
     def _unanswered_calls(self) -> list[ToolCallPart]:
         """Tool calls of the last assistant message that have no result after them."""
@@ -360,6 +436,20 @@ class AgentRun:
                 )
         except Exception:  # the store may be the reason we are stopping; the original error matters more
             pass
+
+
+def _compaction_event(session_id: str, note: Any) -> ev.Event:
+    """The context engine's compaction record as a run event (same fields, the run's event types)."""
+    kinds: dict[str, type[ev.CompactionStarted | ev.CompactionCompleted | ev.CompactionFailed]] = {
+        "CompactionStarted": ev.CompactionStarted,
+        "CompactionCompleted": ev.CompactionCompleted,
+        "CompactionFailed": ev.CompactionFailed,
+    }
+    kind = kinds[type(note).__name__]
+    fields = {f: getattr(note, f) for f in note.__struct_fields__}
+    fields["session_id"] = session_id
+    event: ev.Event = kind(**{k: v for k, v in fields.items() if k in kind.__struct_fields__})
+    return event
 
 
 def _preview(text: str, limit: int = 160) -> str:

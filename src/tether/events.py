@@ -76,20 +76,28 @@ class CheckpointReached(_Event, tag="checkpoint"):
 
 
 class CompactionStarted(_Event, tag="compaction_started"):
-    trigger: str
+    reason: str
     """``auto`` (the estimate crossed the threshold), ``overflow`` (the provider said so) or ``manual``."""
     tokens_before: int
+    summarizer: str | None = None
+    """``provider/model`` of the summarizer; None when the compaction is mechanical from the start."""
 
 
 class CompactionCompleted(_Event, tag="compaction_completed"):
+    reason: str
     strategy: str
     tokens_before: int
     tokens_after: int
     seq: int
+    """The seq of the new `Compaction` entry; undo it with a revert to ``seq - 1``."""
+    first_kept_seq: int
+    fallback: str | None = None
+    """Why the mechanical strategy stood in for the model, when it did."""
 
 
 class CompactionFailed(_Event, tag="compaction_failed"):
     reason: str
+    error: str
 
 
 class ApprovalRequested(_Event, tag="approval_requested"):

@@ -134,13 +134,13 @@ class TerminalRenderer:
             if self.running:
                 self._spin()
         elif isinstance(event, CompactionStarted):
-            self.err.print(f"[dim]compacting the context ({event.trigger}, {event.tokens_before:,} tokens)…[/dim]")
+            self.err.print(f"[dim]compacting the context ({event.reason}, {event.tokens_before:,} tokens)…[/dim]")
         elif isinstance(event, CompactionCompleted):
             self.err.print(
                 f"[dim]compacted: {event.tokens_before:,} → {event.tokens_after:,} tokens ({event.strategy})[/dim]"
             )
         elif isinstance(event, CompactionFailed):
-            self.err.print(f"[yellow]compaction failed: {_escape(event.reason)}[/yellow]")
+            self.err.print(f"[yellow]compaction failed: {_escape(event.error)}[/yellow]")
         elif isinstance(event, Progress):
             done = f" {event.done}/{event.total}" if event.total else ""
             self.err.print(f"[dim]{_escape(event.what)}{done} {_escape(event.detail)}[/dim]")
