@@ -1,0 +1,155 @@
+"""`tether recall "query"`: find what was said in earlier sessions of a directory (the current one unless
+--dir or --all), best first, each hit with where it comes from and its neighbours. `--backfill` indexes
+a store written before the search index existed; `--semantic` adds the embeddings side (extra)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ..errors import InvalidInput
+from ..recall import RecallResult, recall
+from ..recall.backfill import backfill
+from ..recall.render import when
+from ..session import canonical_directory
+from ..store import Store
+from ..store.base import SEARCH_ROLES, BackfillProgress
+from .common import console, echo_json, resolve_session, wants_json, with_store
+
+
+def _timestamp(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise InvalidInput(
+            f"{option} takes a date or time like 2026-05-01 or 2026-05-01T14:30, not {value!r}"
+        ) from None
+
+
+def _progress(step: BackfillProgress, elapsed: float) -> None:
+    rate = step.entries_indexed / elapsed if elapsed > 0 else 0.0
+    click.echo(
+        f"\rindexed {step.entries_indexed:,} entries, {step.sessions_done:,} sessions done, "
+        f"{step.backlog:,} entries to go ({rate:,.0f}/s)   ",
+        err=True,
+        nl=False,
+    )
+
+
+@click.command()
+@click.argument("query", required=False)
+@click.option("--dir", "-d", "directory", metavar="PATH", help="Sessions of this directory (default: the current one).")
+@click.option("--all", "-a", "all_dirs", is_flag=True, help="Sessions of every directory.")
+@click.option("--session", "-s", "session_ref", metavar="ID", help="Only this session (an id or its last characters).")
+@click.option("--role", type=click.Choice(SEARCH_ROLES), help="Only turns of this role.")
+@click.option("--since", metavar="DATE", help="Only entries from this date or time on (ISO: 2026-05-01).")
+@click.option("--until", metavar="DATE", help="Only entries before this date or time.")
+@click.option("--limit", "-n", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--context", "-C", type=click.IntRange(0, 20), default=1, show_default=True, help="Neighbours shown.")
+@click.option("--reverted", is_flag=True, help="Include entries that a revert hid.")
+@click.option("--semantic", is_flag=True, help="Add the embeddings side (needs the `embeddings` extra).")
+@click.option("--backfill", "do_backfill", is_flag=True, help="Index entries stored before the index existed.")
+@click.option("--json", "json_flag", is_flag=True, help="Print one JSON object: the query, its hits, timings.")
+def recall_command(
+    query: str | None,
+    directory: str | None,
+    all_dirs: bool,
+    session_ref: str | None,
+    role: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    context: int,
+    reverted: bool,
+    semantic: bool,
+    do_backfill: bool,
+    json_flag: bool,
+) -> None:
+    """Find what was said in earlier sessions: paths, decisions, instructions, errors.
+
+    Words match by stem (run finds running), names, paths and identifiers work, and a date in the query
+    (`in March`, `2026-05-01`, `yesterday`) favours what was said then."""
+    if all_dirs and directory:
+        raise click.UsageError("give --all or --dir, not both")
+    if not do_backfill and not (query or "").strip():
+        raise click.UsageError('give a query: tether recall "what to look for"')
+    where = None if all_dirs or session_ref else canonical_directory(directory)
+    start, end = _timestamp(since, "--since"), _timestamp(until, "--until")
+
+    async def run(store: Store) -> RecallResult | BackfillProgress:
+        if do_backfill:
+            done = await backfill(store, progress=_progress)
+            if done.entries_indexed:
+                click.echo("", err=True)
+            if not query:
+                return done
+        session_id = (await resolve_session(store, session_ref)).id if session_ref else None
+        index = None
+        if semantic:
+            from ..recall.embeddings import SemanticIndex, load_embedder
+
+            index = SemanticIndex(store, load_embedder())
+            await index.sync(directory=where, session_id=session_id)
+        try:
+            return await recall(
+                store, query or "", directory=where, session_id=session_id, role=role, since=start, until=end,
+                limit=limit, context=context, include_reverted=reverted, semantic=index,
+            )  # fmt: skip
+        finally:
+            if index is not None:
+                index.close()
+
+    result = with_store(run)
+    if isinstance(result, BackfillProgress):
+        _say_backfilled(result, json_flag)
+        return
+    if wants_json(json_flag):
+        echo_json(result)
+        return
+    _show(result, where)
+
+
+def _say_backfilled(done: BackfillProgress, json_flag: bool) -> None:
+    if wants_json(json_flag):
+        echo_json(done)
+    elif done.entries_indexed:
+        click.echo(f"indexed {done.entries_indexed:,} entries of {done.sessions_done:,} sessions")
+    else:
+        click.echo("nothing to backfill: the search index is complete")
+
+
+def _show(result: RecallResult, where: str | None) -> None:
+    out = console()
+    if not result.hits:
+        scope = f"in {where}" if where else "in any session"
+        hint = " (try --all)" if where else ""
+        out.print(f"Nothing {scope} matches {result.query!r}{hint}.")
+    for n, hit in enumerate(result.hits, 1):
+        author: Any = hit.metadata.get("name")
+        who = f"{hit.role} ({author})" if isinstance(author, str) and author else hit.role
+        title = f"  {hit.title}" if hit.title else ""
+        flag = "  [reverted]" if hit.reverted else ""
+        out.print(f"{n:>2}. {hit.session_id} #{hit.seq}  {when(hit.created_at)}  {who}{title}{flag}")
+        if where is None and hit.directory:
+            out.print(f"    in {hit.directory}")
+        for line in (c for c in hit.context if c.seq < hit.seq):
+            out.print(f"      #{line.seq} {line.role}: {_clip(line.text)}")
+        out.print(f"    > {hit.excerpt}")
+        for line in (c for c in hit.context if c.seq > hit.seq):
+            out.print(f"      #{line.seq} {line.role}: {_clip(line.text)}")
+    if result.backlog:
+        click.echo(
+            f"note: {result.backlog:,} older entries are not indexed yet: run `tether recall --backfill`", err=True
+        )
+    if sys.stderr.isatty():
+        click.echo(f"{len(result.hits)} hits in {result.took_ms:.1f} ms", err=True)
+
+
+def _clip(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,24 @@
+"""Backfill: index the entries of a store written before the search index existed (the migration marks
+them as backlog). Runs batch by batch, one transaction each, so memory stays bounded, appends go on
+meanwhile, and an interrupted backfill resumes where it stopped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..store.base import BackfillProgress, Store
+
+ProgressFn = Callable[[BackfillProgress, float], None]
+"""Called after each batch with the progress and the seconds since the start."""
+
+
+async def backfill(store: Store, *, batch: int = 500, progress: ProgressFn | None = None) -> BackfillProgress:
+    """Index the whole backlog; returns the final progress (entries_indexed 0: nothing was waiting)."""
+    started = time.monotonic()
+    last = BackfillProgress(sessions_done=0, sessions_left=0, entries_indexed=0, backlog=0)
+    async for step in store.backfill_search(batch=batch):
+        last = step
+        if progress is not None:
+            progress(step, time.monotonic() - started)
+    return last

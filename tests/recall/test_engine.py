@@ -1,0 +1,148 @@
+"""The recall engine on both backends: turns re-ranked as conversation (the answer after a matching
+question, the author a query names, the period it names), neighbours as context, filters that hold for
+lifted neighbours too, and bad arguments refused clearly."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import pytest
+
+from tether.errors import InvalidInput
+from tether.messages import Entry, Message, Revert, TextPart
+from tether.recall import Tuning, periods, recall
+from tether.store import Store
+from tether.store.base import SessionInfo
+
+
+async def chat(store: Store, turns: list[tuple[str, str]], directory: str = "/w", **kw: object) -> str:
+    info = await store.create_session(directory=directory, **kw)  # type: ignore[arg-type]
+    await store.append(info.id, [Message.user(t) if r == "user" else Message.assistant(t) for r, t in turns])
+    return info.id
+
+
+async def test_the_answer_after_a_matching_question_is_found(store: Store) -> None:
+    sid = await chat(
+        store,
+        [
+            ("user", "hello there"),
+            ("assistant", "Which database should the service use?"),
+            ("user", "Postgres 16, with the pgvector extension."),  # the answer never says "database"
+            ("assistant", "noted, thanks"),
+        ]
+        + [("user", f"unrelated chatter {i}") for i in range(20)],
+    )
+    result = await recall(store, "which database did we pick", limit=3)
+    assert [h.seq for h in result.hits][:2] == [2, 3]
+    top = result.hits[0]
+    assert top.session_id == sid and top.title and top.directory == "/w"
+    assert [c.seq for c in top.context] == [1, 3]  # its neighbours, one each side by default
+
+
+async def test_context_size_and_zero_context(store: Store) -> None:
+    await chat(store, [("user", f"line {i} zeta" if i == 5 else f"line {i}") for i in range(1, 10)])
+    (hit, *_) = (await recall(store, "zeta", context=2)).hits
+    assert hit.seq == 5 and [c.seq for c in hit.context] == [3, 4, 6, 7]
+    (hit, *_) = (await recall(store, "zeta", context=0)).hits
+    assert hit.context == []
+
+
+async def test_an_author_the_query_names_ranks_first(store: Store) -> None:
+    info = await store.create_session(directory="/w")
+    await store.append(
+        info.id,
+        [
+            Message(role="user", parts=[TextPart(text="I adopted a cat")], metadata={"name": "Ana"}),
+            Message(role="assistant", parts=[TextPart(text="I adopted a cat too")], metadata={"name": "Ben"}),
+        ],
+    )
+    assert (await recall(store, "what did Ben adopt", tuning=Tuning(before=0, after=0, after_question=0))).hits[
+        0
+    ].seq == 2
+    assert (await recall(store, "what did Ana adopt", tuning=Tuning(before=0, after=0, after_question=0))).hits[
+        0
+    ].seq == 1
+
+
+async def test_a_named_date_favours_turns_from_then(store: Store) -> None:
+    def day(text: str) -> float:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M").timestamp()
+
+    for date in ("2023-05-08 13:56", "2023-10-13 09:00"):
+        info = SessionInfo(id=f"ses_01JD8X3Q5T9N2C7KZ6W4M0R{'1YB' if date < '2023-06' else '2YC'}",
+                           created_at=day(date), updated_at=day(date), directory="/w")  # fmt: skip
+        await store.import_session(info, [Entry(1, day(date), Message.user("I painted a sunset"))])
+    hits = (await recall(store, "what did I paint on October 13, 2023")).hits
+    assert datetime.fromtimestamp(hits[0].created_at).month == 10
+    hits = (await recall(store, "what did I paint in May 2023")).hits
+    assert datetime.fromtimestamp(hits[0].created_at).month == 5
+
+
+def test_periods_named_in_queries() -> None:
+    now = datetime(2026, 3, 15, 12, 0).timestamp()
+    (p,) = periods("what happened on 13 October, 2023?", now=now)
+    assert datetime.fromtimestamp(p.start) == datetime(2023, 10, 13) and p.end - p.start == 86400
+    (p,) = periods("in July 2023", now=now)
+    assert datetime.fromtimestamp(p.end) == datetime(2023, 8, 1)
+    (p,) = periods("during December", now=now)  # the most recent December
+    assert datetime.fromtimestamp(p.start) == datetime(2025, 12, 1)
+    (p,) = periods("yesterday's error", now=now)
+    assert datetime.fromtimestamp(p.start) == datetime(2026, 3, 14)
+    assert [x.text for x in periods("2026-02-30 or 2026-02-03", now=now)] == ["2026-02-03"]
+    assert periods("may I ask about march madness", now=now) == []
+
+
+async def test_lifted_neighbours_obey_the_filters(store: Store) -> None:
+    await chat(store, [("user", "what port does the api use?"), ("assistant", "eight thousand and eighty")])
+    assert [h.seq for h in (await recall(store, "api port")).hits] == [1, 2]
+    assert [h.role for h in (await recall(store, "api port", role="user")).hits] == ["user"]
+    later = time.time() + 3600
+    assert (await recall(store, "api port", since=later)).hits == []
+
+
+async def test_lifted_neighbours_that_a_revert_hid_stay_hidden(store: Store) -> None:
+    sid = await chat(store, [("user", "what port does the api use?"), ("assistant", "eight thousand and eighty")])
+    await store.append(sid, [Revert(to_seq=1)])
+    assert [h.seq for h in (await recall(store, "api port")).hits] == [1]
+    shown = (await recall(store, "api port", include_reverted=True)).hits
+    assert [(h.seq, h.reverted) for h in shown] == [(1, False), (2, True)]
+
+
+async def test_non_message_neighbours_are_skipped(store: Store) -> None:
+    sid = await chat(store, [("user", "where is the config file?")])
+    await store.append(sid, [Revert(to_seq=1), Message.assistant("in the home folder")])
+    seqs = [h.seq for h in (await recall(store, "config file")).hits]
+    assert seqs == [1, 3]  # 3 lifted from two away; the revert marker between them is no hit
+
+
+async def test_scopes(store: Store) -> None:
+    a = await chat(store, [("user", "the heron report")], directory="/a")
+    b = await chat(store, [("user", "the heron report")], directory="/b")
+    assert {h.session_id for h in (await recall(store, "heron")).hits} == {a, b}
+    assert {h.session_id for h in (await recall(store, "heron", directory="/b")).hits} == {b}
+    assert {h.session_id for h in (await recall(store, "heron", session_id=a)).hits} == {a}
+
+
+async def test_no_match_empty_and_huge_queries(store: Store) -> None:
+    await chat(store, [("user", "the heron report")])
+    assert (await recall(store, "flamingo")).hits == []
+    assert (await recall(store, "")).hits == []
+    assert (await recall(store, '"NEAR(( *')).hits == []
+    huge = "heron " + "x" * 20_000
+    result = await recall(store, huge)
+    assert [h.seq for h in result.hits] == [1] and len(result.query) == 10_000
+
+
+@pytest.mark.parametrize("kwargs", [{"limit": 0}, {"limit": 5000}, {"context": -1}, {"context": 99}])
+async def test_bad_arguments_are_refused(store: Store, kwargs: dict[str, int]) -> None:
+    with pytest.raises(InvalidInput):
+        await recall(store, "x", **kwargs)  # type: ignore[arg-type]
+
+
+async def test_results_serialise_for_machines(store: Store) -> None:
+    import msgspec
+
+    await chat(store, [("user", "the heron report")])
+    data = msgspec.json.decode(msgspec.json.encode(await recall(store, "heron")))
+    assert data["hits"][0]["seq"] == 1 and data["backlog"] == 0 and data["semantic"] is False

@@ -1,0 +1,220 @@
+"""The SQLite search index itself: after any mix of appends, forks, reverts, deletes, imports and kill -9,
+the FTS rows are exactly the indexed entries of the live sessions (checked row by row, plus FTS5's own
+integrity check); a file written before the index existed migrates and backfills in bounded batches."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from tether.messages import Message, Revert, TextPart
+from tether.store import SqliteStore
+from tether.store.searchindex import SEQ_BITS
+from tether.store.searchtext import indexed_text
+
+
+async def check_consistent(path: Path) -> int:
+    """Open the file, let a search index what is pending, and compare the index with the journal.
+    Returns how many entries are indexed."""
+    store = SqliteStore(path)
+    try:
+        await store.search("anything")
+        assert await store.search_backlog() == 0
+        conn = sqlite3.connect(path)
+        nums = dict(conn.execute("SELECT session_id, num FROM search_sessions"))
+        expected: set[int] = set()
+        reverts: set[tuple[int, int, int]] = set()
+        sessions = [sid for (sid,) in conn.execute("SELECT id FROM sessions")]
+        for sid in sessions:
+            for entry in await store.read(sid):
+                if indexed_text(entry.body) is not None:
+                    expected.add((nums[sid] << SEQ_BITS) | entry.seq)
+                elif isinstance(entry.body, Revert):
+                    reverts.add((nums[sid], entry.seq, entry.body.to_seq))
+        actual = {rowid for (rowid,) in conn.execute("SELECT rowid FROM search_fts")}
+        assert actual == expected
+        assert set(conn.execute("SELECT num, seq, to_seq FROM search_reverts")) == reverts
+        assert set(nums) <= set(sessions)  # no index rows of deleted sessions
+        conn.execute("INSERT INTO search_fts (search_fts) VALUES ('integrity-check')")
+        conn.close()
+        return len(expected)
+    finally:
+        await store.close()
+
+
+async def test_index_is_consistent_after_a_random_mix_of_operations(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    path = tmp_path / "t.db"
+    store = SqliteStore(path)
+    live: list[str] = []
+    for step in range(600):
+        op = rng.random()
+        if not live or op < 0.05:
+            live.append((await store.create_session(directory=f"/d{rng.randint(0, 3)}")).id)
+        sid = rng.choice(live)
+        info = await store.get_session(sid)
+        if op < 0.75:
+            await store.append(
+                sid, [Message.user(f"step {step} word{rng.randint(0, 50)}") for _ in range(rng.randint(1, 3))]
+            )
+        elif op < 0.82 and info.entry_count > 1:
+            await store.append(sid, [Revert(to_seq=rng.randint(0, info.entry_count - 1))])
+        elif op < 0.9:
+            live.append((await store.fork(sid, rng.randint(0, info.entry_count))).id)
+        elif op < 0.95 and len(live) > 2:
+            for gone in await store.delete_session(sid):
+                live.remove(gone)
+        else:
+            entries = await store.read(sid)
+            await store.delete_session(sid)
+            await store.import_session(info, entries)
+        if step % 97 == 0:
+            await store.search(f"word{rng.randint(0, 50)}")  # searches flush in the middle of it all
+    await store.close()
+    assert await check_consistent(path) > 300
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, random, sys
+    from tether.messages import Message, Revert
+    from tether.store import SqliteStore
+
+    async def main(path, seed):
+        rng = random.Random(seed)
+        store = SqliteStore(path)
+        live = [s.id for s in (await store.list_sessions(limit=1000)).items]
+        while True:
+            if not live or rng.random() < 0.05:
+                live.append((await store.create_session(directory="/crash")).id)
+            sid = rng.choice(live)
+            info = await store.get_session(sid)
+            op = rng.random()
+            if op < 0.8:
+                await store.append(sid, [Message.user(f"crash text {rng.random()}") for _ in range(rng.randint(1, 4))])
+            elif op < 0.88 and info.entry_count > 1:
+                await store.append(sid, [Revert(to_seq=rng.randint(0, info.entry_count - 1))])
+            elif op < 0.94:
+                live.append((await store.fork(sid)).id)
+            elif len(live) > 3:
+                for gone in await store.delete_session(sid):
+                    live.remove(gone)
+            if rng.random() < 0.02:
+                await store.search("crash")
+            sys.stdout.write("."); sys.stdout.flush()
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    """
+)
+
+
+async def test_index_is_consistent_after_kill_9_at_random_moments(tmp_path: Path) -> None:
+    path = tmp_path / "crash.db"
+    rng = random.Random(11)
+    for kill in range(6):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(kill)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        # wait for a number of operations (not a time: the machine may be slow), then kill mid-flight
+        proc.stdout.read(rng.randint(150, 400))
+        await asyncio.sleep(rng.random() / 50)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
+        await check_consistent(path)
+    assert await check_consistent(path) > 100
+
+
+def write_v1_file(path: Path, sessions: int, entries: int) -> None:
+    """A store as tether wrote it before the search index (schema 1), made with plain SQL."""
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, parent_id TEXT, forked_from TEXT, forked_at INTEGER,
+            title TEXT, directory TEXT, agent TEXT, model TEXT, state TEXT NOT NULL DEFAULT 'active',
+            system_prompt TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+            entry_count INTEGER NOT NULL DEFAULT 0, message_count INTEGER NOT NULL DEFAULT 0,
+            input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,
+            cost_pico INTEGER NOT NULL DEFAULT 0, metadata TEXT NOT NULL DEFAULT '{}');
+        CREATE TABLE entries (session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+            created_at REAL NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID;
+        CREATE TABLE artifacts (id TEXT PRIMARY KEY, media_type TEXT NOT NULL, size INTEGER NOT NULL,
+            created_at REAL NOT NULL, data BLOB NOT NULL);
+        CREATE TABLE leases (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
+        PRAGMA journal_mode = WAL;
+        PRAGMA user_version = 1;
+        """
+    )
+    from tether.ids import new_session_id
+    from tether.messages import encode_body
+
+    now = time.time()
+    for s in range(sessions):
+        sid = new_session_id()
+        conn.execute(
+            "INSERT INTO sessions (id, directory, created_at, updated_at, entry_count, message_count)"
+            " VALUES (?, '/old', ?, ?, ?, ?)",
+            (sid, now, now, entries, entries),
+        )
+        conn.executemany(
+            "INSERT INTO entries VALUES (?, ?, 'message', ?, ?)",
+            [
+                (sid, i, now, encode_body(Message(role="user", parts=[TextPart(text=f"old s{s} e{i} heron")])).decode())
+                for i in range(1, entries + 1)
+            ],
+        )
+    conn.commit()
+    conn.close()
+
+
+async def test_an_older_file_migrates_and_backfills_in_bounded_batches(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    write_v1_file(path, sessions=7, entries=900)
+    store = SqliteStore(path)
+    try:
+        assert await store.search_backlog() == 6300
+        # a search indexes a bounded amount first and says how much is left
+        assert await store.search("heron", limit=5)
+        assert 0 < await store.search_backlog() < 6300
+        # appends go on meanwhile, and are indexed like any other
+        sid = (await store.list_sessions(limit=1)).items[0].id
+        await store.append(sid, [Message.user("new egret")])
+        steps = [p async for p in store.backfill_search(batch=250)]
+        assert steps and all(p.entries_indexed <= 250 * (i + 1) for i, p in enumerate(steps))
+        assert steps[-1].backlog == 0 and steps[-1].sessions_left == 0
+        assert await store.search_backlog() == 0
+        assert [h.seq for h in await store.search("egret")] == [901]
+        assert len(await store.search("heron", limit=10_000)) == 6300
+    finally:
+        await store.close()
+    assert await check_consistent(path) == 6301
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
+
+
+async def test_appends_are_indexed_in_batches_not_one_by_one(tmp_path: Path) -> None:
+    # the append transaction records what to index; FTS5 receives it in batches (see searchindex.py)
+    path = tmp_path / "b.db"
+    store = SqliteStore(path)
+    sid = (await store.create_session()).id
+    for i in range(10):
+        await store.append(sid, [Message.user(f"m{i}")])
+    assert await store.search_backlog() == 10
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM search_fts").fetchone()[0] == 0
+    assert [h.seq for h in await store.search("m3")] == [4]  # the search indexed them first
+    assert conn.execute("SELECT count(*) FROM search_fts").fetchone()[0] == 10
+    for i in range(200):
+        await store.append(sid, [Message.user(f"n{i}")])
+    assert await store.search_backlog() < 128  # the appends flushed along the way
+    conn.close()
+    await store.close()
