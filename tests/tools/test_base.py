@@ -20,7 +20,7 @@ from tether.tools import (
     validate_arguments,
 )
 
-BUILTINS = ["read", "write", "edit", "bash", "glob", "grep", "list", "question"]
+BUILTINS = ["read", "write", "edit", "bash", "glob", "grep", "list", "question", "session_recall"]
 
 
 # --- registry ----------------------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ def test_default_registry_holds_the_builtins_with_their_flags() -> None:
     for tool in reg:
         assert isinstance(tool, Tool)
         assert tool.bulk is False  # none of the built-ins produce data for RLM
-    assert {t.name for t in reg if t.read_only} == {"read", "glob", "grep", "list"}
+    assert {t.name for t in reg if t.read_only} == {"read", "glob", "grep", "list", "session_recall"}
     assert reg.is_read_only("grep") and not reg.is_read_only("bash") and not reg.is_read_only("nope")
 
 

@@ -19,6 +19,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("run", "tether.cli.run:run", "Run the agent on a prompt until it is done."),
     ("chat", "tether.cli.chat:chat", "Talk with the agent interactively."),
     ("models", "tether.cli.models:models", "List known models and the configured providers."),
+    ("recall", "tether.cli.recall:recall_command", "Find what was said in earlier sessions."),
     ("rlm", "tether.cli.rlm:rlm", "Answer a question about a file too large for the model's window."),
     ("context", "tether.cli.context:context", "Show what the model would see at a session's next step."),
     ("compact", "tether.cli.compact:compact", "Compact a session now (or undo the latest compaction)."),

@@ -14,6 +14,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 import msgspec
 
 from ..errors import CorruptEntry, InvalidInput
+from ..ids import check_id
 from ..messages import Entry, EntryBody, Message, Revert, TextPart, encode_json
 
 T = TypeVar("T")
@@ -77,6 +78,46 @@ class Page(msgspec.Struct, Generic[T]):
 
 
 UPDATABLE_FIELDS = ("title", "directory", "agent", "model", "state", "system_prompt", "metadata")
+
+
+class ContextLine(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A neighbouring entry shown around a search hit: its position, role and indexed text."""
+
+    seq: int
+    role: str
+    text: str
+
+
+class SearchHit(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One entry that a search found, with where it comes from. `score` is higher for better matches
+    (BM25 from the store; the recall engine replaces it with its fused score). `metadata` is the
+    message's own metadata (an importer's source ids, a speaker's name). `reverted`: a later revert hid
+    it from the active history. `context` holds neighbouring entries when the caller asked for them."""
+
+    session_id: str
+    seq: int
+    role: str
+    created_at: float
+    score: float
+    excerpt: str
+    title: str | None = None
+    directory: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    reverted: bool = False
+    context: list[ContextLine] = msgspec.field(default_factory=list)
+
+
+class BackfillProgress(msgspec.Struct, kw_only=True):
+    """Where a backfill of the search index stands: sessions finished and left, entries indexed so far."""
+
+    sessions_done: int
+    sessions_left: int
+    entries_indexed: int
+    backlog: int
+    """Entries still waiting to be indexed (an upper bound: non-message entries count too)."""
+
+
+SEARCH_ROLES = ("user", "assistant", "tool")
 
 
 @runtime_checkable
@@ -160,6 +201,40 @@ class Store(Protocol):
         `entries` with their seqs (1..n) and `created_at` kept, in one transaction: all of it or nothing.
         Counters are computed from the entries, not taken from `info`. For restoring exports and backups;
         an id that exists or a parent that does not raises and writes nothing."""
+        ...
+
+    async def search(
+        self,
+        query: str,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        """Entries matching `query` (free text: its words are OR-ed, stop words dropped, stems matched),
+        best first by BM25, within the filters: a session's `directory`, one session, a role (user,
+        assistant, tool) and `since <= created_at < until`. Entries hidden by a revert are left out unless
+        `include_reverted`. A query with nothing searchable in it returns []. The index is maintained in
+        the append transaction, so a committed entry is searchable at once."""
+        ...
+
+    async def reverted_spans(self, session_id: str) -> list[tuple[int, int]]:
+        """The seq ranges (lo, hi] that the session's reverts hide from its active history (see
+        `hidden_spans`); read from the index, not by reading the history."""
+        ...
+
+    async def search_backlog(self) -> int:
+        """Entries committed but not in the search index yet: a migrated file's older entries until they are
+        backfilled, and on some backends the latest appends until the next search indexes them."""
+        ...
+
+    def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
+        """Index the backlog, `batch` entries per transaction (memory stays bounded by the batch), yielding
+        progress after each. Safe to interrupt and to run again; appends go on meanwhile."""
         ...
 
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
@@ -351,6 +426,33 @@ async def active_tail(store: Store, session_id: str, n: int, *, chunk: int | Non
             hi = min(hi, lo - 1)
     out.reverse()
     return out
+
+
+def hidden_spans(reverts: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The seq ranges (lo, hi], inclusive of hi, that a session's reverts hide from its active history,
+    given each revert as (its seq, its to_seq). A revert that a later revert hid has no effect, exactly
+    as `active_tail` reads the journal; the revert markers themselves fall inside the spans."""
+    spans: list[tuple[int, int]] = []
+    hi = 2**62
+    for seq, to_seq in sorted(reverts, reverse=True):
+        if seq > hi:
+            continue  # inside a span that a later revert hid
+        spans.append((to_seq, seq))
+        hi = to_seq
+    return spans
+
+
+def is_hidden(seq: int, spans: Sequence[tuple[int, int]]) -> bool:
+    return any(lo < seq <= hi for lo, hi in spans)
+
+
+def check_search_filters(role: str | None, limit: int, session_id: str | None) -> None:
+    """What every backend checks before it searches."""
+    check_limit(limit)
+    if role is not None and role not in SEARCH_ROLES:
+        raise InvalidInput(f"role must be one of {', '.join(SEARCH_ROLES)}, not {role!r}")
+    if session_id is not None:
+        check_id(session_id, "session id")
 
 
 async def active_entries(store: Store, session_id: str) -> list[Entry]:

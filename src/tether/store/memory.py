@@ -13,27 +13,33 @@ import msgspec
 
 from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
 from ..ids import check_id, new_session_id
-from ..messages import Entry, EntryBody, TitleChange, decode_body, encode_body
+from ..messages import Entry, EntryBody, Revert, TitleChange, decode_body, encode_body
 from .base import (
     UNSET,
     UPDATABLE_FIELDS,
+    BackfillProgress,
     Durability,
     Page,
+    SearchHit,
     SessionInfo,
     SessionState,
     artifact_id,
     check_artifact_id,
     check_limit,
+    check_search_filters,
     check_session_fields,
     decimal_to_pico,
     decode_cursor,
     encode_cursor,
+    hidden_spans,
+    is_hidden,
     message_counters,
     pico_to_decimal,
     title_candidate,
     validate_bodies,
     validate_import,
 )
+from .searchtext import bm25_rank, excerpt_of, indexed_text, query_terms, terms
 
 
 def _copy(info: SessionInfo) -> SessionInfo:
@@ -52,6 +58,8 @@ class MemoryStore:
         self._artifacts: dict[str, bytes] = {}
         self._closed = False
         self._clock = 0.0
+        # (session, seq) -> (role, text, stemmed terms) of indexed entries, filled lazily by search
+        self._indexed: dict[tuple[str, int], tuple[str, str, list[str]] | None] = {}
 
     def _now(self) -> float:
         # strictly increasing, so that "most recent first" is well defined even within one clock tick
@@ -154,7 +162,9 @@ class MemoryStore:
             i += 1
         for sid in doomed:
             self._sessions.pop(sid, None)
-            self._entries.pop(sid, None)
+            rows = self._entries.pop(sid, [])
+            for seq in range(1, len(rows) + 1):
+                self._indexed.pop((sid, seq), None)
         return doomed
 
     async def list_sessions(
@@ -291,6 +301,106 @@ class MemoryStore:
         self._sessions[sid] = stored
         self._entries[sid] = rows
         return _copy(stored)
+
+    # --- search: a scan with the tokeniser and BM25 of the SQLite index -----------------------------------
+
+    def _doc(self, session_id: str, seq: int, data: bytes) -> tuple[str, str, list[str]] | None:
+        key = (session_id, seq)
+        if key not in self._indexed:
+            body = decode_body(data)
+            text = indexed_text(body)
+            self._indexed[key] = None if text is None else (body.role, text, terms(text))  # type: ignore[union-attr]
+        return self._indexed[key]
+
+    def _reverts(self, session_id: str) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for seq, (_, data) in enumerate(self._entries[session_id], 1):
+            if b'"kind":"revert"' in data:
+                body = decode_body(data)
+                if isinstance(body, Revert):
+                    out.append((seq, body.to_seq))
+        return out
+
+    async def search(
+        self,
+        query: str,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        self._check()
+        check_search_filters(role, limit, session_id)
+        wanted = query_terms(query)
+        if not wanted:
+            return []
+        # Like the FTS index, BM25's statistics cover every indexed entry; the filters only pick among them.
+        docs: list[tuple[tuple[str, int], list[str]]] = []
+        keep: set[tuple[str, int]] = set()
+        for sid, rows in self._entries.items():
+            info = self._sessions[sid]
+            chosen = (session_id is None or sid == session_id) and (directory is None or info.directory == directory)
+            for seq, (created_at, data) in enumerate(rows, 1):
+                doc = self._doc(sid, seq, data)
+                if doc is None:
+                    continue
+                docs.append(((sid, seq), doc[2]))
+                if (
+                    chosen
+                    and (role is None or doc[0] == role)
+                    and (since is None or created_at >= since)
+                    and (until is None or created_at < until)
+                ):
+                    keep.add((sid, seq))
+        spans: dict[str, list[tuple[int, int]]] = {}
+        hits: list[SearchHit] = []
+        stems = [t for term in wanted for t in term.tokens]
+        for (sid, seq), score in bm25_rank(docs, wanted, keep):
+            if sid not in spans:
+                spans[sid] = hidden_spans(self._reverts(sid))
+            reverted = is_hidden(seq, spans[sid])
+            if reverted and not include_reverted:
+                continue
+            created_at, data = self._entries[sid][seq - 1]
+            body = decode_body(data)
+            doc = self._indexed[sid, seq]
+            assert doc is not None
+            info = self._sessions[sid]
+            hits.append(
+                SearchHit(
+                    session_id=sid,
+                    seq=seq,
+                    role=doc[0],
+                    created_at=created_at,
+                    score=score,
+                    excerpt=excerpt_of(doc[1], stems),
+                    title=info.title,
+                    directory=info.directory,
+                    metadata=copy.deepcopy(getattr(body, "metadata", {})),
+                    reverted=reverted,
+                )
+            )
+            if len(hits) >= limit:
+                break
+        return hits
+
+    async def reverted_spans(self, session_id: str) -> list[tuple[int, int]]:
+        self._get(session_id)
+        return hidden_spans(self._reverts(session_id))
+
+    async def search_backlog(self) -> int:
+        self._check()
+        return 0  # indexed as it is searched: never behind
+
+    async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
+        self._check()
+        check_limit(batch)
+        return
+        yield  # an async generator that yields nothing
 
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
         self._check()

@@ -23,4 +23,16 @@ __all__ = [
 
 def builtin_tools() -> list[Tool]:
     """A fresh instance of every built-in tool, in the order they are offered to the model."""
-    return [ReadTool(), WriteTool(), EditTool(), BashTool(), GlobTool(), GrepTool(), ListTool(), QuestionTool()]
+    from ...recall.tool import SessionRecallTool  # recall imports tools.base: import it when the list is made
+
+    return [
+        ReadTool(),
+        WriteTool(),
+        EditTool(),
+        BashTool(),
+        GlobTool(),
+        GrepTool(),
+        ListTool(),
+        QuestionTool(),
+        SessionRecallTool(),
+    ]
