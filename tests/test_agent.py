@@ -491,3 +491,86 @@ async def test_a_failing_summarizer_does_not_loop(session: Session) -> None:
     assert isinstance(events[-1], Done) and events[-1].text == "Reported anyway."
     assert calls["summaries"] <= 1  # tried once, then the mechanical fallback: never a loop
     assert sum(isinstance(e, CompactionStarted) for e in events) == 1
+
+
+# --- oversized inputs go through RLM ------------------------------------------------------------------
+
+from tether.context.derive import CONDENSED_MARKER  # noqa: E402
+from tether.events import Progress  # noqa: E402
+from tether.messages import Marker  # noqa: E402
+
+
+def rlm_or_answer(answer: str) -> object:
+    """Requests without tools come from RLM (the root model and its sub-calls): they finish at once."""
+
+    def respond(request: object) -> str:
+        if not getattr(request, "tools", []):
+            return "FINAL(The document says the deploy password is swordfish.)"
+        return answer
+
+    return respond
+
+
+async def test_an_oversized_user_message_is_condensed_and_kept_whole(session: Session) -> None:
+    document = "Some filler about the weather and the sea. " * 800 + "The deploy password is swordfish. "
+    prompt = "Read this and tell me the password.\n\n" + document
+    provider = ScriptedProvider(rlm_or_answer("It is swordfish."))
+    events = await run(session, prompt, provider, tools=notes_registry([]), model_info=SMALL)
+    assert isinstance(events[-1], Done) and events[-1].text == "It is swordfish."
+    progress = [e for e in events if isinstance(e, Progress) and e.what == "rlm"]
+    assert progress and any(e.data.get("finished") for e in progress)
+    entries = await session.entries()
+    assert entries[0].message is not None and entries[0].message.text == prompt  # the history keeps it whole
+    markers = [e.body for e in entries if isinstance(e.body, Marker) and e.body.name == CONDENSED_MARKER]
+    assert len(markers) == 1 and markers[0].data["seq"] == entries[0].seq
+    sent = next(r for r in provider.requests if r.tools).messages[0].text
+    assert "swordfish" in sent and len(sent) < len(prompt) // 4
+    assert sent.startswith("[This message is")  # the model is told it sees a stand-in
+
+
+async def test_a_small_message_is_not_condensed(session: Session) -> None:
+    provider = ScriptedProvider(rlm_or_answer("hi"))
+    events = await run(session, "hello", provider, tools=notes_registry([]), model_info=SMALL)
+    assert not any(isinstance(e, Progress) for e in events)
+    assert len(provider.requests) == 1
+
+
+async def test_an_oversized_bulk_tool_output_is_condensed(session: Session) -> None:
+    @function_tool(read_only=True, bulk=True)
+    async def fetch(url: str) -> str:
+        """Fetch a web page."""
+        return "<p>navigation</p>\n" * 3000 + "<p>The release is on 12 March.</p>\n"
+
+    provider = ScriptedProvider(
+        lambda request: (
+            "FINAL(The page says the release is on 12 March.)"
+            if not request.tools
+            else (
+                calls(call("fetch", "c1", url="https://example.org"))
+                if len(request.messages) == 1
+                else "The release is on 12 March."
+            )
+        )
+    )
+    events = await run(session, "when is the release?", provider, tools=ToolRegistry([fetch]), model_info=SMALL)
+    assert isinstance(events[-1], Done) and events[-1].text == "The release is on 12 March."
+    markers = [e.body for e in await session.entries() if isinstance(e.body, Marker)]
+    assert len(markers) == 1 and markers[0].data["call_id"] == "c1"
+    last = [r for r in provider.requests if r.tools][-1]
+    result = last.messages[-1].tool_results[0]
+    assert "12 March" in result.content and result.content.startswith("[This tool output is")
+    stored = results(await session.messages())["c1"]
+    assert stored.content != result.content  # the journal keeps the tool's own (cut) output
+
+
+async def test_read_is_never_condensed_even_when_huge(session: Session, tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("line of text\n" * 20000)
+    provider = ScriptedProvider(
+        lambda request: calls(call("read", "c1", path="big.txt")) if len(request.messages) == 1 else "read it"
+    )
+    from tether.tools.base import default_registry
+
+    events = await run(session, "read big.txt", provider, tools=default_registry(), model_info=SMALL)
+    assert isinstance(events[-1], Done)
+    assert not any(isinstance(e, Progress) for e in events)
+    assert not [e for e in await session.entries() if isinstance(e.body, Marker)]

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from . import events as ev
+from .context.derive import CONDENSED_MARKER
 from .context.engine import ContextEngine, ModelLimits
+from .context.tokens import get_counter
 from .errors import (
     AuthError,
     ContextOverflow,
@@ -25,6 +27,7 @@ from .messages import (
     Checkpoint,
     Entry,
     EntryBody,
+    Marker,
     Message,
     TextPart,
     ThinkingPart,
@@ -36,9 +39,13 @@ from .providers.base import ModelRequest, Provider, StreamDone, ToolCallReady
 from .providers.base import TextDelta as ProviderTextDelta
 from .providers.base import ThinkingDelta as ProviderThinkingDelta
 from .providers.catalog import unknown_model
+from .rlm.engine import RlmLimits
+from .rlm.events import RlmFinished, RlmProgress
+from .rlm.policy import RLM_SHARE, condense, needs_rlm, tool_output_needs_rlm, tool_output_question
 from .session import Session
 from .store.base import active_tail
 from .tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry, default_registry
+from .tools.output import read_artifact_bytes
 from .tools.runner import run_tool_call
 
 DEFAULT_MAX_STEPS = 50
@@ -164,7 +171,13 @@ class AgentRun:
                         )
                     )
             if prompt is not None:
-                await self._append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+                (user_entry,) = await self._append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+                text = user_entry.body.text if isinstance(user_entry.body, Message) else ""
+                if opts.context is None and self._oversized(text, model_info.context_window):
+                    async for note in self._condense(
+                        text, seq=user_entry.seq, what="message", question=None, window=model_info
+                    ):
+                        yield note
             elif not self._has_work():
                 yield ev.Done(session_id=sid, text="", steps=0, usage=self.usage, reason="nothing_to_do")
                 return
@@ -182,6 +195,7 @@ class AgentRun:
                 overflowed = False
                 while True:  # one model call; a second only after compacting for a context overflow
                     notes: list[Any] = []
+                    derived = None
                     if opts.context is not None:
                         messages = await opts.context(self.entries)
                     else:
@@ -206,6 +220,11 @@ class AgentRun:
                             derived = await engine.derive(
                                 sid, budget=budget, system=system, tools=specs, model=opts.model, settings=settings
                             )
+                        if not derived.fits:
+                            raise ContextOverflow(
+                                f"the system prompt and tool definitions alone ({derived.fixed_tokens:,} tokens) "
+                                f"do not fit the model's budget of {budget.usable:,} input tokens"
+                            )
                         messages = derived.messages
                     step = _Step()
                     request = ModelRequest(
@@ -213,7 +232,7 @@ class AgentRun:
                         messages=messages,
                         system=system,
                         tools=specs,
-                        max_output_tokens=opts.max_output_tokens,
+                        max_output_tokens=min(opts.max_output_tokens or budget.reserved_output, budget.reserved_output),
                         temperature=opts.temperature,
                     )
                     done: StreamDone | None = None
@@ -262,6 +281,9 @@ class AgentRun:
                     raise ProviderError(f"{self.provider.name} ended its answer without a final message")
 
                 message = done.message
+                if derived is not None:
+                    # our count of what was sent, next to the provider's: the calibration of the next estimate
+                    message.metadata["context_tokens"] = derived.estimate.counted
                 (stored,) = await self._append(message)
                 step = None
                 self.usage = self.usage + done.usage
@@ -306,6 +328,104 @@ class AgentRun:
             yield ev.Error(session_id=sid, code="busy", message=f"another writer appended to this session: {exc}")
         except ProviderError as exc:
             yield ev.Error(session_id=sid, code=_provider_code(exc), message=str(exc), retryable=exc.retryable)
+
+    # --- oversized inputs: RLM -------------------------------------------------------------------------
+
+    def _oversized(self, text: str, window: int) -> bool:
+        if len(text) <= RLM_SHARE * window:  # a token is at least a character: no need to count
+            return False
+        return needs_rlm(get_counter(model=self.options.model).count(text), window)
+
+    async def _condense_bulk(self, call: ToolCallPart, result: ToolResultPart, seq: int) -> AsyncIterator[ev.Event]:
+        """A bulk tool's output too large for the window: RLM over all of it (the artifact, when the result
+        was cut), its account standing in for the output in derived contexts."""
+        tool = self.options.tools.get(call.name)
+        info = self.options.model_info or unknown_model(self.provider.name, self.options.model)
+        size = int(result.metadata.get("original_chars") or len(result.content))
+        if (
+            tool is None
+            or result.is_error
+            or self.options.context is not None
+            or size <= RLM_SHARE * info.context_window
+        ):
+            return
+        artifact = result.metadata.get("artifact")
+        full = (
+            (await read_artifact_bytes(self.session.store, artifact)).decode("utf-8", "replace")
+            if isinstance(artifact, str)
+            else result.content
+        )
+        tokens = get_counter(model=self.options.model).count(full)
+        if not tool_output_needs_rlm(tool, tokens, info.context_window):
+            return
+        question = tool_output_question(call.name, self._objective()[:500] or None)
+        async for note in self._condense(
+            full, seq=seq, what="tool output", question=question, window=info, call_id=call.id
+        ):
+            yield note
+
+    async def _condense(
+        self,
+        text: str,
+        *,
+        seq: int,
+        what: str,
+        question: str | None,
+        window: ModelLimits,
+        call_id: str | None = None,
+    ) -> AsyncIterator[ev.Event]:
+        """Run RLM on `text` while streaming its progress, then journal its stand-in as a `condensed` marker."""
+        sid = self.session.id
+        notes: asyncio.Queue[RlmProgress | RlmFinished] = asyncio.Queue()
+        limits = RlmLimits(context_window=window.context_window, max_output_tokens=min(window.max_output_tokens, 4096))
+        kwargs: dict[str, Any] = {"question": question} if question is not None else {}
+        task = asyncio.ensure_future(
+            condense(
+                text,
+                self.provider,
+                model=self.options.model,
+                what=what,
+                limits=limits,
+                on_event=notes.put_nowait,
+                use_repl=self.provider.name != "local",  # the embedded model cannot write code
+                **kwargs,
+            )
+        )
+        yield ev.Progress(
+            session_id=sid, what="rlm", detail=f"processing an oversized {what} ({len(text):,} characters)"
+        )
+        try:
+            while True:
+                getter = asyncio.ensure_future(notes.get())
+                finished, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in finished:
+                    yield _rlm_progress(sid, getter.result())
+                    continue
+                getter.cancel()
+                break
+            while not notes.empty():
+                yield _rlm_progress(sid, notes.get_nowait())
+            condensed = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        data: dict[str, Any] = {
+            "seq": seq,
+            "text": condensed.text,
+            "fallback": condensed.result.fallback,
+            "input_tokens": condensed.result.usage.input_tokens,
+            "output_tokens": condensed.result.usage.output_tokens,
+        }
+        if call_id is not None:
+            data["call_id"] = call_id
+        await self._append(Marker(name=CONDENSED_MARKER, data=data))
+
+    def _objective(self) -> str:
+        for entry in reversed(self.entries):
+            if isinstance(entry.body, Message) and entry.body.role == "user" and entry.body.text.strip():
+                return entry.body.text.strip()
+        return ""
 
     async def _adopt(self, entry: Entry) -> None:
         """An entry someone else of ours appended (a compaction): the next append expects the seq after it."""
@@ -377,6 +497,8 @@ class AgentRun:
                     call = next(c for c in batch if c.id == result.call_id)
                     (stored,) = await self._append(Message.tool(result))
                     pending[:] = [c for c in pending if c.id != call.id]
+                    async for note in self._condense_bulk(call, result, stored.seq):
+                        yield note
                     yield ev.ToolCallComplete(
                         session_id=sid,
                         call_id=call.id,
@@ -436,6 +558,32 @@ class AgentRun:
                 )
         except Exception:  # the store may be the reason we are stopping; the original error matters more
             pass
+
+
+def _rlm_progress(session_id: str, note: RlmProgress | RlmFinished) -> ev.Event:
+    if isinstance(note, RlmFinished):
+        detail = f"done in {note.duration_s:.1f}s, {note.iterations} iterations, {note.sub_calls} sub-calls"
+        if note.fallback:
+            detail += f" (map-reduce: {note.fallback_reason})"
+        return ev.Progress(
+            session_id=session_id,
+            what="rlm",
+            detail=detail,
+            data={"input_tokens": note.input_tokens, "output_tokens": note.output_tokens, "finished": True},
+        )
+    return ev.Progress(
+        session_id=session_id,
+        what="rlm",
+        detail=f"{note.stage} {note.detail}".strip(),
+        done=note.done,
+        total=note.total,
+        data={
+            "iteration": note.iteration,
+            "sub_calls": note.sub_calls,
+            "input_tokens": note.input_tokens,
+            "output_tokens": note.output_tokens,
+        },
+    )
 
 
 def _compaction_event(session_id: str, note: Any) -> ev.Event:

@@ -56,6 +56,10 @@ PIN_MARKER = "pin"
 UNPIN_MARKER = "unpin"
 """``Marker(name="pin", data={"seq": N})`` pins message N (as does ``metadata["pinned"] = True`` on a message):
 compaction keeps it verbatim, and derivation drops it only after every unpinned turn. ``unpin`` undoes it."""
+CONDENSED_MARKER = "condensed"
+"""``Marker(name="condensed", data={"seq": N, "text": ..., "call_id": ...})``: message N (a user message too
+large for the window, or with `call_id` one result of a bulk tool) is shown to the model as `text`, the RLM
+result with the original's head. The history keeps the original; this only changes what is derived."""
 
 
 class Omission(msgspec.Struct, frozen=True, kw_only=True):
@@ -283,11 +287,18 @@ def derive_context(
         counts = cache.parts(session_id, compaction_entry, summary, counter)
         items.append(_Item(None, summary, counts, ref=compaction_entry.seq))
     table = cache.table(session_id, counter) if session_id is not None else None
-    for entry in history[start:] if start else history:
+    window = history[start:] if start else history
+    condensed = _condensed(window)
+    for entry in window:
         body = entry.body
         if isinstance(body, Message):
             if body.role == "system":
                 continue  # the request's `system` carries the system prompt, as the loop sends it
+            stand_in = condensed.get(entry.seq)
+            if stand_in is not None:
+                body = _condense(body, stand_in)
+                items.append(_Item(entry.seq, body, part_counts(body, counter)))
+                continue
             counts = table.counts(entry, body, counter) if table is not None else part_counts(body, counter)
             items.append(_Item(entry.seq, body, counts))
             if body.metadata.get("pinned") is True:
@@ -409,6 +420,32 @@ def unit_starts(messages: Sequence[Entry]) -> list[int]:
 
 def _first_kept(entry: Entry | None) -> int | None:
     return entry.body.first_kept_seq if entry is not None and isinstance(entry.body, Compaction) else None
+
+
+def _condensed(entries: Sequence[Entry]) -> dict[int, dict[str, Any]]:
+    """The stand-ins that `condensed` markers give messages, by the message's seq (the latest marker wins)."""
+    out: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        body = entry.body
+        if isinstance(body, Marker) and body.name == CONDENSED_MARKER:
+            seq, text = body.data.get("seq"), body.data.get("text")
+            if isinstance(seq, int) and isinstance(text, str):
+                out.setdefault(seq, {}).update({str(body.data.get("call_id") or ""): text})
+    return out
+
+
+def _condense(message: Message, stand_ins: dict[str, Any]) -> Message:
+    """`message` with its text (no call id) or its tool results (by call id) replaced by their stand-ins."""
+    parts: list[Any] = []
+    for part in message.parts:
+        if isinstance(part, ToolResultPart) and part.call_id in stand_ins:
+            parts.append(msgspec.structs.replace(part, content=stand_ins[part.call_id]))
+        elif isinstance(part, TextPart) and "" in stand_ins:
+            if not any(isinstance(p, TextPart) for p in parts):
+                parts.append(TextPart(text=stand_ins[""]))
+        else:
+            parts.append(part)
+    return msgspec.structs.replace(message, parts=parts)
 
 
 def _units(items: list[_Item], counter: TokenCounter, omissions: _Omissions) -> list[_Unit]:
