@@ -574,3 +574,25 @@ async def test_read_is_never_condensed_even_when_huge(session: Session, tmp_path
     assert isinstance(events[-1], Done)
     assert not any(isinstance(e, Progress) for e in events)
     assert not [e for e in await session.entries() if isinstance(e.body, Marker)]
+
+
+async def test_config_context_section_switches_auto_compaction_off(session: Session, tmp_path: Path) -> None:
+    import os
+
+    config = Path(os.environ["TETHER_HOME"]) / "config.toml"
+    config.write_text("[context]\nauto_compact = false\n")
+    await long_history(session)
+    provider = ScriptedProvider([ContextOverflow("prompt is too long"), "never"])
+    events = await run(session, "report", provider, tools=notes_registry([]))
+    assert isinstance(events[-1], Error) and events[-1].code == "context_overflow"
+    assert not any(isinstance(e, CompactionStarted) for e in events)
+
+
+async def test_a_bad_context_setting_is_a_clear_config_error(session: Session) -> None:
+    import os
+
+    from tether.errors import ConfigError
+
+    (Path(os.environ["TETHER_HOME"]) / "config.toml").write_text("[context]\ncompact_threshold = 7\n")
+    with pytest.raises(ConfigError, match=r"\[context\]"):
+        await run(session, "hi", ScriptedProvider(["hi"]))

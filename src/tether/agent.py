@@ -11,13 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from . import events as ev
+from .config import config_path, load_config
+from .context.budget import ContextSettings
 from .context.derive import CONDENSED_MARKER
 from .context.engine import ContextEngine, ModelLimits
 from .context.tokens import get_counter
 from .errors import (
     AuthError,
+    ConfigError,
     ContextOverflow,
+    InvalidInput,
     ProviderError,
     RateLimited,
     SeqConflict,
@@ -150,7 +156,7 @@ class AgentRun:
         opts = self.options
         await self.session.refresh()
         self.entries = await active_tail(self.session.store, sid, RESUME_TAIL)
-        engine = opts.context_engine or ContextEngine(self.session.store)
+        engine = opts.context_engine or ContextEngine(self.session.store, settings=configured_context())
         model_info = opts.model_info or unknown_model(self.provider.name, opts.model)
         settings = await engine.settings_for(sid)
         budget = engine.budget_for(model_info, settings)
@@ -558,6 +564,15 @@ class AgentRun:
                 )
         except Exception:  # the store may be the reason we are stopping; the original error matters more
             pass
+
+
+def configured_context() -> ContextSettings:
+    """The ``[context]`` section of the user's config as context settings (a bad value: `ConfigError`)."""
+    raw = load_config().context
+    try:
+        return msgspec.convert(raw, ContextSettings).validate()
+    except (msgspec.ValidationError, InvalidInput) as exc:
+        raise ConfigError(f"[context] in {config_path()}: {exc}") from None
 
 
 def _rlm_progress(session_id: str, note: RlmProgress | RlmFinished) -> ev.Event:

@@ -18,6 +18,10 @@
     [local]
     model_path = "/models/smollm2-360m-instruct.gguf"
 
+    [context]                          # the context engine (per session: metadata["context"])
+    auto_compact = false
+    compact_threshold = 0.8
+
 Keys belong in the environment; `api_key` is accepted here for people who keep their config private, and is
 never shown by `repr`.
 """
@@ -83,6 +87,9 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     local: LocalConfig = msgspec.field(default_factory=LocalConfig)
+    context: dict[str, Any] = msgspec.field(default_factory=dict)
+    """``[context]``: the context engine's settings (`tether.context.ContextSettings` fields, such as
+    ``auto_compact = false`` or ``compact_threshold = 0.8``); checked where the engine reads them."""
 
 
 def config_path() -> Path:
