@@ -7,6 +7,7 @@ import json
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tether.errors import ConfigError, ContextOverflow
@@ -48,8 +49,13 @@ def test_chatml_prompt_shows_earlier_calls_in_the_grammar_format() -> None:
         "<|im_start|>system\nBe brief.\n\nYou can use these tools:\n- read_file: Read a text file."
     )
     assert '<|im_start|>assistant\n{"tool": "read_file", "arguments": {"path": "a"}}<|im_end|>' in prompt
-    assert "<|im_start|>user\nResult of read_file:\nhello<|im_end|>" in prompt
+    # the last turn is a tool result: the small model is told what it is for, so it answers instead of repeating
+    assert "<|im_start|>user\nResult of read_file:\nhello\n\nUse this result to answer" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
+    earlier = chatml_prompt(
+        msgspec.structs.replace(request, messages=[*request.messages, Message.user("thanks")]), tools=[READ_FILE]
+    )
+    assert "<|im_start|>user\nResult of read_file:\nhello<|im_end|>" in earlier  # only the last result is cued
 
 
 def test_tool_call_schema_per_tool_choice() -> None:
