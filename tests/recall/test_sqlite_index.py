@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tether.messages import Message, Revert, TextPart
 from tether.store import SqliteStore
-from tether.store.searchindex import SEQ_BITS
+from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, SEQ_BITS
 from tether.store.searchtext import indexed_text
 
 
@@ -177,25 +177,27 @@ def write_v1_file(path: Path, sessions: int, entries: int) -> None:
 
 async def test_an_older_file_migrates_and_backfills_in_bounded_batches(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
-    write_v1_file(path, sessions=7, entries=900)
+    per_session = SEARCH_FLUSH // 5  # more than one search indexes at once
+    total = 7 * per_session
+    write_v1_file(path, sessions=7, entries=per_session)
     store = SqliteStore(path)
     try:
-        assert await store.search_backlog() == 6300
+        assert await store.search_backlog() == total
         # a search indexes a bounded amount first and says how much is left
         assert await store.search("heron", limit=5)
-        assert 0 < await store.search_backlog() < 6300
+        assert 0 < await store.search_backlog() < total
         # appends go on meanwhile, and are indexed like any other
         sid = (await store.list_sessions(limit=1)).items[0].id
         await store.append(sid, [Message.user("new egret")])
-        steps = [p async for p in store.backfill_search(batch=250)]
-        assert steps and all(p.entries_indexed <= 250 * (i + 1) for i, p in enumerate(steps))
+        steps = [p async for p in store.backfill_search(batch=1000)]
+        assert steps and all(p.entries_indexed <= 1000 * (i + 1) for i, p in enumerate(steps))
         assert steps[-1].backlog == 0 and steps[-1].sessions_left == 0
         assert await store.search_backlog() == 0
-        assert [h.seq for h in await store.search("egret")] == [901]
-        assert len(await store.search("heron", limit=10_000)) == 6300
+        assert [h.seq for h in await store.search("egret")] == [per_session + 1]
+        assert len(await store.search("heron", limit=10_000)) == min(total, 10_000)
     finally:
         await store.close()
-    assert await check_consistent(path) == 6301
+    assert await check_consistent(path) == total + 1
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     conn.close()
@@ -213,8 +215,8 @@ async def test_appends_are_indexed_in_batches_not_one_by_one(tmp_path: Path) -> 
     assert conn.execute("SELECT count(*) FROM search_fts").fetchone()[0] == 0
     assert [h.seq for h in await store.search("m3")] == [4]  # the search indexed them first
     assert conn.execute("SELECT count(*) FROM search_fts").fetchone()[0] == 10
-    for i in range(200):
+    for i in range(FLUSH_EVERY + 10):
         await store.append(sid, [Message.user(f"n{i}")])
-    assert await store.search_backlog() < 128  # the appends flushed along the way
+    assert await store.search_backlog() < FLUSH_EVERY  # the appends flushed along the way
     conn.close()
     await store.close()

@@ -55,7 +55,7 @@ class Tuning:
 DEFAULT_TUNING = Tuning()
 
 
-class RecallHit(msgspec.Struct, kw_only=True, omit_defaults=True):
+class RecallHit(msgspec.Struct, kw_only=True):
     """A recalled turn and where it comes from: session (id, title, directory), position (seq), time,
     role, its text (cut to an excerpt around the match) and its neighbours as context."""
 

@@ -1,0 +1,537 @@
+"""The recall benchmark. On a LoCoMo file: store each conversation (one tether session per LoCoMo session,
+dated), then for every question that has evidence recall turns and score recall@5/10/25 of the evidence
+dialog ids, per category and overall, with and without the semantic side; index build time and query
+latency. With --scale N: N generated messages over many sessions and directories, the query latency over
+them and the cost the index adds to an append. Readable rows, then one JSON object as the last line.
+
+    python bench/recall.py ../shared/data/locomo-dev.json [--no-semantic] [--dir DIR]
+    python bench/recall.py --scale 1000000 [--append-sample 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import sqlite3
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from _common import BenchError, Report, Target, filesystem_of, median, percentile, scratch_dir
+
+from tether.errors import MissingExtra
+from tether.ids import new_session_id
+from tether.messages import Entry, Message, TextPart, ToolCallPart, ToolResultPart
+from tether.recall import DEFAULT_TUNING, Tuning, recall
+from tether.store import SqliteStore, searchindex
+from tether.store.base import SessionInfo
+from tether.store.searchtext import indexed_text, tokens
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+KS = (5, 10, 25)
+LOCOMO_TARGETS = (
+    Target("recall_at_5", ">=", 0.75),
+    Target("recall_at_10", ">=", 0.85),
+    Target("p50_ms", "<=", 20),
+)
+SCALE_TARGETS = (Target("scale_p50_ms", "<=", 100), Target("index_append_ratio", "<=", 1.5))
+
+
+# --- LoCoMo ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Question:
+    conversation: str
+    text: str
+    category: int
+    evidence: set[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    sessions: list[tuple[datetime, str, list[dict[str, Any]]]]  # (date, date text, turns)
+    questions: list[Question] = field(default_factory=list)
+
+
+_DATE = re.compile(r"(\d{1,2}):(\d\d)\s*(am|pm)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
+
+
+def parse_date(text: str) -> datetime:
+    """LoCoMo's session dates look like ``1:56 pm on 8 May, 2023``."""
+    m = _DATE.search(text)
+    if m is None:
+        raise BenchError(f"cannot read the LoCoMo session date {text!r}")
+    hour, minute, half, day, month, year = m.groups()
+    hour_24 = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    return datetime.strptime(f"{day} {month} {year} {hour_24}:{minute}", "%d %B %Y %H:%M")
+
+
+def evidence_ids(raw: Sequence[Any]) -> set[str]:
+    """Evidence strings, some holding two ids joined by ';' (a quirk of the file)."""
+    out: set[str] = set()
+    for item in raw:
+        for piece in re.split(r"[;,]", str(item)):
+            piece = piece.strip()
+            if piece:
+                out.add(piece)
+    return out
+
+
+def load_locomo(path: Path) -> list[Conversation]:
+    try:
+        raw = json.loads(path.read_bytes())
+    except (OSError, ValueError) as e:
+        raise BenchError(
+            f"cannot read {path}: {e}. It is a LoCoMo file (github.com/snap-research/LoCoMo, data/locomo10.json "
+            "or the 2-conversation ../shared/data/locomo-dev.json)."
+        ) from None
+    if not isinstance(raw, list) or not all(isinstance(c, dict) and "conversation" in c for c in raw):
+        raise BenchError(f"{path} is not a LoCoMo file: expected a list of objects with a 'conversation'")
+    out: list[Conversation] = []
+    for item in raw:
+        conv = item["conversation"]
+        sessions = []
+        i = 1
+        while f"session_{i}" in conv:
+            date_text = conv.get(f"session_{i}_date_time", "")
+            sessions.append((parse_date(date_text), date_text, conv[f"session_{i}"]))
+            i += 1
+        c = Conversation(str(item.get("sample_id", f"conv-{len(out)}")), sessions)
+        for qa in item.get("qa") or []:
+            ev = evidence_ids(qa.get("evidence") or [])
+            if ev:
+                c.questions.append(Question(c.sample_id, str(qa["question"]), int(qa.get("category", 0)), ev))
+        out.append(c)
+    return out
+
+
+def turn_message(turn: dict[str, Any], speaker_a: str) -> Message:
+    """A LoCoMo turn as a tether message: the first speaker as the user, the other as the assistant, the
+    speaker's name and the dialog id in metadata, a shared photo as its caption (what a text model sees)."""
+    parts = [TextPart(text=str(turn.get("text", "")))]
+    caption = turn.get("blip_caption")
+    if caption:
+        parts.append(TextPart(text=f"[shares a photo: {caption}]"))
+    speaker = str(turn.get("speaker", ""))
+    return Message(
+        role="user" if speaker == speaker_a else "assistant",
+        parts=parts,
+        metadata={"name": speaker, "dia_id": str(turn.get("dia_id", ""))},
+    )
+
+
+async def store_locomo(store: SqliteStore, conversations: list[Conversation]) -> None:
+    for conv in conversations:
+        speaker_a = str(conv.sessions[0][2][0].get("speaker", "")) if conv.sessions and conv.sessions[0][2] else ""
+        for index, (date, date_text, turns) in enumerate(conv.sessions, 1):
+            start = date.timestamp()
+            entries = [Entry(i, start + i, turn_message(t, speaker_a)) for i, t in enumerate(turns, 1)]
+            info = SessionInfo(
+                id=new_session_id(),
+                created_at=start,
+                updated_at=start + len(entries),
+                title=f"{conv.sample_id} session {index}, {date_text}",
+                directory=f"/locomo/{conv.sample_id}",
+                metadata={"date": date.isoformat(), "locomo_session": index},
+            )
+            await store.import_session(info, entries)
+
+
+@dataclass
+class Scores:
+    at: dict[int, float] = field(default_factory=lambda: dict.fromkeys(KS, 0.0))
+    n: int = 0
+
+    def add(self, found: Sequence[str], evidence: set[str]) -> None:
+        self.n += 1
+        for k in KS:
+            self.at[k] += len(evidence & set(found[:k])) / len(evidence)
+
+    def mean(self, k: int) -> float:
+        return self.at[k] / self.n if self.n else 0.0
+
+
+async def evaluate(
+    store: SqliteStore, conversations: list[Conversation], *, semantic: Any, tuning: Tuning
+) -> tuple[Scores, dict[int, Scores], list[float]]:
+    overall = Scores()
+    per_category: dict[int, Scores] = defaultdict(Scores)
+    latencies: list[float] = []
+    for conv in conversations:
+        for q in conv.questions:
+            t0 = time.perf_counter()
+            result = await recall(
+                store, q.text, directory=f"/locomo/{conv.sample_id}", limit=max(KS), context=0,
+                semantic=semantic, tuning=tuning,
+            )  # fmt: skip
+            latencies.append((time.perf_counter() - t0) * 1000)
+            found = [str(h.metadata.get("dia_id", "")) for h in result.hits]
+            overall.add(found, q.evidence)
+            per_category[q.category].add(found, q.evidence)
+    return overall, per_category, latencies
+
+
+async def run_locomo(args: argparse.Namespace, report: Report) -> None:
+    path = Path(args.path).expanduser()
+    if not path.is_file():
+        raise BenchError(
+            f"{path} is not a file. Give a LoCoMo file: ../shared/data/locomo-dev.json next to the repository, "
+            "or data/locomo10.json from github.com/snap-research/LoCoMo (CC BY-NC 4.0)."
+        )
+    conversations = load_locomo(path)
+    questions = sum(len(c.questions) for c in conversations)
+    turns = sum(len(t) for c in conversations for _, _, t in c.sessions)
+    report.section(f"LoCoMo: {path.name}: {len(conversations)} conversations, {turns} turns, {questions} questions")
+    report.set("data", str(path))
+    configs: dict[str, dict[str, Any]] = {}
+    with scratch_dir(args.dir, keep=args.keep) as where:
+        report.set("filesystem", filesystem_of(where))
+        store = SqliteStore(where / "recall.db")
+        try:
+            t0 = time.perf_counter()
+            await store_locomo(store, conversations)
+            stored = time.perf_counter() - t0
+            async for _ in store.backfill_search(batch=1000):
+                pass
+            lexical_build = time.perf_counter() - t0
+            report.row("store the sessions (import_session)", "store_s", stored, "s", digits=2)
+            report.row("  ... and index them (FTS5)", "index_build_s", lexical_build, "s", digits=2)
+            runs: list[tuple[str, Any, float]] = [("lexical", None, lexical_build)]
+            if not args.no_semantic:
+                try:
+                    from tether.recall.embeddings import SemanticIndex, load_embedder
+
+                    t1 = time.perf_counter()
+                    semantic = SemanticIndex(store, load_embedder(), path=where / "recall.vectors")
+                    count = await semantic.sync()
+                    embed_s = time.perf_counter() - t1
+                    report.row(f"  ... and embed them ({count} turns, all-MiniLM-L6-v2)", "embed_build_s", embed_s, "s")
+                    runs.append(("hybrid", semantic, lexical_build + embed_s))
+                except MissingExtra as e:
+                    report.note(f"semantic side skipped: {e}")
+            for name, semantic, build in runs:
+                overall, per_category, latencies = await evaluate(
+                    store, conversations, semantic=semantic, tuning=DEFAULT_TUNING
+                )
+                report.section(f"configuration {name!r}")
+                figures: dict[str, Any] = {"index_build_s": round(build, 3)}
+                for k in KS:
+                    figures[f"recall_at_{k}"] = round(overall.mean(k), 4)
+                    report.note(f"recall@{k:<3} {overall.mean(k):.3f}")
+                for cat in sorted(per_category):
+                    s = per_category[cat]
+                    label = CATEGORIES.get(cat, str(cat))
+                    figures[f"category_{cat}"] = {"name": label, "questions": s.n} | {
+                        f"recall_at_{k}": round(s.mean(k), 4) for k in KS
+                    }
+                    report.note(f"  {cat} {label:<12} ({s.n:>3} q)  " + "  ".join(f"@{k} {s.mean(k):.3f}" for k in KS))
+                figures["p50_ms"] = round(median(latencies), 3)
+                figures["p95_ms"] = round(percentile(latencies, 95), 3)
+                report.note(f"query latency p50 {figures['p50_ms']:.2f} ms, p95 {figures['p95_ms']:.2f} ms")
+                configs[name] = figures
+        finally:
+            await store.close()
+    best = max(configs, key=lambda n: (configs[n]["recall_at_5"] + configs[n]["recall_at_10"], -configs[n]["p50_ms"]))
+    report.section(f"best configuration: {best}")
+    report.set("config", best)
+    for key in ("recall_at_5", "recall_at_10", "recall_at_25"):
+        report.row(key, key, configs[best][key], "", digits=3)
+    report.row("query latency p50", "p50_ms", configs[best]["p50_ms"], "ms", digits=2)
+    report.row("query latency p95", "p95_ms", configs[best]["p95_ms"], "ms", digits=2)
+    report.set("configs", configs)
+    report.set("questions", questions)
+    report.set("reference_dragon", {"recall_at_5": 0.567, "recall_at_10": 0.662, "recall_at_25": 0.767})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", nargs="?", help="a LoCoMo JSON file")
+    parser.add_argument("--scale", type=int, metavar="N", help="generate N messages and measure at that scale")
+    parser.add_argument("--no-semantic", action="store_true", help="skip the configuration with embeddings")
+    parser.add_argument("--dir", help="where the scratch files go (default: .bench-out/ in the repository)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch files")
+    parser.add_argument("--queries", type=int, default=200, help="scale: queries timed (default 200)")
+    parser.add_argument("--append-sample", type=int, default=4000, help="scale: appends per round (default 4000)")
+    parser.add_argument("--append-rounds", type=int, default=5, help="scale: rounds with and without the index")
+    args = parser.parse_args(argv)
+    if (args.path is None) == (args.scale is None):
+        parser.error("give a LoCoMo file, or --scale N")
+    report = Report(targets=LOCOMO_TARGETS if args.path else SCALE_TARGETS)
+    report.set("cpus", os.cpu_count())
+    report.set("loadavg_start", [round(x, 2) for x in os.getloadavg()])
+    report.set("python", platform.python_version())
+    report.set("sqlite", sqlite3.sqlite_version)
+    try:
+        if args.path:
+            asyncio.run(run_locomo(args, report))
+        else:
+            asyncio.run(run_scale(args, report))
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    report.set("loadavg_end", [round(x, 2) for x in os.getloadavg()])
+    report.finish()
+    return 0
+
+
+# --- scale ----------------------------------------------------------------------------------------------
+
+_SYLLABLES = [a + b for a in "bcdfghjklmnprstvwz" for b in ("a", "e", "i", "o", "u", "ai", "ou", "ar", "en", "il")]
+_COMMON = [
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "in",
+    "is",
+    "it",
+    "that",
+    "for",
+    "you",
+    "this",
+    "with",
+    "on",
+    "be",
+    "not",
+    "are",
+    "as",
+    "have",
+    "i",
+    "we",
+    "can",
+    "but",
+    "what",
+    "will",
+    "so",
+    "if",
+    "at",
+    "do",
+    "from",
+    "or",
+    "by",
+    "my",
+    "test",
+    "file",
+    "error",
+    "run",
+    "fix",
+    "code",
+    "function",
+    "add",
+    "change",
+    "check",
+    "build",
+    "now",
+    "then",
+    "line",
+    "use",
+    "need",
+    "should",
+]
+
+
+class Corpus:
+    """Messages shaped like a coding agent's sessions: user asks, assistant answers and calls tools, tools
+    return code and listings. Words follow a Zipf law over a 30,000-word vocabulary (common English words
+    first), with snake_case identifiers and file paths mixed in, so that term frequencies look like real
+    text and not like a uniform draw."""
+
+    def __init__(self, seed: int = 7, vocabulary: int = 30_000) -> None:
+        self.rng = random.Random(seed)
+        words = list(_COMMON)
+        seen = set(words)
+        while len(words) < vocabulary:
+            n = self.rng.choice((2, 2, 3, 3, 4))
+            word = "".join(self.rng.choice(_SYLLABLES) for _ in range(n))
+            if word not in seen:
+                seen.add(word)
+                words.append(word)
+        self.words = words
+        weights = [1 / (rank + 1) ** 1.07 for rank in range(len(words))]
+        total = sum(weights)
+        self.cumulative = list(itertools.accumulate(w / total for w in weights))
+
+    def word(self) -> str:
+        return self.words[min(bisect.bisect_left(self.cumulative, self.rng.random()), len(self.words) - 1)]
+
+    def sentence(self, lo: int, hi: int) -> str:
+        out = []
+        for _ in range(self.rng.randint(lo, hi)):
+            r = self.rng.random()
+            if r < 0.03:
+                out.append(f"{self.word()}_{self.word()}")
+            elif r < 0.05:
+                out.append(f"src/{self.word()}/{self.word()}.py")
+            else:
+                out.append(self.word())
+        return " ".join(out)
+
+    def message(self, i: int) -> Message:
+        kind = i % 4
+        if kind == 0:
+            return Message.user(self.sentence(8, 40))
+        if kind == 1:
+            call = ToolCallPart(id=f"c{i}", name="read", arguments={"path": f"src/{self.word()}/{self.word()}.py"})
+            return Message.assistant(self.sentence(10, 50), tool_calls=[call])
+        if kind == 2:
+            return Message.tool(ToolResultPart(call_id=f"c{i - 1}", content=self.sentence(30, 120), name="read"))
+        return Message.assistant(self.sentence(15, 70))
+
+
+async def populate(store: SqliteStore, corpus: Corpus, n: int, per_session: int, directories: int) -> list[str]:
+    """`n` messages in sessions of `per_session`, spread over `directories`, written with `import_session`
+    (one transaction per session). Returns the session ids."""
+    ids: list[str] = []
+    made = 0
+    start = time.time() - n  # a second per message, so time filters have something to cut
+    while made < n:
+        count = min(per_session, n - made)
+        entries = [Entry(i, start + made + i, corpus.message(made + i)) for i in range(1, count + 1)]
+        info = SessionInfo(
+            id=new_session_id(),
+            created_at=start + made,
+            updated_at=start + made + count,
+            directory=f"/scale/project-{len(ids) % directories:03d}",
+        )
+        await store.import_session(info, entries)
+        ids.append(info.id)
+        made += count
+        if len(ids) % 500 == 0:
+            print(f"   ... {made:,} messages stored", flush=True)
+    return ids
+
+
+async def scale_queries(
+    store: SqliteStore, ids: list[str], count: int, rng: random.Random
+) -> tuple[list[float], list[float], float]:
+    """Recall latency for queries made of words of a random stored message (what a model looking for
+    something it saw would type), scoped to the message's directory and unscoped; and how often that
+    message came back in the top 10 of the scoped search."""
+    scoped: list[float] = []
+    unscoped: list[float] = []
+    found = 0
+    for _ in range(count):
+        sid = rng.choice(ids)
+        info = await store.get_session(sid)
+        seq = rng.randint(1, info.entry_count)
+        (entry,) = await store.read(sid, seq, seq)
+        words = tokens(indexed_text(entry.body) or "")
+        query = " ".join(rng.sample(words, min(len(words), rng.randint(3, 6))))
+        t0 = time.perf_counter()
+        result = await recall(store, query, directory=info.directory, limit=10)
+        scoped.append((time.perf_counter() - t0) * 1000)
+        found += any(h.session_id == sid and h.seq == seq for h in result.hits)
+        t0 = time.perf_counter()
+        await recall(store, query, limit=10)
+        unscoped.append((time.perf_counter() - t0) * 1000)
+    return scoped, unscoped, found / count
+
+
+async def append_costs(
+    store: SqliteStore, corpus: Corpus, rounds: int, per_round: int
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Per-append time through `store.append`, one message at a time, with the index and without it,
+    alternating rounds so that the machine's load falls on both alike. "Without" swaps the one statement the
+    append adds (the pending-index row) for a no-op and never flushes: the append path is otherwise the same.
+    Returns (mean with, mean without, median with, median without) per round, in microseconds."""
+    pending_sql, flush_every = searchindex.PENDING_SQL, searchindex.FLUSH_EVERY
+    means: dict[bool, list[float]] = {True: [], False: []}
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    messages = [corpus.message(i) for i in range(per_round)]
+    try:
+        for _ in range(rounds):
+            for indexed in (True, False):
+                if indexed:
+                    searchindex.PENDING_SQL, searchindex.FLUSH_EVERY = pending_sql, flush_every
+                else:
+                    searchindex.PENDING_SQL, searchindex.FLUSH_EVERY = "SELECT ?, ?, ?", 1 << 62
+                sid = (await store.create_session(directory="/scale/appends")).id
+                times: list[float] = []
+                for message in messages:
+                    t0 = time.perf_counter_ns()
+                    await store.append(sid, [message])
+                    times.append((time.perf_counter_ns() - t0) / 1000)
+                means[indexed].append(statistics.fmean(times))
+                medians[indexed].append(statistics.median(times))
+    finally:
+        searchindex.PENDING_SQL, searchindex.FLUSH_EVERY = pending_sql, flush_every
+    return means[True], means[False], medians[True], medians[False]
+
+
+async def run_scale(args: argparse.Namespace, report: Report) -> None:
+    n = args.scale
+    if n < 1000:
+        raise BenchError("--scale needs at least 1000 messages")
+    per_session = 200
+    directories = max(1, n // 10_000)
+    report.section(f"scale: {n:,} messages, {max(1, n // per_session):,} sessions, {directories} directories")
+    corpus = Corpus()
+    rng = random.Random(3)
+    with scratch_dir(args.dir, keep=args.keep) as where:
+        report.set("filesystem", filesystem_of(where))
+        store = SqliteStore(where / "scale.db")
+        try:
+            t0 = time.perf_counter()
+            ids = await populate(store, corpus, n, per_session, directories)
+            stored = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            async for step in store.backfill_search(batch=10_000):
+                if step.sessions_done % 500 < 100:
+                    print(f"   ... {step.entries_indexed:,} messages indexed", flush=True)
+            indexed = time.perf_counter() - t0
+            report.row("store (import_session, one transaction a session)", "scale_store_s", stored, "s")
+            report.row("index them (FTS5, batches of 10,000)", "scale_index_s", indexed, "s")
+            report.row("  per message", "scale_index_us_per_message", indexed / n * 1e6, "us")
+            size = sum(f.stat().st_size for f in where.iterdir() if f.name.startswith("scale.db"))
+            report.row("database size", "scale_db_mb", size / 1e6, "MB")
+            scoped, unscoped, found = await scale_queries(store, ids, args.queries, rng)
+            report.row(
+                f"recall in one directory, p50 ({args.queries} queries)", "scale_p50_ms", median(scoped), "ms", digits=2
+            )
+            report.row("recall in one directory, p95", "scale_p95_ms", percentile(scoped, 95), "ms", digits=2)
+            report.row("recall across all directories, p50", "scale_p50_ms_all", median(unscoped), "ms", digits=2)
+            report.row(
+                "recall across all directories, p95", "scale_p95_ms_all", percentile(unscoped, 95), "ms", digits=2
+            )
+            report.row("the message the query came from, in the top 10", "scale_found_at_10", found, "", digits=3)
+            with_mean, without_mean, with_median, without_median = await append_costs(
+                store, corpus, args.append_rounds, args.append_sample
+            )
+            ratio = median(with_mean) / median(without_mean)
+            report.row("append with the index, mean (flushes included)", "append_us_indexed", median(with_mean), "us")
+            report.row("append without the index, mean", "append_us_unindexed", median(without_mean), "us")
+            report.row("index_append_ratio (means)", "index_append_ratio", ratio, "", digits=3)
+            report.row(
+                "  ratio of medians (the flushes fall outside)",
+                "index_append_ratio_median",
+                median(with_median) / median(without_median),
+                "",
+                digits=3,
+            )
+            report.set(
+                "scale_sizes",
+                {"messages": n, "sessions": len(ids), "directories": directories, "append_rounds": args.append_rounds,
+                 "appends_per_round": args.append_sample, "queries": args.queries},
+            )  # fmt: skip
+        finally:
+            await store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

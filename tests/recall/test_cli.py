@@ -1,0 +1,110 @@
+"""`tether recall` end to end on a real SQLite file: human and --json output, directory and session scopes,
+filters, bad input as one clear line, and --backfill of a file written before the index, with its
+progress on stderr."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tether.cli.main import cli
+from tether.messages import Message
+from tether.store import SqliteStore, Store
+
+T = TypeVar("T")
+
+
+def with_db(db: Path, fn: Callable[[Store], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with SqliteStore(db) as store:
+            return await fn(store)
+
+    return asyncio.run(main())
+
+
+def tether(db: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--store", str(db), *args])
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "tether.db"
+
+    async def seed(store: Store) -> None:
+        for directory, words in (("/repo/a", "postgres migration failed on users"), ("/repo/b", "postgres is fine")):
+            info = await store.create_session(directory=directory, title=f"work in {directory}")
+            await store.append(info.id, [Message.user(words), Message.assistant("I will look at the migration")])
+
+    with_db(path, seed)
+    return path
+
+
+def test_human_output_names_the_source(db: Path) -> None:
+    result = tether(db, "recall", "postgres migration", "--dir", "/repo/a")
+    assert result.exit_code == 0, result.output
+    assert "postgres migration failed" in result.output and "work in /repo/a" in result.output
+    assert "#1" in result.output and "/repo/b" not in result.output
+
+
+def test_json_output_and_all_directories(db: Path) -> None:
+    result = tether(db, "recall", "postgres", "--all", "--json", "--limit", "5", "--context", "0")
+    assert result.exit_code == 0, result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    assert {h["directory"] for h in data["hits"]} == {"/repo/a", "/repo/b"}
+    assert all(h["context"] == [] for h in data["hits"]) and data["backlog"] == 0
+
+
+def test_role_session_and_time_filters(db: Path) -> None:
+    sid = json.loads(tether(db, "recall", "postgres", "--all", "--json").stdout)["hits"][0]["session_id"]
+    data = json.loads(tether(db, "recall", "migration", "--session", sid[-8:], "--role", "assistant", "--json").stdout)
+    assert [(h["session_id"], h["role"]) for h in data["hits"]] == [(sid, "assistant")]
+    data = json.loads(tether(db, "recall", "postgres", "--all", "--since", "2999-01-01", "--json").stdout)
+    assert data["hits"] == []
+
+
+def test_nothing_found_is_said_plainly(db: Path) -> None:
+    result = tether(db, "recall", "kubernetes", "--dir", "/repo/a")
+    assert result.exit_code == 0 and "Nothing in /repo/a matches 'kubernetes' (try --all)." in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        ((), "give a query", 2),
+        (("x", "--all", "--dir", "/a"), "give --all or --dir", 2),
+        (("x", "--since", "last tuesday"), "--since takes a date", 1),
+        (("x", "--session", "../../x"), "invalid session id", 1),
+        (("x", "--role", "system"), "Invalid value for '--role'", 2),
+    ],
+)
+def test_bad_input_is_one_clear_line(db: Path, args: tuple[str, ...], message: str, code: int) -> None:
+    result = tether(db, "recall", *args)
+    assert result.exit_code == code
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_backfill_of_an_older_file_shows_progress_then_finds(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "recall_index_tests", Path(__file__).with_name("test_sqlite_index.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    write_v1_file = module.write_v1_file
+
+    path = tmp_path / "old.db"
+    write_v1_file(path, sessions=3, entries=700)
+    result = tether(path, "recall", "--backfill")
+    assert result.exit_code == 0, result.stderr
+    assert "indexed 2,100 entries of 3 sessions" in result.stdout
+    assert "entries to go" in result.stderr  # progress, on stderr
+    assert "nothing to backfill" in tether(path, "recall", "--backfill").stdout
+    data = json.loads(tether(path, "recall", "heron", "--all", "--json", "--limit", "1000").stdout)
+    assert len(data["hits"]) == 1000 and data["backlog"] == 0
