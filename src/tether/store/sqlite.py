@@ -42,17 +42,21 @@ from ..messages import (
     encode_json,
     kind_of,
 )
+from . import searchindex
 from .base import (
     UNSET,
     UPDATABLE_FIELDS,
+    BackfillProgress,
     CorruptHandler,
     Durability,
     Page,
+    SearchHit,
     SessionInfo,
     SessionState,
     artifact_id,
     check_artifact_id,
     check_limit,
+    check_search_filters,
     check_session_fields,
     decimal_to_pico,
     decode_cursor,
@@ -66,7 +70,7 @@ from .base import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the search index (searchindex.py)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -178,6 +182,7 @@ class SqliteStore:
         except BaseException:
             self._conn.close()  # a refused file (newer schema, not WAL) must not stay open
             raise
+        self._unindexed = 0  # appends since this store last flushed the search index
         self._checkpointer = _Checkpointer(self.path) if self.path != ":memory:" else None
         if self._checkpointer is not None:
             # Checkpoints copy WAL pages into the database and fsync it: done inside a commit they made every
@@ -202,8 +207,10 @@ class SqliteStore:
         if version < SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _statements(_SCHEMA):
+                for statement in _statements(_SCHEMA + searchindex.SCHEMA):
                     conn.execute(statement)
+                if version >= 1:
+                    searchindex.mark_all_pending(conn)  # entries stored before the index: backlog
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except BaseException:
@@ -426,6 +433,7 @@ class SqliteStore:
         return await self._write(tx)
 
     def _delete_rows(self, conn: sqlite3.Connection, session_id: str) -> None:
+        searchindex.delete(conn, session_id)
         conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
@@ -517,9 +525,13 @@ class SqliteStore:
                 conn.executemany(
                     _INSERT_SQL, [(session_id, first + i, kind, now, payload) for i, (payload, kind) in enumerate(rows)]
                 )
+            conn.execute(searchindex.PENDING_SQL, (session_id, first, first + n - 1))
             return first, now
 
         first, now = await self._write(tx)
+        self._unindexed += 1
+        if self._unindexed >= searchindex.FLUSH_EVERY:
+            self._flush_index_now()
         return [Entry(first + i, now, body) for i, body in enumerate(bodies)]
 
     def _decode_rows(self, session_id: str, rows: list[Any]) -> list[Entry]:
@@ -624,6 +636,7 @@ class SqliteStore:
                 "UPDATE sessions SET message_count = ?, input_tokens = ?, output_tokens = ?, cost_pico = ? WHERE id = ?",
                 (messages, t_in, t_out, cost, new_id),
             )
+            searchindex.mark_pending(conn, new_id, 1, at)
             return self._get_row(conn, new_id)
 
         return await self._write(tx)
@@ -660,9 +673,76 @@ class SqliteStore:
             conn.executemany(
                 "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)", rows
             )
+            searchindex.mark_pending(conn, sid, 1, len(rows))
             return self._get_row(conn, sid)
 
         return await self._write(tx)
+
+    # --- search ------------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        query: str,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        check_search_filters(role, limit, session_id)
+        with self._lock:
+            pending = searchindex.has_pending(self.conn)
+        if pending:
+            await self._flush_index(searchindex.SEARCH_FLUSH)
+        with self._lock:
+            try:
+                return searchindex.search(
+                    self.conn, query, directory=directory, session_id=session_id, role=role, since=since,
+                    until=until, limit=limit, include_reverted=include_reverted,
+                )  # fmt: skip
+            except sqlite3.Error as e:
+                raise StoreError(f"search failed: {e}") from e
+
+    async def reverted_spans(self, session_id: str) -> list[tuple[int, int]]:
+        check_id(session_id, "session id")
+        with self._lock:
+            self._get_row(self.conn, session_id)
+            return searchindex.reverted_spans(self.conn, session_id)
+
+    async def _flush_index(self, limit: int) -> None:
+        """Move up to `limit` pending entries into the FTS index, in one write transaction."""
+        self._unindexed = 0
+        await self._write(lambda conn: searchindex.flush(conn, limit))
+
+    def _flush_index_now(self) -> None:
+        """The flush an append does now and then, after its own commit: it must not fail the append that
+        was already committed, nor wait for another process's lock. What it leaves waits for the next one."""
+        self._unindexed = 0
+        try:
+            self._try_write(lambda conn: searchindex.flush(conn, searchindex.FLUSH_EVERY * 2))
+        except (_Busy, StoreError):
+            pass
+
+    async def search_backlog(self) -> int:
+        with self._lock:
+            return searchindex.backlog(self.conn)[0]
+
+    async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
+        check_limit(batch)
+        done = indexed = 0
+        while True:
+            count, finished = await self._write(lambda conn: searchindex.flush(conn, batch))
+            if not count:
+                return
+            indexed += count
+            done += finished
+            with self._lock:
+                backlog, left = searchindex.backlog(self.conn)
+            yield BackfillProgress(sessions_done=done, sessions_left=left, entries_indexed=indexed, backlog=backlog)
+            await asyncio.sleep(0)  # appends and reads go on between batches
 
     # --- artifacts ---------------------------------------------------------------------------------
 
