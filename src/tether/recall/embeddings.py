@@ -106,6 +106,15 @@ def vocabulary_words(text: str) -> set[str]:
     return {t for t in tokens(text) if _WORD.match(t) and t not in STOP_WORDS}
 
 
+_CAPITALIZED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+\b")
+
+
+def proper_nouns(text: str) -> set[str]:
+    """Words capitalized in mid-sentence: names, places, months. Expanding them finds other names (Gina to
+    Sara, June to May), which is noise, so they are searched as they are."""
+    return {m.group(0).lower() for m in _CAPITALIZED.finditer(text.strip())}
+
+
 @dataclass
 class SemanticQuery:
     """A query as the semantic side sees it: its sentence vector, and the stored words close in meaning to
@@ -133,7 +142,7 @@ class SemanticIndex:
         self._conn.execute("PRAGMA synchronous = NORMAL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
-        self._vocabulary: tuple[list[str], Any] | None = None  # (words, matrix), loaded on first query
+        self._vocabulary: tuple[list[str], Any, dict[str, int]] | None = None  # loaded on first query
 
     def close(self) -> None:
         with self._lock:
@@ -257,7 +266,8 @@ class SemanticIndex:
                         out[sid, seq] = np.frombuffer(blob, dtype=np.float32)
         return out
 
-    def _words(self) -> tuple[list[str], Any]:
+    def _words(self) -> tuple[list[str], Any, dict[str, int]]:
+        """The stored words, their vectors (float32, rows of one matrix) and each word's row."""
         import numpy as np
 
         if self._vocabulary is None:
@@ -265,30 +275,36 @@ class SemanticIndex:
                 rows = self._conn.execute("SELECT word, vec FROM words").fetchall()
             words = [w for w, _ in rows]
             matrix = (
-                np.stack([np.frombuffer(v, dtype=np.float16) for _, v in rows])
+                np.stack([np.frombuffer(v, dtype=np.float16) for _, v in rows]).astype(np.float32)
                 if rows
-                else np.zeros((0, 1), dtype=np.float16)
+                else np.zeros((0, 1), dtype=np.float32)
             )
-            self._vocabulary = (words, matrix)
+            self._vocabulary = (words, matrix, {w: i for i, w in enumerate(words)})
         return self._vocabulary
 
-    async def analyze(self, query: str) -> SemanticQuery:
-        """Embed the query and its words in one pass, and find the stored words close to each word."""
+    async def analyze(
+        self, query: str, *, per_word: int = EXPAND_PER_WORD, min_similarity: float = EXPAND_MIN_SIMILARITY
+    ) -> SemanticQuery:
+        """Embed the query, and find for each of its words up to `per_word` stored words at least
+        `min_similarity` close to it. Words already stored are not embedded again: one model call per query."""
         import numpy as np
 
-        own = sorted(vocabulary_words(query))
-        vectors = await asyncio.to_thread(self.embedder.embed, [query, *own])
-        words, matrix = self._words()
+        own = sorted(vocabulary_words(query) - proper_nouns(query))
+        words, matrix, row = self._words()
+        unknown = [w for w in own if w not in row]
+        vectors = await asyncio.to_thread(self.embedder.embed, [query, *unknown])
         expansions: list[str] = []
-        if own and len(words):
+        if own and words and per_word > 0:
+            fresh = dict(zip(unknown, vectors[1:], strict=True))
+            wanted = np.stack([matrix[row[w]] if w in row else fresh[w] for w in own])
             taken = {stem(w) for w in tokens(query)}
-            sims = matrix.astype(np.float32) @ vectors[1:].T  # (vocabulary, query words)
+            sims = matrix @ wanted.T  # (vocabulary, query words)
+            depth = min(len(words) - 1, 4 * per_word + 8)
             for j in range(len(own)):
                 column = sims[:, j]
-                top = np.argpartition(-column, min(len(words) - 1, 16))[:17]
                 added = 0
-                for i in sorted(top.tolist(), key=lambda i: -column[i]):
-                    if column[i] < EXPAND_MIN_SIMILARITY or added >= EXPAND_PER_WORD:
+                for i in sorted(np.argpartition(-column, depth)[: depth + 1].tolist(), key=lambda i: -column[i]):
+                    if column[i] < min_similarity or added >= per_word:
                         break
                     root = stem(words[i])
                     if root not in taken:

@@ -50,6 +50,10 @@ class Tuning:
     """Weight of the cosine similarity of query and turn, when a semantic index is given."""
     expansion: float = 0.4
     """Weight of the words the semantic side adds to the query, against the query's own words."""
+    expand_per_word: int = 3
+    """Stored words added per query word by the semantic side ("instruments" also searches "violin")."""
+    expand_similarity: float = 0.55
+    """How close in meaning (cosine of single-word embeddings) an added word must be."""
 
 
 DEFAULT_TUNING = Tuning()
@@ -133,7 +137,11 @@ async def recall(
     }
     hits = await store.search(query, **filters)
     backlog = await store.search_backlog()  # after the search, which indexed what it could first
-    analysis = await semantic.analyze(query) if semantic is not None else None
+    analysis = None
+    if semantic is not None:
+        analysis = await semantic.analyze(
+            query, per_word=tuning.expand_per_word, min_similarity=tuning.expand_similarity
+        )
     if analysis is not None and analysis.expansions and tuning.expansion:
         hits = _merge(hits, await store.search(" ".join(analysis.expansions), **filters), tuning.expansion)
     if not hits:
