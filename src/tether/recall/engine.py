@@ -6,6 +6,7 @@ turns come back with their neighbours as context and with where they come from."
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -135,13 +136,24 @@ async def recall(
         "limit": max(tuning.candidates, limit),
         "include_reverted": include_reverted,
     }
-    hits = await store.search(query, **filters)
-    backlog = await store.search_backlog()  # after the search, which indexed what it could first
-    analysis = None
-    if semantic is not None:
-        analysis = await semantic.analyze(
-            query, per_word=tuning.expand_per_word, min_similarity=tuning.expand_similarity
+    # The model embeds the query in a worker thread while SQLite searches here: both release the GIL.
+    analyzing = (
+        asyncio.ensure_future(
+            semantic.analyze(query, per_word=tuning.expand_per_word, min_similarity=tuning.expand_similarity)
         )
+        if semantic is not None
+        else None
+    )
+    if analyzing is not None:
+        await asyncio.sleep(0)  # let it hand the query to the model before the search holds this thread
+    try:
+        hits = await store.search(query, **filters)
+    except BaseException:
+        if analyzing is not None:
+            analyzing.cancel()
+        raise
+    backlog = await store.search_backlog()  # after the search, which indexed what it could first
+    analysis = await analyzing if analyzing is not None else None
     if analysis is not None and analysis.expansions and tuning.expansion:
         hits = _merge(hits, await store.search(" ".join(analysis.expansions), **filters), tuning.expansion)
     if not hits:
@@ -184,31 +196,28 @@ def _is_question(text: str) -> bool:
 def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[Period]) -> list[_Candidate]:
     best = max(h.score for h in hits) or 1.0
     words = content_words(query)
-    pool: dict[tuple[str, int], _Candidate] = {}
-
-    def add(session_id: str, seq: int, score: float) -> _Candidate:
-        key = (session_id, seq)
-        cand = pool.get(key)
-        if cand is None:
-            cand = pool[key] = _Candidate(session_id, seq)
-        cand.score += score
-        return cand
-
+    scores: dict[tuple[str, int], float] = {}
+    found: dict[tuple[str, int], SearchHit] = {}
+    spread = ((-1, tuning.before), (2, tuning.second), (-2, tuning.second))
     for h in hits:
         score = h.score / best
         author = h.metadata.get("name")
         if tuning.author and isinstance(author, str) and words & set(tokens(author)):
             score *= 1 + tuning.author
-        add(h.session_id, h.seq, score).hit = h
+        sid, seq = h.session_id, h.seq
+        found[sid, seq] = h
+        scores[sid, seq] = scores.get((sid, seq), 0.0) + score
         forward = tuning.after_question if _is_question(h.excerpt) else tuning.after
-        for offset, weight in ((1, forward), (-1, tuning.before), (2, tuning.second), (-2, tuning.second)):
-            if weight and h.seq + offset >= 1:
-                add(h.session_id, h.seq + offset, weight * score)
+        for offset, weight in ((1, forward), *spread):
+            if weight and seq + offset >= 1:
+                key = (sid, seq + offset)
+                scores[key] = scores.get(key, 0.0) + weight * score
     if named and tuning.period:
-        for cand in pool.values():
-            if cand.hit is not None and any(p.contains(cand.hit.created_at) for p in named):
-                cand.score += tuning.period
-    return sorted(pool.values(), key=lambda c: -c.score)
+        for key, h in found.items():
+            if any(p.contains(h.created_at) for p in named):
+                scores[key] += tuning.period
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+    return [_Candidate(sid, seq, score, found.get((sid, seq))) for (sid, seq), score in ranked]
 
 
 async def _materialize(
