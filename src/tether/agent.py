@@ -198,6 +198,9 @@ class AgentRun:
                     return
                 self.steps += 1
                 system = opts.system_prompt or self.session.info.system_prompt
+                # what every call to the context engine in this step shares
+                scope: dict[str, Any] = {"budget": budget, "system": system, "tools": specs, "settings": settings}
+                compaction_scope = {**scope, "provider": self.provider, "model": opts.model}
                 overflowed = False
                 while True:  # one model call; a second only after compacting for a context overflow
                     notes: list[Any] = []
@@ -205,27 +208,13 @@ class AgentRun:
                     if opts.context is not None:
                         messages = await opts.context(self.entries)
                     else:
-                        derived = await engine.derive(
-                            sid, budget=budget, system=system, tools=specs, model=opts.model, settings=settings
-                        )
-                        compacted = await engine.before_step(
-                            sid,
-                            derived,
-                            budget=budget,
-                            provider=self.provider,
-                            model=opts.model,
-                            system=system,
-                            tools=specs,
-                            emit=notes.append,
-                            settings=settings,
-                        )
+                        derived = await engine.derive(sid, model=opts.model, **scope)
+                        compacted = await engine.before_step(sid, derived, emit=notes.append, **compaction_scope)
                         for note in notes:
-                            yield _compaction_event(sid, note)
+                            yield note
                         if compacted is not None and compacted.entry is not None:
                             await self._adopt(compacted.entry)
-                            derived = await engine.derive(
-                                sid, budget=budget, system=system, tools=specs, model=opts.model, settings=settings
-                            )
+                            derived = await engine.derive(sid, model=opts.model, **scope)
                         if not derived.fits:
                             raise ContextOverflow(
                                 f"the system prompt and tool definitions alone ({derived.fixed_tokens:,} tokens) "
@@ -264,17 +253,12 @@ class AgentRun:
                             result = await engine.on_overflow(
                                 sid,
                                 overflow,
-                                budget=budget,
-                                provider=self.provider,
-                                model=opts.model,
-                                system=system,
-                                tools=specs,
                                 emit=notes.append,
-                                settings=settings,
+                                **compaction_scope,
                             )
                         finally:
                             for note in notes:
-                                yield _compaction_event(sid, note)
+                                yield note
                         if result.entry is not None:
                             await self._adopt(result.entry)
                         continue
@@ -599,20 +583,6 @@ def _rlm_progress(session_id: str, note: RlmProgress | RlmFinished) -> ev.Event:
             "output_tokens": note.output_tokens,
         },
     )
-
-
-def _compaction_event(session_id: str, note: Any) -> ev.Event:
-    """The context engine's compaction record as a run event (same fields, the run's event types)."""
-    kinds: dict[str, type[ev.CompactionStarted | ev.CompactionCompleted | ev.CompactionFailed]] = {
-        "CompactionStarted": ev.CompactionStarted,
-        "CompactionCompleted": ev.CompactionCompleted,
-        "CompactionFailed": ev.CompactionFailed,
-    }
-    kind = kinds[type(note).__name__]
-    fields = {f: getattr(note, f) for f in note.__struct_fields__}
-    fields["session_id"] = session_id
-    event: ev.Event = kind(**{k: v for k, v in fields.items() if k in kind.__struct_fields__})
-    return event
 
 
 def _preview(text: str, limit: int = 160) -> str:

@@ -4,13 +4,11 @@ and `ContextEngine`, which the agent loop calls at every step."""
 
 from __future__ import annotations
 
+from ..events import CompactionCompleted, CompactionFailed, CompactionStarted
 from .budget import Budget, ContextSettings, compute_budget, resolve_settings, settings_from_metadata
 from .compaction import (
-    CompactionCompleted,
     CompactionEvent,
-    CompactionFailed,
     CompactionResult,
-    CompactionStarted,
     SummaryState,
     compact_session,
     pin,

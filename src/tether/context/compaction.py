@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..errors import InvalidInput, NotFound, SeqConflict, TetherError
+from ..events import CompactionCompleted, CompactionFailed, CompactionStarted
 from ..messages import (
     Compaction,
     Entry,
@@ -62,38 +63,7 @@ STATE_KEY = "state"
 
 # --- events ---------------------------------------------------------------------------------------------
 
-
-class _Event(msgspec.Struct, tag_field="kind", kw_only=True):
-    pass
-
-
-class CompactionStarted(_Event, tag="compaction_started"):
-    session_id: str
-    reason: CompactionReason
-    tokens_before: int
-    summarizer: str | None = None
-    """``provider/model`` of the summarizer; None when the compaction is mechanical from the start."""
-
-
-class CompactionCompleted(_Event, tag="compaction_completed"):
-    session_id: str
-    reason: CompactionReason
-    strategy: Strategy
-    tokens_before: int
-    tokens_after: int
-    seq: int
-    """The seq of the new `Compaction` entry; undo it with a revert to ``seq - 1``."""
-    first_kept_seq: int
-    fallback: str | None = None
-    """Why the mechanical strategy stood in for the model, when it did."""
-
-
-class CompactionFailed(_Event, tag="compaction_failed"):
-    session_id: str
-    reason: CompactionReason
-    error: str
-
-
+# The run's own event types (layer 1): what a compaction reports reaches `tether run` and the server as is.
 CompactionEvent = CompactionStarted | CompactionCompleted | CompactionFailed
 EventSink = Callable[[CompactionEvent], Awaitable[None] | None]
 
