@@ -18,6 +18,7 @@ from tether.messages import Message, Revert, TextPart
 from tether.store import SqliteStore
 from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, SEQ_BITS
 from tether.store.searchtext import indexed_text
+from tether.store.sqlite import SCHEMA_VERSION
 
 
 async def check_consistent(path: Path) -> int:
@@ -199,8 +200,39 @@ async def test_an_older_file_migrates_and_backfills_in_bounded_batches(tmp_path:
         await store.close()
     assert await check_consistent(path) == total + 1
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
+
+
+async def test_a_schema_2_file_migrates_without_losing_or_repeating_index_entries(tmp_path: Path) -> None:
+    """Schema 2 listed every append in search_pending; 3 finds appends from the sessions' rows."""
+    path = tmp_path / "v2.db"
+    store = SqliteStore(path)
+    a = await store.create_session(directory="/w")
+    b = await store.create_session(directory="/w")
+    await store.append(a.id, [Message.user("the heron flew"), Message.assistant("a grey heron")])
+    await store.append(b.id, [Message.user("an egret waded")])
+    assert len(await store.search("heron")) == 2  # indexed now
+    await store.append(b.id, [Message.user("a second egret"), Message.user("and a bittern")])  # unindexed
+    await store.close()
+    # what a schema-2 file looks like: no `indexed`, no search_state, the unindexed append in search_pending
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("ALTER TABLE search_sessions DROP COLUMN indexed")
+    conn.execute("DROP TABLE search_state")
+    conn.execute("INSERT INTO search_pending (session_id, first_seq, last_seq) VALUES (?, 2, 3)", (b.id,))
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+
+    assert await check_consistent(path) == 5
+    store = SqliteStore(path)
+    try:
+        assert sorted(h.seq for h in await store.search("egret")) == [1, 2]
+        assert [h.session_id for h in await store.search("bittern")] == [b.id]
+        await store.append(a.id, [Message.user("heron again")])
+        assert len(await store.search("heron")) == 3
+    finally:
+        await store.close()
+    assert await check_consistent(path) == 6
 
 
 async def test_appends_are_indexed_in_batches_not_one_by_one(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ in ``search_reverts`` so that searches can leave out what a revert hid."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Any
 
 import msgspec
@@ -24,7 +25,12 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_sessions (
     num INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id TEXT NOT NULL UNIQUE
+    session_id TEXT NOT NULL UNIQUE,
+    indexed INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS search_state (
+    key TEXT PRIMARY KEY,
+    value REAL NOT NULL
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(
     body, role UNINDEXED, tokenize = 'porter unicode61', detail = full
@@ -42,12 +48,21 @@ CREATE TABLE IF NOT EXISTS search_pending (
     PRIMARY KEY (session_id, first_seq)
 ) WITHOUT ROWID;
 """
-"""`search_pending` lists entries committed but not yet in the FTS table: the append transaction adds one
-row naming its seq range (a few microseconds), and `flush` moves pending entries into FTS5 in batches.
-FTS5 pays a fixed ~90 us per transaction that touches it (it writes a new segment each time), three times
-what a whole append costs; in batches of a hundred the same work costs ~15 us an entry. Every search
-flushes first, so a search sees every committed entry; a crash loses nothing, since the pending rows
-commit with their entries."""
+"""Entries reach the FTS table in batches (`flush`), not one append at a time: FTS5 pays a fixed ~90 us per
+transaction that touches it (it writes a new segment each time), three times what a whole append costs; in
+batches of a hundred the same work costs ~15 us an entry. Every search flushes first, so a search sees every
+committed entry, and a crash loses nothing: what is unindexed is found again from what is committed.
+
+What a flush has to index is known two ways, neither of which costs an append anything:
+- appends: `search_sessions.indexed` is the seq up to which a session's entries are in the index, and the
+  append already writes the session's row with its new `entry_count` and an `updated_at` within a second
+  of the append (the store's rule). So the sessions updated since the last flush (`search_state`'s
+  `flushed_at`, less `SLACK`) whose `entry_count` passed `indexed` are the work: an index range scan.
+- bulk writes (a fork's copy, an import, a migrated file's backlog), whose `updated_at` says nothing about
+  when they were written: `search_pending` names their seq ranges."""
+SLACK = 2.0
+"""Seconds a flush looks back before the previous one: an append leaves `updated_at` at most a second
+behind its commit, and clocks of processes on one machine may step a little."""
 
 PENDING_SQL = "INSERT INTO search_pending (session_id, first_seq, last_seq) VALUES (?, ?, ?)"
 FLUSH_EVERY = 512
@@ -89,6 +104,20 @@ def mark_pending(conn: sqlite3.Connection, session_id: str, first_seq: int, last
         conn.execute(PENDING_SQL, (session_id, first_seq, last_seq))
 
 
+def migrate_v2(conn: sqlite3.Connection) -> None:
+    """A file of schema 2 (appends listed in search_pending): every session not listed there is indexed."""
+    conn.execute("ALTER TABLE search_sessions ADD COLUMN indexed INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "UPDATE search_sessions SET indexed = (SELECT entry_count FROM sessions WHERE id = session_id)"
+        " WHERE session_id NOT IN (SELECT session_id FROM search_pending)"
+    )
+    conn.execute(
+        "INSERT INTO search_sessions (session_id, indexed) SELECT id, entry_count FROM sessions"
+        " WHERE id NOT IN (SELECT session_id FROM search_sessions)"
+        " AND id NOT IN (SELECT session_id FROM search_pending)"
+    )
+
+
 def mark_all_pending(conn: sqlite3.Connection) -> None:
     """On migrating a file written before the index existed: every stored entry is backlog."""
     conn.execute(
@@ -97,8 +126,29 @@ def mark_all_pending(conn: sqlite3.Connection) -> None:
     )
 
 
+_APPENDED_SQL = (
+    "SELECT s.id, s.entry_count, coalesce(x.indexed, 0) FROM sessions s"
+    " LEFT JOIN search_sessions x ON x.session_id = s.id"
+    " WHERE s.updated_at > ? AND s.entry_count > coalesce(x.indexed, 0)"
+    " AND NOT EXISTS (SELECT 1 FROM search_pending p WHERE p.session_id = s.id)"
+)
+
+
+def _flushed_at(conn: sqlite3.Connection) -> float:
+    row = conn.execute("SELECT value FROM search_state WHERE key = 'flushed_at'").fetchone()
+    return float(row[0]) if row is not None else float("-inf")
+
+
+def _appended(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+    """(session, entry_count, indexed) of the sessions appended to since the last flush, unindexed."""
+    since = _flushed_at(conn) - SLACK
+    return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(_APPENDED_SQL, (since,))]
+
+
 def has_pending(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is not None
+    if conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is not None:
+        return True
+    return conn.execute(_APPENDED_SQL + " LIMIT 1", (_flushed_at(conn) - SLACK,)).fetchone() is not None
 
 
 def backlog(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -106,12 +156,45 @@ def backlog(conn: sqlite3.Connection) -> tuple[int, int]:
     row = conn.execute(
         "SELECT coalesce(sum(last_seq - first_seq + 1), 0), count(DISTINCT session_id) FROM search_pending"
     ).fetchone()
-    return int(row[0]), int(row[1])
+    appended = _appended(conn)
+    return int(row[0]) + sum(count - indexed for _, count, indexed in appended), int(row[1]) + len(appended)
+
+
+def _set_indexed(conn: sqlite3.Connection, session_id: str, seq: int) -> None:
+    _num(conn, session_id)
+    conn.execute("UPDATE search_sessions SET indexed = ? WHERE session_id = ?", (seq, session_id))
 
 
 def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
-    """Index up to `limit` pending entries, oldest sessions' first; call in a write transaction.
-    Returns (entries read, sessions finished). Memory is bounded by `limit` entries."""
+    """Index up to `limit` unindexed entries: bulk ranges first, then what appends added since the last
+    flush. Call in a write transaction. Returns (entries read, sessions finished); memory is bounded by
+    `limit` entries."""
+    started = time.time()
+    read, finished, budget = _flush_bulk(conn, limit)
+    complete = budget > 0
+    if complete:
+        for session_id, count, indexed in _appended(conn):
+            if budget <= 0:
+                complete = False
+                break
+            take = min(count, indexed + budget)
+            _index_range(conn, session_id, indexed + 1, take)
+            _set_indexed(conn, session_id, take)
+            read += take - indexed
+            budget -= take - indexed
+            finished += take == count
+    if complete:
+        # Everything committed before this write transaction began is indexed: the next flush looks back
+        # from here (appends are serialized behind this transaction's write lock).
+        conn.execute(
+            "INSERT INTO search_state (key, value) VALUES ('flushed_at', ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (started,),
+        )
+    return read, finished
+
+
+def _flush_bulk(conn: sqlite3.Connection, limit: int) -> tuple[int, int, int]:
     budget = limit
     read = finished = 0
     while budget > 0:
@@ -125,6 +208,7 @@ def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
         ).fetchone()
         take = min(hi, lo + budget - 1)
         _index_range(conn, session_id, lo, take)
+        _set_indexed(conn, session_id, take)
         conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
         if take < hi:
             conn.execute(PENDING_SQL, (session_id, take + 1, hi))
@@ -132,7 +216,7 @@ def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
             finished += 1
         read += take - lo + 1
         budget -= take - lo + 1
-    return read, finished
+    return read, finished, budget
 
 
 def _index_range(conn: sqlite3.Connection, session_id: str, lo: int, hi: int) -> None:
@@ -168,7 +252,17 @@ def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[tuple[int,
     row = conn.execute(_NUM_SQL, (session_id,)).fetchone()
     if row is not None:
         reverts += conn.execute("SELECT seq, to_seq FROM search_reverts WHERE num = ?", (row[0],)).fetchall()
-    for lo, hi in conn.execute("SELECT first_seq, last_seq FROM search_pending WHERE session_id = ?", (session_id,)):
+    unindexed = conn.execute(
+        "SELECT first_seq, last_seq FROM search_pending WHERE session_id = ?", (session_id,)
+    ).fetchall()
+    tail = conn.execute(
+        "SELECT coalesce(x.indexed, 0) + 1, s.entry_count FROM sessions s"
+        " LEFT JOIN search_sessions x ON x.session_id = s.id WHERE s.id = ?",
+        (session_id,),
+    ).fetchone()
+    if tail is not None and tail[0] <= tail[1]:
+        unindexed.append(tail)
+    for lo, hi in unindexed:
         for seq, payload in conn.execute(
             "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
             " AND kind = 'revert'",

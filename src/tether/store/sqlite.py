@@ -70,7 +70,7 @@ from .base import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 2  # 2: the search index (searchindex.py)
+SCHEMA_VERSION = 3  # 2: the search index (searchindex.py); 3: appends leave no row for it
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -220,9 +220,11 @@ class SqliteStore:
         if version < SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if version == 2:
+                    searchindex.migrate_v2(conn)
                 for statement in _statements(_SCHEMA + searchindex.SCHEMA):
                     conn.execute(statement)
-                if version >= 1:
+                if version == 1:
                     searchindex.mark_all_pending(conn)  # entries stored before the index: backlog
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
@@ -587,7 +589,6 @@ class SqliteStore:
             conn.executemany(
                 _INSERT_SQL, [(session_id, first + i, kind, now, payload) for i, (payload, kind) in enumerate(rows)]
             )
-        conn.execute(searchindex.PENDING_SQL, (session_id, first, first + len(rows) - 1))
         # Remember where the session is, for the next append's optimistic UPDATE (a stale guess only costs
         # the SELECT it would have saved). The transaction commits right after this returns.
         if len(self._positions) > 4096:
