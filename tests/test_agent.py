@@ -596,3 +596,29 @@ async def test_a_bad_context_setting_is_a_clear_config_error(session: Session) -
     (Path(os.environ["TETHER_HOME"]) / "config.toml").write_text("[context]\ncompact_threshold = 7\n")
     with pytest.raises(ConfigError, match=r"\[context\]"):
         await run(session, "hi", ScriptedProvider(["hi"]))
+
+
+async def test_session_recall_answers_with_the_run_s_model(store: Store, tmp_path: Path) -> None:
+    earlier = await Session.create(store, directory=tmp_path)
+    await earlier.append(Message.user("Remember: the staging database is on port 6543."), Message.assistant("Noted."))
+    session = await Session.create(store, directory=tmp_path)
+
+    def respond(request: object) -> object:
+        if not getattr(request, "tools", []):
+            return "FINAL(The staging database is on port 6543.)"  # RLM over the recalled evidence
+        if len(request.messages) == 1:  # type: ignore[attr-defined]
+            return calls(call("session_recall", "r1", query="staging database port", mode="answer"))
+        return "Port 6543."
+
+    from tether.tools.base import default_registry
+
+    provider = ScriptedProvider(respond)
+    events = await run(session, "which port is staging on?", provider, tools=default_registry())
+    assert isinstance(events[-1], Done) and events[-1].text == "Port 6543."
+    result = results(await session.messages())["r1"]
+    assert not result.is_error, result.content
+    assert "The staging database is on port 6543." in result.content
+    # answer mode ran: the run's model was asked, through RLM (no tools), the recall question; the evidence
+    # itself stays in the REPL's `context` variable, never in the root model's prompt
+    rlm_requests = [r for r in provider.requests if not r.tools]
+    assert rlm_requests and "staging database port" in rlm_requests[0].messages[0].text

@@ -45,6 +45,7 @@ from .providers.base import ModelRequest, Provider, StreamDone, ToolCallReady
 from .providers.base import TextDelta as ProviderTextDelta
 from .providers.base import ThinkingDelta as ProviderThinkingDelta
 from .providers.catalog import unknown_model
+from .recall.tool import Answerer, SessionRecallTool
 from .rlm.engine import RlmLimits
 from .rlm.events import RlmFinished, RlmProgress
 from .rlm.policy import RLM_SHARE, condense, needs_rlm, tool_output_needs_rlm, tool_output_question
@@ -136,6 +137,7 @@ class AgentRun:
         self.usage = Usage()
         self.steps = 0
         self._recent_calls: list[str] = []
+        self.tools = options.tools
 
     # --- journal ---------------------------------------------------------------------------------------
 
@@ -160,7 +162,8 @@ class AgentRun:
         model_info = opts.model_info or unknown_model(self.provider.name, opts.model)
         settings = await engine.settings_for(sid)
         budget = engine.budget_for(model_info, settings)
-        specs = opts.tools.specs()
+        self.tools = _with_recall_answers(opts.tools, self.provider, opts.model)
+        specs = self.tools.specs()
         yield ev.RunStarted(
             session_id=sid, run_id=self.run_id, model=opts.model, provider=self.provider.name, resumed=prompt is None
         )
@@ -329,7 +332,7 @@ class AgentRun:
     async def _condense_bulk(self, call: ToolCallPart, result: ToolResultPart, seq: int) -> AsyncIterator[ev.Event]:
         """A bulk tool's output too large for the window: RLM over all of it (the artifact, when the result
         was cut), its account standing in for the output in derived contexts."""
-        tool = self.options.tools.get(call.name)
+        tool = self.tools.get(call.name)
         info = self.options.model_info or unknown_model(self.provider.name, self.options.model)
         size = int(result.metadata.get("original_chars") or len(result.content))
         if (
@@ -468,7 +471,7 @@ class AgentRun:
             ask=self.options.ask,
             limits=self.options.tool_limits,
         )
-        registry = self.options.tools
+        registry = self.tools
         batches: list[list[ToolCallPart]] = []
         for call in calls:
             concurrent = registry.is_read_only(call.name) and call.arguments_ok
@@ -548,6 +551,16 @@ class AgentRun:
                 )
         except Exception:  # the store may be the reason we are stopping; the original error matters more
             pass
+
+
+def _with_recall_answers(tools: ToolRegistry, provider: Provider, model: str) -> ToolRegistry:
+    """The run's tools, with `session_recall` able to answer (through RLM) with the run's own model."""
+    recall = tools.get("session_recall")
+    if not isinstance(recall, SessionRecallTool) or recall.answerer is not None:
+        return tools
+    tools = tools.subset(tools.names())
+    tools.register(SessionRecallTool(Answerer(provider=provider, model=model), budget=recall.budget), replace=True)
+    return tools
 
 
 def configured_context() -> ContextSettings:
