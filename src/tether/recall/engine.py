@@ -60,21 +60,10 @@ class Tuning:
 DEFAULT_TUNING = Tuning()
 
 
-class RecallHit(msgspec.Struct, kw_only=True):
+class RecallHit(SearchHit, omit_defaults=False):
     """A recalled turn and where it comes from: session (id, title, directory), position (seq), time,
-    role, its text (cut to an excerpt around the match) and its neighbours as context."""
-
-    session_id: str
-    seq: int
-    role: str
-    created_at: float
-    score: float
-    excerpt: str
-    title: str | None = None
-    directory: str | None = None
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    reverted: bool = False
-    context: list[ContextLine] = msgspec.field(default_factory=list)
+    role, its text (cut to an excerpt around the match) and its neighbours as context. The store's
+    `SearchHit` with the engine's fused score; every field shown in JSON output."""
 
 
 class RecallResult(msgspec.Struct, kw_only=True):
