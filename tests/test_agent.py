@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tether import Message, Session, ToolCallPart, ToolResultPart
-from tether.agent import ABORTED, INTERRUPTED
+from tether.agent import ABORTED, INTERRUPTED, REPEAT_NOTE
 from tether.errors import RateLimited, TransientError
 from tether.events import (
     CheckpointReached,
@@ -174,6 +174,8 @@ async def test_three_identical_calls_stop_the_run(session: Session) -> None:
     assert log == ["again", "again"]  # the third call was not run
     got = results(await session.messages())
     assert got["c3"].is_error and "stopped" in got["c3"].content
+    # the second call's result told the model it was repeating itself, before the run had to stop
+    assert REPEAT_NOTE not in got["c1"].content and REPEAT_NOTE in got["c2"].content
     assert provider.remaining == 1
 
 

@@ -63,6 +63,10 @@ INTERRUPTED = (
     "recorded. It was NOT re-run. Check whether it took effect before calling it again."
 )
 ABORTED = "aborted: the run was cancelled before this tool call finished."
+REPEAT_NOTE = (
+    "[This call repeats the one just before it, with the same arguments, and got the same kind of result. "
+    "Use it to answer, or try something different: a third identical call stops the run.]"
+)
 
 RESUME_TAIL = 256
 """Entries of the history a run keeps in hand (the context engine reads what derivation needs itself)."""
@@ -137,6 +141,7 @@ class AgentRun:
         self.usage = Usage()
         self.steps = 0
         self._recent_calls: list[str] = []
+        self._repeats: set[str] = set()
         self.tools = options.tools
 
     # --- journal ---------------------------------------------------------------------------------------
@@ -451,8 +456,12 @@ class AgentRun:
         return False
 
     def _repeated(self, calls: Sequence[ToolCallPart]) -> str | None:
+        """The name of a call made REPEAT_LIMIT times in a row with the same arguments; notes the calls
+        that repeat the one just before (their results say so, see `_run_tools`)."""
         for call in calls:
             signature = f"{call.name}\x00{call.arguments_json()}"
+            if self._recent_calls and self._recent_calls[-1] == signature:
+                self._repeats.add(call.id)
             self._recent_calls.append(signature)
             tail = self._recent_calls[-REPEAT_LIMIT:]
             if len(tail) == REPEAT_LIMIT and len(set(tail)) == 1:
@@ -488,6 +497,9 @@ class AgentRun:
                 for next_done in asyncio.as_completed(tasks):
                     result = await next_done
                     call = next(c for c in batch if c.id == result.call_id)
+                    if call.id in self._repeats:
+                        # Weak models repeat a call whose answer they already have; say so where they look.
+                        result = msgspec.structs.replace(result, content=f"{result.content}\n\n{REPEAT_NOTE}")
                     (stored,) = await self._append(Message.tool(result))
                     pending[:] = [c for c in pending if c.id != call.id]
                     async for note in self._condense_bulk(call, result, stored.seq):

@@ -177,3 +177,17 @@ async def test_a_prompt_larger_than_the_context_is_a_context_overflow() -> None:
     huge = ModelRequest(model="smollm2-135m", messages=[Message.user("word " * 5000)])
     with pytest.raises(ContextOverflow, match="does not fit"):
         await complete(provider, huge)
+
+
+def test_a_repeated_call_is_recognised_so_the_small_model_answers() -> None:
+    from tether.providers.local import repeats_itself
+
+    ls = ToolCallPart(id="a", name="bash", arguments={"command": "ls"})
+    again = ToolCallPart(id="b", name="bash", arguments={"command": "ls"})
+    other = ToolCallPart(id="c", name="bash", arguments={"command": "pwd"})
+    result = Message.tool(ToolResultPart(call_id="b", name="bash", content="a.py"))
+    turn = lambda *calls: Message.assistant(tool_calls=list(calls))  # noqa: E731
+    assert repeats_itself([Message.user("list"), turn(ls), result, turn(again), result])
+    assert not repeats_itself([Message.user("list"), turn(ls), result, turn(other), result])
+    assert not repeats_itself([Message.user("list"), turn(ls), result])  # once is not a repeat
+    assert not repeats_itself([Message.user("list"), turn(ls), result, turn(again), result, Message.user("more")])

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import ConfigError, ContextOverflow, MissingExtra, ProviderError
 from ..ids import new_id
-from ..messages import FilePart, ImagePart, TextPart, ToolCallPart, ToolResultPart, ToolSpec, Usage
+from ..messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, ToolSpec, Usage
 from .base import EventStream, ModelRequest, ResponseBuilder, UsageUpdate, with_cost
 from .catalog import Catalog
 
@@ -101,6 +101,14 @@ def tool_instructions(tools: list[ToolSpec], tool_choice: str) -> str:
     else:
         lines.append('Reply {"tool": "<name>", "arguments": {...}} to use a tool.')
     return "\n".join(lines)
+
+
+def repeats_itself(messages: list[Message]) -> bool:
+    """Whether the last two assistant turns made the same tool calls (names and arguments)."""
+    turns = [m.tool_calls for m in messages if m.role == "assistant"][-2:]
+    if len(turns) < 2 or not turns[0] or messages[-1].role != "tool":
+        return False
+    return [(c.name, c.arguments_json()) for c in turns[0]] == [(c.name, c.arguments_json()) for c in turns[1]]
 
 
 def chatml_prompt(request: ModelRequest, *, tools: list[ToolSpec]) -> str:
@@ -257,6 +265,10 @@ class LocalProvider:
         loaded = await asyncio.to_thread(_load, path, self.context_window, self.threads)
         info = self.catalog.info(self.name, request.model)
         tools = list(request.tools) if request.tool_choice != "none" and info.supports_tools else []
+        if tools and request.tool_choice == "auto" and repeats_itself(request.messages):
+            # The small model made the same call twice and has its result: offered tools again, it makes
+            # it a third time (and the loop stops the run). Decode an answer from what it has instead.
+            tools = []
         prompt = chatml_prompt(request, tools=tools)
         grammar_json = json.dumps(tool_call_schema(tools, request.tool_choice)) if tools else None
         temperature = request.temperature if request.temperature is not None else (info.temperature or 0.2)
