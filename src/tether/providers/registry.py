@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import Config, ProviderConfig, load_config
 from ..errors import ConfigError
@@ -78,32 +79,24 @@ def make_provider(name: str, config: Config | None = None, catalog: Catalog | No
     if kind is None:
         raise ConfigError(f"unknown provider {name!r}: declare it in config.toml with [providers.{name}] kind = ...")
     retry = RetryPolicy(max_attempts=settings.max_attempts) if settings.max_attempts else None
+    # what both HTTP adapters take from a provider's settings
+    http: dict[str, Any] = {
+        "base_url": settings.base_url,
+        "api_key": settings.api_key,
+        "api_key_env": settings.api_key_env,
+        "timeout": settings.timeout or 300.0,
+        "retry": retry,
+        "headers": settings.headers,
+        "catalog": catalog,
+    }
     if kind == "openai":
         from .openai import OpenAIProvider
 
-        return OpenAIProvider(
-            name,
-            base_url=settings.base_url,
-            api_key=settings.api_key,
-            api_key_env=settings.api_key_env,
-            timeout=settings.timeout or 300.0,
-            retry=retry,
-            headers=settings.headers,
-            catalog=catalog,
-        )
+        return OpenAIProvider(name, **http)
     if kind == "anthropic":
         from .anthropic import AnthropicProvider
 
-        return AnthropicProvider(
-            name,
-            base_url=settings.base_url,
-            api_key=settings.api_key,
-            api_key_env=settings.api_key_env,
-            timeout=settings.timeout or 300.0,
-            retry=retry,
-            headers=settings.headers,
-            catalog=catalog,
-        )
+        return AnthropicProvider(name, **http)
     if kind == "local":
         from .local import LocalProvider
 
