@@ -600,6 +600,111 @@ async def test_a_bad_context_setting_is_a_clear_config_error(session: Session) -
         await run(session, "hi", ScriptedProvider(["hi"]))
 
 
+# --- compaction_model: a model of its own writes the automatic summaries ----------------------------------
+
+from tether.context.budget import compute_budget  # noqa: E402
+from tether.context.compaction import SUMMARIZER_SYSTEM  # noqa: E402
+from tether.context.tokens import get_counter  # noqa: E402
+from tether.errors import ConfigError  # noqa: E402
+from tether.providers.registry import ResolvedModel  # noqa: E402
+
+SUMMARIZER = ModelInfo(provider="cheap", model="summarizer", context_window=3_000, max_output_tokens=1_000)
+
+
+def write_config(text: str) -> None:
+    (Path(os.environ["TETHER_HOME"]) / "config.toml").write_text(text)
+
+
+def only_answers(answer: object) -> object:
+    """The run's own model: it must never be asked for a summary (a request without tools)."""
+
+    def respond(request: object) -> object:
+        assert getattr(request, "tools", []), "the run's model was asked to summarize"
+        return answer() if callable(answer) else answer
+
+    return respond
+
+
+def summarizer_resolver(asked: list[str]) -> tuple[ScriptedProvider, object]:
+    summarizer = ScriptedProvider(["Goal: fix the checks. Done: modules 0-29 fixed. Next: report."] * 20, name="cheap")
+
+    def resolve(spec: str) -> ResolvedModel:
+        asked.append(spec)
+        return ResolvedModel(provider=summarizer, model="summarizer", info=SUMMARIZER)
+
+    return summarizer, resolve
+
+
+async def test_compaction_model_writes_the_automatic_summaries(session: Session) -> None:
+    write_config('[context]\ncompaction_model = "cheap/summarizer"\n')
+    await long_history(session)
+    asked: list[str] = []
+    summarizer, resolve = summarizer_resolver(asked)
+    provider = ScriptedProvider(only_answers("Reported."))
+    events = await run(session, "report", provider, tools=notes_registry([]), model_info=SMALL, resolve_model=resolve)
+    assert isinstance(events[-1], Done) and events[-1].text == "Reported."
+    assert asked == ["cheap/summarizer"]  # resolved once, at the start
+    started = next(e for e in events if isinstance(e, CompactionStarted))
+    assert started.reason == "auto" and started.summarizer == "cheap/summarizer"
+    (compaction,) = [e for e in await session.entries() if isinstance(e.body, Compaction)]
+    assert compaction.body.metadata.get("summarizer") == "cheap/summarizer"
+    assert summarizer.requests and all(r.model == "summarizer" and not r.tools for r in summarizer.requests)
+    # each summarizer call fits the summarizer's own window, not the (larger) budget of the run's model
+    limit = compute_budget(SUMMARIZER.context_window, SUMMARIZER.max_output_tokens).usable
+    assert limit < compute_budget(SMALL.context_window, SMALL.max_output_tokens).usable
+    counter = get_counter(model="summarizer")
+    for request in summarizer.requests:
+        assert counter.count(SUMMARIZER_SYSTEM) + counter.count(request.messages[0].text) <= limit
+    assert len(summarizer.requests) > 1  # so the transcript was cut into chunks that fit
+
+
+async def test_compaction_model_writes_the_summary_after_an_overflow(session: Session) -> None:
+    await long_history(session)
+    await session.update(metadata={"context": {"compaction_model": "cheap/summarizer"}})
+    asked: list[str] = []
+    summarizer, resolve = summarizer_resolver(asked)
+    answers = iter([ContextOverflow("maximum context length exceeded")])
+    provider = ScriptedProvider(only_answers(lambda: next(answers, "All checks pass.")))
+    events = await run(session, "report", provider, tools=notes_registry([]), resolve_model=resolve)
+    assert isinstance(events[-1], Done) and events[-1].text == "All checks pass."
+    started = next(e for e in events if isinstance(e, CompactionStarted))
+    assert started.reason == "overflow" and started.summarizer == "cheap/summarizer"
+    assert asked == ["cheap/summarizer"] and summarizer.requests
+
+
+async def test_without_compaction_model_the_run_s_model_summarizes(session: Session) -> None:
+    await long_history(session)
+    asked: list[str] = []
+    _, resolve = summarizer_resolver(asked)
+    provider = ScriptedProvider(summary_or_answer("Reported."))
+    events = await run(session, "report", provider, tools=notes_registry([]), model_info=SMALL, resolve_model=resolve)
+    assert isinstance(events[-1], Done)
+    started = next(e for e in events if isinstance(e, CompactionStarted))
+    assert started.summarizer == "scripted/test-model" and asked == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [("no-such-model-anywhere", "unknown model"), ("anthropic/claude-sonnet-5-5", "ANTHROPIC_API_KEY")],
+)
+async def test_a_compaction_model_that_cannot_be_resolved_fails_the_run_at_its_start(
+    session: Session, spec: str, why: str
+) -> None:
+    write_config(f'[context]\ncompaction_model = "{spec}"\n')
+    provider = ScriptedProvider(["never"])
+    with pytest.raises(ConfigError, match="compaction_model") as raised:
+        await run(session, "hi", provider)  # the registry's own resolution, as for --model
+    assert why in str(raised.value)
+    assert provider.requests == []
+    assert await session.entries() == []  # nothing journaled: not even the prompt
+
+
+async def test_an_unused_compaction_model_is_not_resolved(session: Session) -> None:
+    write_config('[context]\ncompaction_model = "no-such-model-anywhere"\nauto_compact = false\n')
+    events = await run(session, "hi", ScriptedProvider(["hello"]))
+    assert isinstance(events[-1], Done) and events[-1].text == "hello"
+
+
 async def test_session_recall_answers_with_the_run_s_model(store: Store, tmp_path: Path) -> None:
     earlier = await Session.create(store, directory=tmp_path)
     await earlier.append(Message.user("Remember: the staging database is on port 6543."), Message.assistant("Noted."))

@@ -9,13 +9,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from . import events as ev
 from .config import config_path, load_config
-from .context.budget import ContextSettings
+from .context.budget import ContextSettings, compute_budget
 from .context.derive import CONDENSED_MARKER
 from .context.engine import ContextEngine, ModelLimits
 from .context.tokens import get_counter
@@ -54,6 +54,9 @@ from .store.base import active_tail
 from .tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry, default_registry
 from .tools.output import read_artifact_bytes
 from .tools.runner import run_tool_call
+
+if TYPE_CHECKING:
+    from .providers.registry import ResolvedModel
 
 DEFAULT_MAX_STEPS = 50
 REPEAT_LIMIT = 3
@@ -100,6 +103,19 @@ class RunOptions:
     """Shared across runs to keep its caches; None: one for this run."""
     context: ContextFn | None = None
     """Bypass the context engine (no derivation, no compaction) with a function of the run's entries."""
+    resolve_model: Callable[[str], ResolvedModel] | None = None
+    """How the context setting ``compaction_model`` (``provider/model``) becomes a provider; None: the
+    registry's `resolve_provider`, as for ``--model``."""
+
+
+@dataclass(frozen=True)
+class _Summarizer:
+    """Who writes the summaries of a run's automatic compactions, and what it takes in one call."""
+
+    provider: Provider
+    model: str
+    input_limit: int | None = None
+    """None: the run's own budget (the summarizer is the run's model)."""
 
 
 class _Step:
@@ -167,6 +183,7 @@ class AgentRun:
         model_info = opts.model_info or unknown_model(self.provider.name, opts.model)
         settings = await engine.settings_for(sid)
         budget = engine.budget_for(model_info, settings)
+        summarizer = self._summarizer(settings)  # before anything is journaled: a bad setting fails here
         self.tools = _with_recall_answers(opts.tools, self.provider, opts.model)
         specs = self.tools.specs()
         yield ev.RunStarted(
@@ -208,7 +225,12 @@ class AgentRun:
                 system = opts.system_prompt or self.session.info.system_prompt
                 # what every call to the context engine in this step shares
                 scope: dict[str, Any] = {"budget": budget, "system": system, "tools": specs, "settings": settings}
-                compaction_scope = {**scope, "provider": self.provider, "model": opts.model}
+                compaction_scope = {
+                    **scope,
+                    "provider": summarizer.provider,
+                    "model": summarizer.model,
+                    "summarizer_input_limit": summarizer.input_limit,
+                }
                 overflowed = False
                 while True:  # one model call; a second only after compacting for a context overflow
                     notes: list[Any] = []
@@ -326,6 +348,27 @@ class AgentRun:
             yield ev.Error(session_id=sid, code="busy", message=f"another writer appended to this session: {exc}")
         except ProviderError as exc:
             yield ev.Error(session_id=sid, code=_provider_code(exc), message=str(exc), retryable=exc.retryable)
+
+    def _summarizer(self, settings: ContextSettings) -> _Summarizer:
+        """The context setting ``compaction_model`` resolved now, through the same registry as ``--model``,
+        so that one that cannot be used (unknown, no key) is a `ConfigError` at the start of the run rather
+        than a failed compaction halfway through it. Unset, or never used (automatic compaction off, the
+        context engine bypassed): the run's own provider and model."""
+        opts = self.options
+        spec = settings.compaction_model
+        own = _Summarizer(self.provider, opts.model)
+        if not spec or settings.auto_compact is False or opts.context is not None:
+            return own
+        resolve = opts.resolve_model or _resolve_model
+        try:
+            resolved = resolve(spec)
+        except ConfigError as exc:
+            raise ConfigError(f"the context setting compaction_model = {spec!r} cannot be used: {exc}") from exc
+        if resolved.provider.name == self.provider.name and resolved.model == opts.model:
+            return own
+        info = resolved.info
+        limit = compute_budget(info.context_window, info.max_output_tokens).usable
+        return _Summarizer(resolved.provider, resolved.model, limit)
 
     # --- oversized inputs: RLM -------------------------------------------------------------------------
 
@@ -573,6 +616,12 @@ def _with_recall_answers(tools: ToolRegistry, provider: Provider, model: str) ->
     tools = tools.subset(tools.names())
     tools.register(SessionRecallTool(Answerer(provider=provider, model=model), budget=recall.budget), replace=True)
     return tools
+
+
+def _resolve_model(spec: str) -> ResolvedModel:
+    from .providers.registry import resolve_provider
+
+    return resolve_provider(spec)
 
 
 def configured_context() -> ContextSettings:

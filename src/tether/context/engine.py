@@ -148,6 +148,7 @@ class ContextEngine:
         system: str | None,
         tools: Sequence[ToolSpec],
         emit: EventSink | None,
+        summarizer_input_limit: int | None = None,
     ) -> CompactionResult:
         return await compact_session(
             self.store,
@@ -162,6 +163,7 @@ class ContextEngine:
             counter=self._counter(model),
             cache=self.cache,
             emit=emit,
+            summarizer_input_limit=summarizer_input_limit,
         )
 
     async def before_step(
@@ -176,10 +178,12 @@ class ContextEngine:
         tools: Sequence[ToolSpec] = (),
         emit: EventSink | None = None,
         settings: ContextSettings | None = None,
+        summarizer_input_limit: int | None = None,
     ) -> CompactionResult | None:
         """Compact if `derived` passed the threshold (default 90% of the usable budget) and automatic
         compaction is on. None when nothing was tried. A failed attempt is not retried until the session
-        has grown: the caller goes on with the fitted context."""
+        has grown: the caller goes on with the fitted context. `provider`/`model` write the summary;
+        `summarizer_input_limit` is what that model takes in one call (default: `budget.usable`)."""
         settings = settings or await self.settings_for(session_id)
         if settings.auto_compact is False:
             return None
@@ -199,6 +203,7 @@ class ContextEngine:
             system=system,
             tools=tools,
             emit=emit,
+            summarizer_input_limit=summarizer_input_limit,
         )
         if not result.ok:
             self._auto_failed_at[session_id] = info.entry_count
@@ -216,6 +221,7 @@ class ContextEngine:
         tools: Sequence[ToolSpec] = (),
         emit: EventSink | None = None,
         settings: ContextSettings | None = None,
+        summarizer_input_limit: int | None = None,
     ) -> CompactionResult:
         """React to a provider's `ContextOverflow`: compact once, then the caller re-derives and retries.
         Raises `error` again when automatic compaction is off, when the session already compacted for an
@@ -236,6 +242,7 @@ class ContextEngine:
             system=system,
             tools=tools,
             emit=emit,
+            summarizer_input_limit=summarizer_input_limit,
         )
         if result.entry is None:
             self._overflow_at[session_id] = info.entry_count
