@@ -9,9 +9,10 @@ from tether.config import parse_config
 from tether.errors import ConfigError
 from tether.providers import PREFERENCE, choose_model, make_provider, resolve_provider
 from tether.providers.anthropic import AnthropicProvider
+from tether.providers.catalog import Catalog
 from tether.providers.local import LocalProvider
 from tether.providers.openai import OpenAIProvider
-from tether.providers.registry import KEY_ENVS
+from tether.providers.registry import DEFAULT_MODELS, KEY_ENVS
 
 
 def test_no_key_anywhere_falls_back_to_the_local_model() -> None:
@@ -48,7 +49,7 @@ def test_explicit_model_strings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bare.model == "claude-haiku-4-5"
 
     # Just a provider name: its default model.
-    assert resolve_provider("anthropic").id == "anthropic/claude-sonnet-4-5"
+    assert resolve_provider("anthropic").id == "anthropic/claude-sonnet-5-5"
 
     # Ids with slashes after the provider stay whole.
     monkeypatch.setenv("OPENROUTER_API_KEY", "or-test")
@@ -107,3 +108,23 @@ def test_local_servers_need_no_key() -> None:
     provider = make_provider("ollama", parse_config(""))
     assert isinstance(provider, OpenAIProvider)
     assert provider.base_url == "http://127.0.0.1:11434/v1"
+
+
+@pytest.mark.parametrize("provider", sorted(DEFAULT_MODELS))
+def test_no_default_model_is_deprecated(provider: str) -> None:
+    info = Catalog().get(provider, DEFAULT_MODELS[provider])
+    assert info is not None, "every default model is in the catalog"
+    assert not info.deprecated and info.retires is None
+
+
+def test_the_anthropic_and_openai_defaults_are_models_their_sdks_name() -> None:
+    from typing import get_args
+
+    from anthropic.resources.messages import DEPRECATED_MODELS
+    from anthropic.types.model import Model
+    from openai.types.shared.chat_model import ChatModel
+
+    claude_ids = {v for arg in get_args(Model) for v in get_args(arg)}
+    assert DEFAULT_MODELS["anthropic"] in claude_ids
+    assert DEFAULT_MODELS["anthropic"] not in DEPRECATED_MODELS
+    assert DEFAULT_MODELS["openai"] in get_args(ChatModel)

@@ -1,8 +1,9 @@
-"""`tether models`: the model catalog (context window, output limit, prices), which providers have a key,
-and which model a run would use by default."""
+"""`tether models`: the model catalog (context window, output limit, prices, which models their providers
+are retiring), which providers have a key, and which model a run would use by default."""
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -18,16 +19,25 @@ def _price(value: Decimal | None) -> str:
     return "—" if value is None else f"${value:g}"
 
 
+def _status(lifecycle: str | None) -> str:
+    if lifecycle is None:
+        return ""
+    return f"[red]{lifecycle}[/red]" if lifecycle.startswith("retired") else f"[yellow]{lifecycle}[/yellow]"
+
+
 @click.command("models")
 @click.option("--provider", "-p", "only", metavar="NAME", help="Only this provider's models.")
 @click.option("--json", "json_flag", is_flag=True, help="The catalog and provider status as JSON.")
 def models(only: str | None, json_flag: bool) -> None:
     """List known models and the providers that are configured.
 
-    Prices are US dollars per million tokens as the catalog knows them; override them (and add models) in
-    config.toml under [models."provider/model"]. The default model is the first provider with a key, in
-    the order anthropic, openai, openrouter, deepseek, groq, moonshot, zai; with none, the embedded local
-    model. Set TETHER_MODEL or pass --model to choose another.
+    Prices are US dollars per million tokens as the catalog knows them (— where unknown); override them
+    (and add models) in config.toml under [models."provider/model"]. A price marked * holds for prompts up
+    to a size; longer ones cost more (--json shows the long_context prices). The status column shows the
+    models their providers retire: "retires DAY", "retired DAY", or "deprecated" when no day is known.
+    The default model is the first provider with a key, in the order anthropic, openai, openrouter,
+    deepseek, groq, moonshot, zai; with none, the embedded local model. Set TETHER_MODEL or pass --model
+    to choose another.
     """
     from ..config import load_config
     from ..providers.catalog import Catalog
@@ -35,13 +45,17 @@ def models(only: str | None, json_flag: bool) -> None:
 
     config = load_config()
     catalog = Catalog.from_config(config)
-    default = "/".join(choose_model(None, config=config, catalog=catalog))
+    today = date.today()
+    default_provider, default_model = choose_model(None, config=config, catalog=catalog)
+    default = f"{default_provider}/{default_model}"
+    default_status = catalog.info(default_provider, default_model).status(today)
     names = provider_names(config)
     status = {name: (name == "local" or has_key(name, config)) for name in names}
     rows = [m for m in catalog if only is None or m.provider == only]
     if wants_json(json_flag):
         payload: dict[str, Any] = {
             "default": default,
+            "default_status": default_status,
             "providers": [{"name": n, "configured": status[n], "key_env": KEY_ENVS.get(n)} for n in names],
             "models": rows,
         }
@@ -57,25 +71,35 @@ def models(only: str | None, json_flag: bool) -> None:
         ("out $/M", "right"),
         ("cache read", "right"),
         ("cache write", "right"),
+        ("status", "left"),
     ]:
         table.add_column(header, justify=justify, no_wrap=header == "model")  # type: ignore[arg-type]
     for m in rows:
         name = f"{m.provider}/{m.model}"
         style = "bold" if name == default else ("" if status.get(m.provider) else "dim")
+        tiered = "*" if m.long_context is not None else ""
+        lifecycle = m.status(today)
         table.add_row(
             name,
             f"{m.context_window:,}",
             f"{m.max_output_tokens:,}",
-            _price(m.input_price),
-            _price(m.output_price),
+            _price(m.input_price) + tiered,
+            _price(m.output_price) + tiered,
             _price(m.cache_read_price),
             _price(m.cache_write_price),
+            _status(lifecycle),
             style=style,
         )
     console.print(table)
     configured = [n for n in names if status[n]]
     missing = [f"{n} ({KEY_ENVS[n]})" for n in names if not status[n] and n in KEY_ENVS]
+    if any(m.long_context is not None for m in rows):
+        console.print("[dim]* up to a prompt size; longer prompts cost more (see --json: long_context)[/dim]")
     console.print(f"[bold]default:[/bold] {default}")
+    if default_status is not None:
+        console.print(
+            f"[yellow]the default model is deprecated ({default_status}): choose another with --model[/yellow]"
+        )
     console.print(f"[green]configured:[/green] {', '.join(configured)}")
     if missing:
         console.print(f"[dim]not configured (set the key to use): {', '.join(missing)}[/dim]")

@@ -30,9 +30,11 @@ KEY_ENVS: Mapping[str, str] = {
 }
 
 DEFAULT_MODELS: Mapping[str, str] = {
-    "anthropic": "claude-sonnet-4-5",
-    "openai": "gpt-4.1",
-    "openrouter": "anthropic/claude-sonnet-4.5",
+    # Current models, none deprecated in the installed SDKs' tables (see the catalog): Anthropic's current
+    # Sonnet; the model OpenAI's reasoning guide starts with and its SDK's examples use; Sonnet on OpenRouter.
+    "anthropic": "claude-sonnet-5-5",
+    "openai": "gpt-5.5",
+    "openrouter": "anthropic/claude-sonnet-5.5",
     "deepseek": "deepseek-chat",
     "groq": "llama-3.3-70b-versatile",
     "moonshot": "kimi-k2-0905-preview",
@@ -153,7 +155,7 @@ def choose_model(
 
 
 def resolve_provider(model: str | None = None, *, config: Config | None = None) -> ResolvedModel:
-    """A ready provider for `model` (``"anthropic/claude-sonnet-4-5"``, ``"gpt-4.1"``, ``"openai"``, or None
+    """A ready provider for `model` (``"anthropic/claude-sonnet-5-5"``, ``"gpt-5.5"``, ``"openai"``, or None
     for the default); see `choose_model` for the order. Raises `ConfigError` for an unknown model or a
     provider whose key is missing."""
     config = config if config is not None else load_config()
