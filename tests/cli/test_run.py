@@ -212,3 +212,21 @@ def test_ctrl_c_cancels_the_run_and_keeps_what_was_said(tmp_path: Path) -> None:
     shown = subprocess.run(tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env)
     (session,) = json.loads(shown.stdout)
     assert session["message_count"] == 2  # the prompt and the partial answer
+
+
+def test_run_budgets_with_the_resolved_models_own_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tether run` hands the catalog entry of the model it resolved to the loop: the output reserved in
+    each request is that model's, not the 4,096 guessed for an unknown model."""
+    from tether.providers.catalog import ModelInfo
+
+    provider = ScriptedProvider(name="scripted")
+    info = ModelInfo(provider="scripted", model="small", context_window=16_000, max_output_tokens=1_234)
+
+    def resolve(model: str | None = None, **_: object) -> ResolvedModel:
+        return ResolvedModel(provider=provider, model="small", info=info)
+
+    monkeypatch.setattr("tether.providers.resolve_provider", resolve)
+    provider.add("Hello.")
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "say hello")
+    assert code == 0, err
+    assert provider.requests[0].max_output_tokens == 1_234

@@ -241,7 +241,12 @@ async def run_events(
         notice(LOCAL_NOTICE)
     if existed and model_spec is not None and session.info.model != resolved.id:
         await session.update(model=resolved.id)
-    options: dict[str, Any] = {"max_steps": max_steps, "ask": ask, "tools": select_tools(tools)}
+    options: dict[str, Any] = {
+        "max_steps": max_steps,
+        "ask": ask,
+        "tools": select_tools(tools),
+        "model_info": resolved.info,  # the context budget is the model's own window, not a guess
+    }
     if system_prompt is not None:
         options["system_prompt"] = system_prompt
     if resolved.info.temperature is not None and resolved.info.supports_temperature:
@@ -256,7 +261,7 @@ async def run_events(
 @click.option(
     "--continue", "-c", "cont", is_flag=True, help="Continue the last session of this directory (or --session)."
 )
-@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="e.g. openai/gpt-4.1, local/smollm2.")
+@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="e.g. openai/gpt-5.5, local/smollm2.")
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 10_000), help="Model steps at most.")
 @click.option(
     "--dir",
@@ -289,7 +294,7 @@ def run(
     Examples:
       tether run "why does test_parse fail?"
       tether run --continue
-      tether run -m anthropic/claude-sonnet-4-5 "add type hints to utils.py"
+      tether run -m anthropic/claude-sonnet-5-5 "add type hints to utils.py"
       tether run --json "list the TODOs" | jq .type
     """
     if prompt == "-":
