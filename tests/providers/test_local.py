@@ -18,6 +18,7 @@ from tether.providers.local import (
     _AnswerStreamer,
     chatml_prompt,
     find_model_path,
+    loops,
     tool_call_schema,
 )
 
@@ -191,3 +192,19 @@ def test_a_repeated_call_is_recognised_so_the_small_model_answers() -> None:
     assert not repeats_itself([Message.user("list"), turn(ls), result, turn(other), result])
     assert not repeats_itself([Message.user("list"), turn(ls), result])  # once is not a repeat
     assert not repeats_itself([Message.user("list"), turn(ls), result, turn(again), result, Message.user("more")])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Hello. You can use it to answer. You can use it to answer. You can use it to answer.", True),
+        ("Line one is here\nLine one is here\nLine one is here\n", True),
+        ("Hello. You can use it to answer. You can use it to answer.", False),  # twice may be on purpose
+        ("Ok. Ok. Ok. Ok.", False),  # short sentences repeat in real answers ("Yes. Yes.")
+        ("It reads. It writes. It edits. It reads. It writes. It edits.", False),
+        ("You can use it to answer. You can use it to answer. You can use it to answer. Then", True),  # tail unfinished
+        ("", False),
+    ],
+)
+def test_loops_sees_a_plain_answer_saying_one_sentence_again(text: str, expected: bool) -> None:
+    assert loops(text) is expected

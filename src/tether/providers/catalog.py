@@ -203,8 +203,9 @@ BUILTIN_MODELS: tuple[ModelInfo, ...] = (
     _m("openrouter", "google/gemini-2.5-pro", 1_048_576, 65_536, ("1.25", "10", "0.31", None), **_REASONING),
     _m("openrouter", "google/gemini-2.5-flash", 1_048_576, 65_536, ("0.30", "2.50", "0.075", None), **_VISION),
     _m("openrouter", "deepseek/deepseek-chat-v3.1", 163_840, 32_768, ("0.27", "1.10", None, None)),
-    # The embedded model: SmolLM2-135M-Instruct, 8k context, runs on the CPU for free.
-    _m("local", "smollm2-135m", 8_192, 2_048, ("0", "0", "0", "0"), temperature=0.2, supports_tools=True),
+    # The embedded model: SmolLM2-135M-Instruct, 8k context, runs on the CPU for free. Past ~500 tokens a
+    # model this small only repeats itself: its answers are capped there.
+    _m("local", "smollm2-135m", 8_192, 512, ("0", "0", "0", "0"), temperature=0.2, supports_tools=True),
 )
 # fmt: on
 

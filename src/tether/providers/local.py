@@ -103,6 +103,21 @@ def tool_instructions(tools: list[ToolSpec], tool_choice: str) -> str:
     return "\n".join(lines)
 
 
+_ENDS_SENTENCE = re.compile(r"[.!?\n]")
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?\n]")
+LOOP_REPEATS = 3
+"""A plain answer stops when its last sentence has been said this many times: a model this small, once it
+loops, repeats one sentence until the token limit, which costs the user minutes and says nothing new."""
+
+
+def loops(text: str) -> bool:
+    """Whether `text` ends in a sentence (of 12 characters or more) that it holds `LOOP_REPEATS` times."""
+    sentences = [m.group(0).strip() for m in _SENTENCE.finditer(text)]
+    if not sentences or len(sentences[-1]) < 12:
+        return False
+    return sentences.count(sentences[-1]) >= LOOP_REPEATS
+
+
 def repeats_itself(messages: list[Message]) -> bool:
     """Whether the last two assistant turns made the same tool calls (names and arguments)."""
     turns = [m.tool_calls for m in messages if m.role == "assistant"][-2:]
@@ -385,6 +400,8 @@ class LocalProvider:
                 if choice["text"]:
                     generated.append(choice["text"])
                     put("text", choice["text"])
+                    if grammar is None and _ENDS_SENTENCE.search(choice["text"]) and loops("".join(generated)):
+                        break  # finish "stop": the answer is said, the rest would be the same sentence again
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
         finally:
