@@ -1,6 +1,8 @@
 """The SQLite search index itself: after any mix of appends, forks, reverts, deletes, imports and kill -9,
-the FTS rows are exactly the indexed entries of the live sessions (checked row by row, plus FTS5's own
-integrity check); a file written before the index existed migrates and backfills in bounded batches."""
+the FTS rows are exactly the indexed entries of the live sessions and hold exactly their terms (the index
+is contentless: every term and position is compared with an index made afresh from the journal, plus
+FTS5's own integrity check); older files migrate and backfill in bounded batches; what a flush takes from
+the appends in hand is never trusted after another connection wrote."""
 
 from __future__ import annotations
 
@@ -14,11 +16,19 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tether.messages import Message, Revert, TextPart
-from tether.store import SqliteStore
-from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, SEQ_BITS
+from tether.store import SqliteStore, searchindex
+from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, Recent, rowid
 from tether.store.searchtext import indexed_text
 from tether.store.sqlite import SCHEMA_VERSION
+
+
+def postings(conn: sqlite3.Connection) -> set[tuple[str, int, int]]:
+    """Every (term, rowid, position) an FTS5 table's index holds, read from the index itself."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_terms USING fts5vocab(main, search_fts, instance)")
+    return set(conn.execute("SELECT term, doc, offset FROM temp.search_terms"))
 
 
 async def check_consistent(path: Path) -> int:
@@ -32,15 +42,25 @@ async def check_consistent(path: Path) -> int:
         nums = dict(conn.execute("SELECT session_id, num FROM search_sessions"))
         expected: set[int] = set()
         reverts: set[tuple[int, int, int]] = set()
+        fresh = sqlite3.connect(":memory:")  # what the index should hold, made from the journal
+        fresh.execute("CREATE VIRTUAL TABLE search_fts USING fts5(body, tokenize = 'porter unicode61')")
         sessions = [sid for (sid,) in conn.execute("SELECT id FROM sessions")]
         for sid in sessions:
             for entry in await store.read(sid):
-                if indexed_text(entry.body) is not None:
-                    expected.add((nums[sid] << SEQ_BITS) | entry.seq)
+                text = indexed_text(entry.body)
+                if isinstance(entry.body, Message) and text is not None:
+                    expected.add(rowid(nums[sid], entry.seq, entry.body.role))
+                    fresh.execute(
+                        "INSERT INTO search_fts (rowid, body) VALUES (?, ?)",
+                        (rowid(nums[sid], entry.seq, entry.body.role), text),
+                    )
                 elif isinstance(entry.body, Revert):
                     reverts.add((nums[sid], entry.seq, entry.body.to_seq))
+        expected_postings = postings(fresh)
+        fresh.close()
         actual = {rowid for (rowid,) in conn.execute("SELECT rowid FROM search_fts")}
         assert actual == expected
+        assert postings(conn) == expected_postings
         assert set(conn.execute("SELECT num, seq, to_seq FROM search_reverts")) == reverts
         assert set(nums) <= set(sessions)  # no index rows of deleted sessions
         conn.execute("INSERT INTO search_fts (search_fts) VALUES ('integrity-check')")
@@ -252,3 +272,146 @@ async def test_appends_are_indexed_in_batches_not_one_by_one(tmp_path: Path) -> 
     assert await store.search_backlog() < FLUSH_EVERY  # the appends flushed along the way
     conn.close()
     await store.close()
+
+
+SCHEMA_3_INDEX = """
+CREATE TABLE search_sessions (num INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL UNIQUE,
+    indexed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE search_state (key TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE VIRTUAL TABLE search_fts USING fts5(body, role UNINDEXED, tokenize = 'porter unicode61', detail = full);
+CREATE TABLE search_reverts (num INTEGER NOT NULL, seq INTEGER NOT NULL, to_seq INTEGER NOT NULL,
+    PRIMARY KEY (num, seq)) WITHOUT ROWID;
+CREATE TABLE search_pending (session_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+    PRIMARY KEY (session_id, first_seq)) WITHOUT ROWID;
+"""
+
+
+async def test_a_schema_3_file_is_reindexed_into_a_contentless_index(tmp_path: Path) -> None:
+    """Schema 3's FTS table held each message's text again; 4 holds terms only and is made from the journal."""
+    path = tmp_path / "v3.db"
+    store = SqliteStore(path)
+    a = await store.create_session(directory="/w")
+    b = await store.create_session(directory="/w")
+    await store.append(a.id, [Message.user("the heron flew"), Message.assistant("a grey heron")])
+    await store.append(b.id, [Message.user("an egret waded"), Revert(to_seq=0), Message.user("a bittern")])
+    await store.close()
+    # what schema 3 left: its own index tables, filled as it filled them (rowid num << 32 | seq, the text)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for table in ("search_fts", "search_sessions", "search_state", "search_reverts", "search_pending"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.executescript(SCHEMA_3_INDEX)
+    conn.execute("INSERT INTO search_sessions (num, session_id, indexed) VALUES (1, ?, 2), (2, ?, 3)", (a.id, b.id))
+    conn.execute("INSERT INTO search_fts (rowid, body, role) VALUES (4294967297, 'the heron flew', 'user')")
+    conn.execute("INSERT INTO search_fts (rowid, body, role) VALUES (4294967298, 'a grey heron', 'assistant')")
+    conn.execute("INSERT INTO search_fts (rowid, body, role) VALUES (8589934593, 'an egret waded', 'user')")
+    conn.execute("INSERT INTO search_reverts VALUES (2, 2, 0)")
+    conn.execute("PRAGMA user_version = 3")
+    conn.close()
+
+    assert await check_consistent(path) == 4
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'search_fts_content'").fetchone() == (0,)
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        hits = await store.search("heron")
+        assert {(h.session_id, h.seq, h.role, h.excerpt) for h in hits} == {
+            (a.id, 1, "user", "the heron flew"),
+            (a.id, 2, "assistant", "a grey heron"),
+        }
+        assert [h.seq for h in await store.search("heron", role="assistant")] == [2]
+        assert [h.seq for h in await store.search("bittern")] == [3]
+        assert await store.search("egret") == []  # the revert at 2 hides it
+        await store.delete_session(a.id)
+    finally:
+        await store.close()
+    assert await check_consistent(path) == 2
+
+
+async def test_what_another_connection_wrote_wins_over_the_appends_in_hand(tmp_path: Path) -> None:
+    # a store keeps what it appended for its next flush (searchindex.Recent); another process may delete the
+    # session meanwhile and make another under the same id, whose entries are not the ones in hand
+    path = tmp_path / "two.db"
+    mine = SqliteStore(path)
+    other = SqliteStore(path)
+    try:
+        info = await mine.create_session(directory="/w")
+        await mine.append(info.id, [Message.user("ocelot one"), Message.user("ocelot two")])
+        await other.delete_session(info.id)
+        await other.create_session(id=info.id, directory="/w")
+        await other.append(info.id, [Message.user("margay one"), Message.user("margay two")])
+        await mine.append(info.id, [Message.user("ocelot three")])  # seq 3 of the new session
+        assert sorted(h.seq for h in await mine.search("margay")) == [1, 2]
+        assert [h.seq for h in await mine.search("ocelot")] == [3]
+    finally:
+        await mine.close()
+        await other.close()
+    assert await check_consistent(path) == 3
+
+
+def test_appends_in_hand_are_kept_only_if_nothing_was_emptied_or_written_in_between() -> None:
+    conn = sqlite3.connect(":memory:")
+    recent = Recent()
+    first = recent.mark(conn)  # nothing held: the file's data_version is read
+    recent.add(first, "ses_a", 1, [Message.user("one")], 10)
+    late = recent.mark(conn)
+    recent.clear()  # a flush took everything in between: an append marked before it is not kept
+    recent.add(late, "ses_a", 2, [Message.user("two")], 10)
+    assert recent.bodies == {}
+    mark = recent.mark(conn)
+    recent.add(mark, "ses_a", 2, [Message.user("two")], 10)
+    assert recent.take("ses_a", 2, 2) is not None and recent.take("ses_a", 1, 2) is None
+    recent.MAX_BYTES = 15
+    recent.add(recent.mark(conn), "ses_a", 3, [Message.user("three")], 10)  # over the size bound: not kept
+    assert recent.take("ses_a", 2, 3) is None
+
+
+async def test_a_flush_over_many_sessions_writes_one_segment(tmp_path: Path) -> None:
+    # FTS5 starts a new segment whenever a rowid is not above the last: sessions are flushed in rowid order
+    path = tmp_path / "seg.db"
+    store = SqliteStore(path)
+    try:
+        sessions = [(await store.create_session(directory="/w")).id for _ in range(6)]
+        for sid in reversed(sessions):  # numbered in this order, the reverse of their ids
+            await store.append(sid, [Message.user("first")])
+        await store.search("first")
+        conn = sqlite3.connect(path)
+        segments = conn.execute("SELECT count(DISTINCT segid) FROM search_fts_idx").fetchone()[0]
+        for round_ in range(3):
+            for sid in sessions:
+                await store.append(sid, [Message.user(f"round {round_} of {sid}")])
+        await store.search("round")
+        assert conn.execute("SELECT count(DISTINCT segid) FROM search_fts_idx").fetchone()[0] == segments + 1
+        conn.close()
+    finally:
+        await store.close()
+    assert await check_consistent(path) == 24
+
+
+async def test_a_large_backfill_ends_with_the_index_merged_into_one_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v1.db"
+    write_v1_file(path, sessions=6, entries=200)
+    monkeypatch.setattr(searchindex, "OPTIMIZE_AFTER", 1000)
+    store = SqliteStore(path)
+    conn = sqlite3.connect(path)
+    try:
+        during = [
+            conn.execute("SELECT count(DISTINCT segid) FROM search_fts_idx").fetchone()[0]
+            async for _ in store.backfill_search(batch=100)  # a segment a batch
+        ]
+        assert max(during) > 1
+        assert conn.execute("SELECT count(DISTINCT segid) FROM search_fts_idx").fetchone()[0] == 1
+        # a small backfill (fewer entries than OPTIMIZE_AFTER) leaves its segment as it is
+        sid = (await store.list_sessions(limit=1)).items[0].id
+        await store.append(sid, [Message.user("new egret")])
+        async for _ in store.backfill_search(batch=100):
+            pass
+        assert conn.execute("SELECT count(DISTINCT segid) FROM search_fts_idx").fetchone()[0] == 2
+        assert [h.seq for h in await store.search("egret")] == [201]
+    finally:
+        conn.close()
+        await store.close()
+    assert await check_consistent(path) == 1201

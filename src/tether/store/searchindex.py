@@ -1,26 +1,47 @@
 """The full-text index of a `SqliteStore`: an FTS5 table (``porter unicode61``, BM25) over the indexed text
-of every message, fed from the same transactions that write the entries, and the SQL that keeps it
+of every message, fed in batches from what the entries' transactions committed, and the SQL that keeps it
 consistent through append, import, fork, delete, revert, a crash and the backfill of older files.
 
-Each indexed entry is one FTS row whose rowid is ``num << 32 | seq``: `num` is a small integer standing for
-the session (``search_sessions``, AUTOINCREMENT so a number is never reused), so one session's rows are one
-rowid range: deleting a session is a range delete and a session filter a range scan. Reverts are recorded
-in ``search_reverts`` so that searches can leave out what a revert hid."""
+The FTS table is contentless (``content=''``): it holds the terms, not the text, which the journal already
+has. A search reads the text of its few winners from ``entries``; deleting a session tells FTS5 the text of
+each of its indexed entries again (`indexed_text` of the stored entry, which is why that function's output
+must never change without a reindex: see SCHEMA_VERSION in sqlite.py).
+
+Each indexed entry is one FTS row whose rowid is ``num << 34 | seq << 2 | role``: `num` is a small integer
+standing for the session (``search_sessions``, AUTOINCREMENT so a number is never reused), so one session's
+rows are one rowid range (a session filter is a range scan); `role` is the message's role (`ROLES`), so a
+role filter reads nothing but the rowid. Reverts are recorded in ``search_reverts`` so that searches can
+leave out what a revert hid."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 
-from ..messages import Revert, decode_body
+from ..messages import EntryBody, Revert, decode_body
 from .base import SearchHit, hidden_spans, is_hidden
 from .searchtext import QueryTerm, excerpt_of, indexed_text, match_expression, query_terms
 
 SEQ_BITS = 32
 SEQ_MASK = (1 << SEQ_BITS) - 1
+ROLE_BITS = 2
+NUM_SHIFT = SEQ_BITS + ROLE_BITS
+ROLES = {"user": 1, "assistant": 2, "tool": 3}
+"""The role bits of a rowid, for each of searchtext's `INDEXED_ROLES`."""
+
+
+def rowid(num: int, seq: int, role: str) -> int:
+    return (num << NUM_SHIFT) | (seq << ROLE_BITS) | ROLES[role]
+
+
+def session_rowids(num: int) -> tuple[int, int]:
+    """The first and last rowid a session's rows can have."""
+    return num << NUM_SHIFT, ((num + 1) << NUM_SHIFT) - 1
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_sessions (
@@ -33,8 +54,12 @@ CREATE TABLE IF NOT EXISTS search_state (
     value REAL NOT NULL
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(
-    body, role UNINDEXED, tokenize = 'porter unicode61', detail = full
+    body, tokenize = 'porter unicode61', detail = full, content = ''
 );
+INSERT INTO search_fts (search_fts, rank) VALUES ('automerge', 16);
+INSERT INTO search_fts (search_fts, rank) VALUES ('crisismerge', 32);
+INSERT INTO search_fts (search_fts, rank) VALUES ('pgsz', 4000);
+INSERT INTO search_fts (search_fts, rank) VALUES ('hashsize', 8388608);
 CREATE TABLE IF NOT EXISTS search_reverts (
     num INTEGER NOT NULL,
     seq INTEGER NOT NULL,
@@ -49,33 +74,48 @@ CREATE TABLE IF NOT EXISTS search_pending (
 ) WITHOUT ROWID;
 """
 """Entries reach the FTS table in batches (`flush`), not one append at a time: FTS5 pays a fixed ~90 us per
-transaction that touches it (it writes a new segment each time), three times what a whole append costs; in
-batches of a hundred the same work costs ~15 us an entry. Every search flushes first, so a search sees every
-committed entry, and a crash loses nothing: what is unindexed is found again from what is committed.
+transaction that touches it (it writes a new segment each time), three times what a whole append costs.
+Every search flushes first, so a search sees every committed entry, and a crash loses nothing: what is
+unindexed is found again from what is committed.
 
-What a flush has to index is known two ways, neither of which costs an append anything:
+What a flush has to index is known two ways, neither of which adds a write to an append's transaction:
 - appends: `search_sessions.indexed` is the seq up to which a session's entries are in the index, and the
   append already writes the session's row with its new `entry_count` and an `updated_at` within a second
   of the append (the store's rule). So the sessions updated since the last flush (`search_state`'s
   `flushed_at`, less `SLACK`) whose `entry_count` passed `indexed` are the work: an index range scan.
 - bulk writes (a fork's copy, an import, a migrated file's backlog), whose `updated_at` says nothing about
-  when they were written: `search_pending` names their seq ranges."""
+  when they were written: `search_pending` names their seq ranges.
+The bodies a store appended it also keeps in memory (`Recent`), so that a flush need not read them back.
+
+The FTS5 settings are for a store of a million messages, where a flush costs ~15 us an entry to tokenize
+and write and FTS5's merging of segments as much again with its defaults: `automerge` 16 (a level's
+segments are merged into one of the next when there are 16, not 4: each entry is rewritten half as
+often), `crisismerge` 32 (so that those merges stay spread over the flushes), `pgsz` 4000 (a leaf fills
+a SQLite page), `hashsize` 8 MB (a flush of `FLUSH_EVERY` entries makes one segment, not several).
+``detail = full`` because phrase queries (compound words) need positions, and because FTS5's bm25() reads
+term frequencies from them: with ``detail = none`` or ``column`` it scores every row 0."""
 SLACK = 2.0
 """Seconds a flush looks back before the previous one: an append leaves `updated_at` at most a second
 behind its commit, and clocks of processes on one machine may step a little."""
 
 PENDING_SQL = "INSERT INTO search_pending (session_id, first_seq, last_seq) VALUES (?, ?, ?)"
-FLUSH_EVERY = 512
-"""Appends by one store between flushes: one append in this many pays for indexing the others. FTS5's
-cost per entry falls with the batch (fewer distinct terms per entry to write at commit): ~40 us an entry
-in batches of 128, ~28 us in batches of 1,000, for messages of ~40 words."""
+FLUSH_EVERY = 2048
+"""Appends by one store between flushes: one append in this many pays for indexing the others (~30 ms).
+FTS5's cost per entry falls with the batch up to about this size (fewer distinct terms per entry to
+write); bigger segments also mean fewer levels for each entry to be merged through."""
 SEARCH_FLUSH = 8_000
 """A search indexes at most this many pending entries first; past that (a migrated file's backlog) it
 searches what is indexed and the caller is told how much is missing (`backlog`)."""
 
+OPTIMIZE_AFTER = 50_000
+"""A backfill that indexed at least this many entries ends by merging the index into one segment
+(`optimize`, ~4.5 s for a million messages, a sixth of building it). A bulk build leaves dozens of
+segments of its batches' size; left as they are, every later query reads them all, and the next appends'
+flushes pay, through FTS5's automatic merging, for merging the build's segments rather than their own."""
+
 _NUM_SQL = "SELECT num FROM search_sessions WHERE session_id = ?"
-_INSERT_FTS = "INSERT INTO search_fts (rowid, body, role) VALUES (?, ?, ?)"
-_metadata = msgspec.json.Decoder(dict[str, Any])
+_INSERT_FTS = "INSERT INTO search_fts (rowid, body) VALUES (?, ?)"
+_DELETE_FTS = "INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', ?, ?)"
 
 
 def _num(conn: sqlite3.Connection, session_id: str) -> int:
@@ -87,13 +127,17 @@ def _num(conn: sqlite3.Connection, session_id: str) -> int:
 
 
 def delete(conn: sqlite3.Connection, session_id: str) -> None:
-    """Remove a session from the index; call in the transaction that deletes its entries."""
+    """Remove a session from the index; call in the transaction that deletes its entries, before it does:
+    a contentless FTS5 table forgets a row only when told the text it indexed, which is read back from
+    the entries (its indexed rows are its messages up to `indexed`)."""
     conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
-    row = conn.execute(_NUM_SQL, (session_id,)).fetchone()
+    row = conn.execute("SELECT num, indexed FROM search_sessions WHERE session_id = ?", (session_id,)).fetchone()
     if row is None:
         return
-    num = row[0]
-    conn.execute("DELETE FROM search_fts WHERE rowid BETWEEN ? AND ?", (num << SEQ_BITS, (num << SEQ_BITS) | SEQ_MASK))
+    num, indexed = row
+    conn.executemany(
+        _DELETE_FTS, _documents(num, _decoded(conn.execute(_MESSAGES_SQL, (session_id, 1, indexed))), None)
+    )
     conn.execute("DELETE FROM search_reverts WHERE num = ?", (num,))
     conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
 
@@ -104,18 +148,11 @@ def mark_pending(conn: sqlite3.Connection, session_id: str, first_seq: int, last
         conn.execute(PENDING_SQL, (session_id, first_seq, last_seq))
 
 
-def migrate_v2(conn: sqlite3.Connection) -> None:
-    """A file of schema 2 (appends listed in search_pending): every session not listed there is indexed."""
-    conn.execute("ALTER TABLE search_sessions ADD COLUMN indexed INTEGER NOT NULL DEFAULT 0")
-    conn.execute(
-        "UPDATE search_sessions SET indexed = (SELECT entry_count FROM sessions WHERE id = session_id)"
-        " WHERE session_id NOT IN (SELECT session_id FROM search_pending)"
-    )
-    conn.execute(
-        "INSERT INTO search_sessions (session_id, indexed) SELECT id, entry_count FROM sessions"
-        " WHERE id NOT IN (SELECT session_id FROM search_sessions)"
-        " AND id NOT IN (SELECT session_id FROM search_pending)"
-    )
+def drop(conn: sqlite3.Connection) -> None:
+    """On migrating a file of schema 2 or 3, whose FTS table held the text too: its index tables go, to be
+    made again (`SCHEMA`) and filled from the journal (`mark_all_pending`)."""
+    for table in ("search_fts", "search_sessions", "search_state", "search_reverts", "search_pending"):
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def mark_all_pending(conn: sqlite3.Connection) -> None:
@@ -160,29 +197,47 @@ def backlog(conn: sqlite3.Connection) -> tuple[int, int]:
     return int(row[0]) + sum(count - indexed for _, count, indexed in appended), int(row[1]) + len(appended)
 
 
-def _set_indexed(conn: sqlite3.Connection, session_id: str, seq: int) -> None:
-    _num(conn, session_id)
-    conn.execute("UPDATE search_sessions SET indexed = ? WHERE session_id = ?", (seq, session_id))
-
-
-def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
+def flush(conn: sqlite3.Connection, limit: int, recent: Recent | None = None) -> tuple[int, int]:
     """Index up to `limit` unindexed entries: bulk ranges first, then what appends added since the last
-    flush. Call in a write transaction. Returns (entries read, sessions finished); memory is bounded by
-    `limit` entries."""
+    flush, taking from `recent` what it holds of them. Call in a write transaction. Returns (entries read,
+    sessions finished); memory is bounded by `limit` entries."""
     started = time.time()
-    read, finished, budget = _flush_bulk(conn, limit)
+    if recent is not None and not recent.usable(conn):
+        recent = None
+    budget = limit
+    read = finished = 0
+    work: list[tuple[int, int, int, str, bool]] = []  # (num, lo, hi, session, appended)
+    # A session's pending ranges are contiguous (seqs are dense and each bulk write names its own range).
+    for session_id, lo, hi in conn.execute(
+        "SELECT session_id, min(first_seq), max(last_seq) FROM search_pending GROUP BY session_id LIMIT ?", (limit,)
+    ).fetchall():
+        if budget <= 0:
+            break
+        take = min(hi, lo + budget - 1)
+        work.append((_indexed(conn, session_id, take), lo, take, session_id, False))
+        conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
+        if take < hi:
+            conn.execute(PENDING_SQL, (session_id, take + 1, hi))
+        read += take - lo + 1
+        budget -= take - lo + 1
+        finished += take == hi
     complete = budget > 0
     if complete:
+        # after the bulk ranges' bookkeeping: a session whose bulk range is done has its appends found here
         for session_id, count, indexed in _appended(conn):
             if budget <= 0:
                 complete = False
                 break
             take = min(count, indexed + budget)
-            _index_range(conn, session_id, indexed + 1, take)
-            _set_indexed(conn, session_id, take)
+            work.append((_indexed(conn, session_id, take), indexed + 1, take, session_id, True))
             read += take - indexed
             budget -= take - indexed
             finished += take == count
+    # FTS5 writes what it holds out as a new segment whenever a rowid is not above the last one: ranges in
+    # rowid order make one segment of a flush, not one a session.
+    work.sort()
+    for num, lo, hi, session_id, appended in work:
+        _index_range(conn, num, session_id, lo, hi, recent if appended else None)
     if complete:
         # Everything committed before this write transaction began is indexed: the next flush looks back
         # from here (appends are serialized behind this transaction's write lock).
@@ -194,56 +249,121 @@ def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
     return read, finished
 
 
-def _flush_bulk(conn: sqlite3.Connection, limit: int) -> tuple[int, int, int]:
-    budget = limit
-    read = finished = 0
-    while budget > 0:
-        row = conn.execute("SELECT session_id FROM search_pending LIMIT 1").fetchone()
-        if row is None:
-            break
-        session_id = row[0]
-        # A session's pending ranges are contiguous (seqs are dense and each append names its own range).
-        lo, hi = conn.execute(
-            "SELECT min(first_seq), max(last_seq) FROM search_pending WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        take = min(hi, lo + budget - 1)
-        _index_range(conn, session_id, lo, take)
-        _set_indexed(conn, session_id, take)
-        conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
-        if take < hi:
-            conn.execute(PENDING_SQL, (session_id, take + 1, hi))
-        else:
-            finished += 1
-        read += take - lo + 1
-        budget -= take - lo + 1
-    return read, finished, budget
+def optimize(conn: sqlite3.Connection) -> None:
+    """Merge every segment of the FTS index into one. Call in a write transaction."""
+    conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
 
 
-def _index_range(conn: sqlite3.Connection, session_id: str, lo: int, hi: int) -> None:
-    docs: list[tuple[int, str, str]] = []
-    reverts: list[tuple[int, int]] = []
-    for seq, payload in conn.execute(
-        "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?",
-        (session_id, lo, hi),
-    ):
+def _indexed(conn: sqlite3.Connection, session_id: str, seq: int) -> int:
+    """Record that the session is indexed up to `seq` (the rows follow in this transaction); its number."""
+    num = _num(conn, session_id)
+    conn.execute("UPDATE search_sessions SET indexed = ? WHERE num = ?", (seq, num))
+    return num
+
+
+def _decoded(rows: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, EntryBody]]:
+    for seq, payload in rows:
         try:
-            body = decode_body(payload)
+            yield seq, decode_body(payload)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError):
             continue  # a corrupt entry has nothing to index; readers report it
+
+
+def _documents(
+    num: int, entries: Iterable[tuple[int, EntryBody]], reverts: list[tuple[int, int]] | None
+) -> list[tuple[int, str]]:
+    """(rowid, text) of the entries that the index holds (messages); reverts go to `reverts`."""
+    base = num << NUM_SHIFT
+    docs: list[tuple[int, str]] = []
+    for seq, body in entries:
         text = indexed_text(body)
         if text is not None:
-            docs.append((seq, text, body.role))  # type: ignore[union-attr]  # indexed_text: messages only
-        elif type(body) is Revert:
+            docs.append((base | (seq << ROLE_BITS) | ROLES[body.role], text))  # type: ignore[union-attr]
+        elif reverts is not None and type(body) is Revert:
             reverts.append((seq, body.to_seq))
-    if not docs and not reverts:
-        return
-    num = _num(conn, session_id)
-    base = num << SEQ_BITS
-    conn.executemany(_INSERT_FTS, [(base + seq, text, role) for seq, text, role in docs])
-    conn.executemany(
-        "INSERT OR REPLACE INTO search_reverts (num, seq, to_seq) VALUES (?, ?, ?)",
-        [(num, seq, to_seq) for seq, to_seq in reverts],
-    )
+    return docs
+
+
+_RANGE_SQL = "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
+_MESSAGES_SQL = _RANGE_SQL + " AND kind = 'message'"
+
+
+def _index_range(conn: sqlite3.Connection, num: int, session_id: str, lo: int, hi: int, recent: Recent | None) -> None:
+    reverts: list[tuple[int, int]] = []
+    held = recent.take(session_id, lo, hi) if recent is not None else None
+    entries = held if held is not None else _decoded(conn.execute(_RANGE_SQL, (session_id, lo, hi)))
+    conn.executemany(_INSERT_FTS, _documents(num, entries, reverts))
+    if reverts:
+        conn.executemany(
+            "INSERT OR REPLACE INTO search_reverts (num, seq, to_seq) VALUES (?, ?, ?)",
+            [(num, seq, to_seq) for seq, to_seq in reverts],
+        )
+
+
+class Recent:
+    """The bodies of the entries this store appended that the index has not taken yet, as the append had
+    them in hand: a flush indexes them without reading and decoding them back from `entries` (about a tenth
+    of what indexing an entry costs). A flush takes from here only while no other connection has written to
+    the file since the first of them was appended (``PRAGMA data_version``, read in that append's
+    transaction): another process may have deleted a session and made another under its id. Otherwise, or
+    past `MAX_BYTES`, or for a range it does not hold whole, a flush reads the journal as before. The store
+    empties it after each flush and each delete."""
+
+    MAX_BYTES = 16 << 20
+    """Encoded size of the bodies held, at most."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, dict[int, EntryBody]] = {}
+        self.size = 0
+        self.generation = 0
+        self.version: int | None = None
+
+    def mark(self, conn: sqlite3.Connection) -> tuple[int, int | None]:
+        """Call in an append's transaction: what `add` needs to know of the moment the entries were written."""
+        return self.generation, None if self.bodies or not self.MAX_BYTES else _data_version(conn)
+
+    def add(
+        self, mark: tuple[int, int | None], session_id: str, first: int, bodies: Sequence[EntryBody], size: int
+    ) -> None:
+        """Call once the append (`mark` taken in its transaction) has committed."""
+        generation, version = mark
+        if generation != self.generation or self.size + size > self.MAX_BYTES:
+            return  # emptied since the append's transaction began, or full
+        if version is not None:
+            if self.bodies and version != self.version:
+                self.clear()  # another connection wrote in between: nothing held can be trusted
+                return
+            self.version = version
+        elif self.version is None:
+            return
+        held = self.bodies.setdefault(session_id, {})
+        for i, body in enumerate(bodies):
+            held[first + i] = body
+        self.size += size
+
+    def usable(self, conn: sqlite3.Connection) -> bool:
+        if not self.bodies:
+            return False
+        if _data_version(conn) != self.version:
+            self.clear()
+            return False
+        return True
+
+    def take(self, session_id: str, lo: int, hi: int) -> list[tuple[int, EntryBody]] | None:
+        held = self.bodies.get(session_id)
+        if held is None or any(seq not in held for seq in range(lo, hi + 1)):
+            return None
+        return [(seq, held[seq]) for seq in range(lo, hi + 1)]
+
+    def clear(self) -> None:
+        self.bodies = {}
+        self.size = 0
+        self.generation += 1
+        self.version = None
+
+
+def _data_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[tuple[int, int]]:
@@ -325,21 +445,21 @@ def search(
         if row is None:
             return []
         where.append("f.rowid BETWEEN ? AND ?")
-        params += [row[0] << SEQ_BITS, (row[0] << SEQ_BITS) | SEQ_MASK]
+        params += session_rowids(row[0])
     if directory is not None:
         # the directory's sessions, once, as a set of numbers: cheaper than two joins for every match
         where.append(
-            "(f.rowid >> 32) IN (SELECT n.num FROM sessions s JOIN search_sessions n ON n.session_id = s.id"
-            " WHERE s.directory = ?)"
+            f"(f.rowid >> {NUM_SHIFT}) IN (SELECT n.num FROM sessions s JOIN search_sessions n"
+            " ON n.session_id = s.id WHERE s.directory = ?)"
         )
         params.append(directory)
     if role is not None:
-        where.append("f.role = ?")
-        params.append(role)
+        where.append(f"(f.rowid & {(1 << ROLE_BITS) - 1}) = ?")
+        params.append(ROLES.get(role, 0))
     if since is not None or until is not None:
         joins = (
-            " JOIN search_sessions n ON n.num = (f.rowid >> 32)"
-            " JOIN entries e ON e.session_id = n.session_id AND e.seq = (f.rowid & 4294967295)"
+            f" JOIN search_sessions n ON n.num = (f.rowid >> {NUM_SHIFT})"
+            f" JOIN entries e ON e.session_id = n.session_id AND e.seq = ((f.rowid >> {ROLE_BITS}) & {SEQ_MASK})"
         )
         if since is not None:
             where.append("e.created_at >= ?")
@@ -347,19 +467,17 @@ def search(
         if until is not None:
             where.append("e.created_at < ?")
             params.append(until)
-    # Only (rowid, rank) go through the sort: the text and the rest are read for the `limit` winners.
+    # Only (rowid, rank) go through the sort: the rest, text included, is read for the `limit` winners.
     inner = (
         f"SELECT f.rowid AS rid, bm25(search_fts) AS rank FROM search_fts f{joins}"
         f" WHERE {' AND '.join(where)} ORDER BY rank LIMIT ?"
     )
     sql = (
         f"WITH hits AS MATERIALIZED ({inner})"
-        " SELECT h.rid, h.rank, t.role, t.body, n2.session_id, s2.title, s2.directory, e2.created_at,"
-        " json_extract(e2.payload, '$.metadata')"
-        " FROM hits h JOIN search_fts t ON t.rowid = h.rid"
-        " JOIN search_sessions n2 ON n2.num = (h.rid >> 32)"
+        " SELECT h.rid, h.rank, n2.session_id, s2.title, s2.directory, e2.created_at, CAST(e2.payload AS BLOB)"
+        f" FROM hits h JOIN search_sessions n2 ON n2.num = (h.rid >> {NUM_SHIFT})"
         " JOIN sessions s2 ON s2.id = n2.session_id"
-        " JOIN entries e2 ON e2.session_id = n2.session_id AND e2.seq = (h.rid & 4294967295)"
+        f" JOIN entries e2 ON e2.session_id = n2.session_id AND e2.seq = ((h.rid >> {ROLE_BITS}) & {SEQ_MASK})"
         " ORDER BY h.rank"
     )
     fetch = limit if include_reverted else limit + 16
@@ -373,7 +491,7 @@ def search(
 
 def _hits(conn: sqlite3.Connection, rows: list[Any], stems: list[str], include_reverted: bool) -> list[SearchHit]:
     spans: dict[int, list[tuple[int, int]]] = {}
-    nums = sorted({r[0] >> SEQ_BITS for r in rows})
+    nums = sorted({r[0] >> NUM_SHIFT for r in rows})
     if nums:
         marks = ",".join("?" * len(nums))
         for num, seq, to_seq in conn.execute(
@@ -382,26 +500,29 @@ def _hits(conn: sqlite3.Connection, rows: list[Any], stems: list[str], include_r
             spans.setdefault(num, []).append((seq, to_seq))
     effective = {num: hidden_spans(reverts) for num, reverts in spans.items()}
     out: list[SearchHit] = []
-    for rid, rank, role, body, sid, title, directory, created_at, meta in rows:
-        seq = rid & SEQ_MASK
-        reverted = is_hidden(seq, effective.get(rid >> SEQ_BITS, ()))
+    for rid, rank, sid, title, directory, created_at, payload in rows:
+        seq = (rid >> ROLE_BITS) & SEQ_MASK
+        reverted = is_hidden(seq, effective.get(rid >> NUM_SHIFT, ()))
         if reverted and not include_reverted:
             continue
         try:
-            metadata = _metadata.decode(meta) if meta else {}
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            metadata = {}
+            body = decode_body(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError):
+            continue  # indexed, so it decoded once: the file was damaged since
+        text = indexed_text(body)
+        if text is None:
+            continue
         out.append(
             SearchHit(
                 session_id=sid,
                 seq=seq,
-                role=role,
+                role=body.role,  # type: ignore[union-attr]  # indexed_text: messages only
                 created_at=created_at,
                 score=-rank,
-                excerpt=excerpt_of(body, stems),
+                excerpt=excerpt_of(text, stems),
                 title=title,
                 directory=directory,
-                metadata=metadata,
+                metadata=body.metadata,  # type: ignore[union-attr]
                 reverted=reverted,
             )
         )

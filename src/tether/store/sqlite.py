@@ -70,7 +70,9 @@ from .base import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 3  # 2: the search index (searchindex.py); 3: appends leave no row for it
+SCHEMA_VERSION = 4
+"""2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
+(contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -192,6 +194,7 @@ class SqliteStore:
             self._conn.close()  # a refused file (newer schema, not WAL) must not stay open
             raise
         self._unindexed = 0  # appends since this store last flushed the search index
+        self._recent = searchindex.Recent()  # what those appends were, for the flush
         self._valid_ids: set[str] = set()  # ids already checked: the check is a regex, appends are hot
         # (entry_count, updated_at) of sessions this store appended to, and the latest updated_at it wrote
         self._positions: dict[str, tuple[int, float]] = {}
@@ -220,12 +223,12 @@ class SqliteStore:
         if version < SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if version == 2:
-                    searchindex.migrate_v2(conn)
+                if version in (2, 3):
+                    searchindex.drop(conn)  # an index of another shape: made again from the journal
                 for statement in _statements(_SCHEMA + searchindex.SCHEMA):
                     conn.execute(statement)
-                if version == 1:
-                    searchindex.mark_all_pending(conn)  # entries stored before the index: backlog
+                if 1 <= version <= 3:
+                    searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except BaseException:
@@ -449,6 +452,7 @@ class SqliteStore:
 
     def _delete_rows(self, conn: sqlite3.Connection, session_id: str) -> None:
         searchindex.delete(conn, session_id)
+        self._recent.clear()  # an id may be used again: what it held must not be taken for the new one
         self._positions.pop(session_id, None)
         conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
@@ -521,7 +525,10 @@ class SqliteStore:
         if title_mode is not None:
             counters += (title or None,)
 
+        marks: list[tuple[int, int | None]] = []
+
         def tx(conn: sqlite3.Connection) -> tuple[int, float]:
+            marks.append(self._recent.mark(conn))
             now = time.time()
             known = self._positions.get(session_id)
             if known is not None and (expect_seq is None or expect_seq == known[0] + 1):
@@ -569,6 +576,7 @@ class SqliteStore:
         except BaseException:
             self._positions.pop(session_id, None)
             raise
+        self._recent.add(marks[-1], session_id, first, bodies, sum(len(payload) for payload, _ in rows))
         self._unindexed += 1
         if self._unindexed >= searchindex.FLUSH_EVERY:
             self._flush_index_now()
@@ -779,16 +787,21 @@ class SqliteStore:
     async def _flush_index(self, limit: int) -> None:
         """Move up to `limit` pending entries into the FTS index, in one write transaction."""
         self._unindexed = 0
-        await self._write(lambda conn: searchindex.flush(conn, limit))
+        try:
+            await self._write(lambda conn: searchindex.flush(conn, limit, self._recent))
+        finally:
+            self._recent.clear()
 
     def _flush_index_now(self) -> None:
         """The flush an append does now and then, after its own commit: it must not fail the append that
         was already committed, nor wait for another process's lock. What it leaves waits for the next one."""
         self._unindexed = 0
         try:
-            self._try_write(lambda conn: searchindex.flush(conn, searchindex.FLUSH_EVERY * 2))
+            self._try_write(lambda conn: searchindex.flush(conn, searchindex.FLUSH_EVERY * 2, self._recent))
         except (_Busy, StoreError):
             pass
+        finally:
+            self._recent.clear()
 
     async def search_backlog(self) -> int:
         with self._lock:
@@ -798,8 +811,14 @@ class SqliteStore:
         check_limit(batch)
         done = indexed = 0
         while True:
-            count, finished = await self._write(lambda conn: searchindex.flush(conn, batch))
+            self._unindexed = 0  # a flush: the next append-time flush is FLUSH_EVERY appends from here
+            try:
+                count, finished = await self._write(lambda conn: searchindex.flush(conn, batch, self._recent))
+            finally:
+                self._recent.clear()
             if not count:
+                if indexed >= searchindex.OPTIMIZE_AFTER:
+                    await self._write(searchindex.optimize)
                 return
             indexed += count
             done += finished
