@@ -185,11 +185,13 @@ async def evaluate(
     per_category: dict[int, Scores] = defaultdict(Scores)
     latencies: list[float] = []
     for conv in conversations:
+        # LoCoMo's questions are asked after the conversation: "in June" means the June before its end
+        asked = max(date for date, _, _ in conv.sessions).timestamp() + 86400
         for q in conv.questions:
             t0 = time.perf_counter()
             result = await recall(
                 store, q.text, directory=f"/locomo/{conv.sample_id}", limit=max(KS), context=0,
-                semantic=semantic, tuning=tuning,
+                semantic=semantic, tuning=tuning, now=asked,
             )  # fmt: skip
             latencies.append((time.perf_counter() - t0) * 1000)
             found = [str(h.metadata.get("dia_id", "")) for h in result.hits]

@@ -65,6 +65,44 @@ async def test_an_author_the_query_names_ranks_first(store: Store) -> None:
     ].seq == 1
 
 
+async def test_the_question_s_subject_is_the_author_that_counts(store: Store) -> None:
+    info = await store.create_session(directory="/w")
+    await store.append(
+        info.id,
+        [
+            Message(role="user", parts=[TextPart(text="the grand opening is tomorrow")], metadata={"name": "Jon"}),
+            Message(
+                role="assistant", parts=[TextPart(text="good luck with the grand opening")], metadata={"name": "Gina"}
+            ),
+        ],
+    )
+    flat = Tuning(before=0, after=0, after_question=0, semantic=0)
+    # both names are in the query; the one after the verb is whom the question is about
+    hits = (await recall(store, "what does Gina say to Jon about the grand opening", tuning=flat)).hits
+    assert [h.seq for h in hits] == [2, 1]
+    hits = (await recall(store, "what does Jon say to Gina about the grand opening", tuning=flat)).hits
+    assert [h.seq for h in hits] == [1, 2]
+
+
+async def test_a_when_question_favours_the_turn_that_says_when(store: Store) -> None:
+    await chat(
+        store,
+        [
+            ("user", "should I sign up for a pottery class? a pottery class sounds fun"),
+            ("user", "I signed up for a pottery class yesterday"),
+            ("user", "sign up for the pottery class! the pottery class is the best class"),
+        ],
+    )
+    flat = Tuning(before=0, after=0, after_question=0, second=0)
+    assert (await recall(store, "When did I sign up for the pottery class?", tuning=flat)).hits[0].seq == 2
+    # without the cue the turns that say "pottery" most come first
+    unaware = Tuning(before=0, after=0, after_question=0, second=0, when=0)
+    plain = (await recall(store, "When did I sign up for the pottery class?", tuning=unaware)).hits
+    assert plain[0].seq != 2
+    # a question that does not ask when is not affected
+    assert (await recall(store, "pottery class", tuning=flat)).hits[0].seq != 2
+
+
 async def test_a_named_date_favours_turns_from_then(store: Store) -> None:
     def day(text: str) -> float:
         return datetime.strptime(text, "%Y-%m-%d %H:%M").timestamp()

@@ -18,7 +18,7 @@ from ..errors import InvalidInput
 from ..messages import Entry, Message
 from ..store.base import ContextLine, SearchHit, SessionInfo, Store, is_hidden
 from ..store.searchtext import excerpt_of, indexed_text, query_terms, tokens
-from .query import Period, content_words, periods
+from .query import Period, asks_when, content_words, periods, places_in_time, subject_of
 
 if TYPE_CHECKING:
     from .embeddings import SemanticIndex
@@ -44,7 +44,12 @@ class Tuning:
     second: float = 0.2
     """Share passed two turns away in either direction."""
     author: float = 0.2
-    """Boost (x 1 + author) of a turn whose author (metadata ``name``) the query names."""
+    """Boost (x 1 + author) of a turn whose author (metadata ``name``) the query names; when it names
+    several and one is the question's subject ("What did Jon say about Gina's store?"), that one only."""
+    when: float = 0.6
+    """Boost (x 1 + when) of a turn that places something in time (a date, a weekday, "yesterday", "two
+    weeks ago") when the query asks when: the answer to "When did ..." is the turn that says when, not
+    every turn about the same thing (in LoCoMo, temporal questions @10 0.89 -> 0.97 on both conversations)."""
     period: float = 0.3
     """Bonus (in units of the best match) for a turn from a period the query names."""
     semantic: float = 1.0
@@ -185,13 +190,18 @@ def _is_question(text: str) -> bool:
 def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[Period]) -> list[_Candidate]:
     best = max(h.score for h in hits) or 1.0
     words = content_words(query)
+    when = tuning.when if asks_when(query) else 0.0
+    author_words = {a: set(tokens(a)) for a in {h.metadata.get("name") for h in hits} if isinstance(a, str)}
+    subject = subject_of(query, words & set().union(*author_words.values()))
     scores: dict[tuple[str, int], float] = {}
     found: dict[tuple[str, int], SearchHit] = {}
     spread = ((-1, tuning.before), (2, tuning.second), (-2, tuning.second))
     for h in hits:
         score = h.score / best
-        author = h.metadata.get("name")
-        if tuning.author and isinstance(author, str) and words & set(tokens(author)):
+        if when and places_in_time(h.excerpt):
+            score *= 1 + when
+        by = author_words.get(h.metadata.get("name"))  # type: ignore[arg-type]
+        if tuning.author and by is not None and ((subject in by) if subject is not None else bool(words & by)):
             score *= 1 + tuning.author
         sid, seq = h.session_id, h.seq
         found[sid, seq] = h

@@ -1,6 +1,7 @@
 """What a recall query says besides its words: the dates and periods it names ("on 13 October 2023", "in
 July", "yesterday", "last week"), as time windows that rank entries from then higher, and the words it is
-matched on (the store's tokens, so names compare with message authors)."""
+matched on (the store's tokens, so names compare with message authors); whether it asks *when* (then turns
+that place something in time rank higher) and whom a question is about (`subject_of`)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,52 @@ def _next_month(start: datetime) -> datetime:
 def content_words(query: str) -> set[str]:
     """The lower-case words of a query that are not stop words: what names are compared with."""
     return {t for t in tokens(query) if t not in STOP_WORDS}
+
+
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when\b|what\s+(?:date|day|month|year|time)\b|(?:in\s+)?which\s+(?:year|month|week|day)\b"
+    r"|how\s+long\s+ago\b)",
+    re.I,
+)
+_WEEKDAYS = "|".join(name.lower() for name in calendar.day_name)
+_MONTH_NAMES = "|".join(name.lower() for name in calendar.month_name if name and name != "May")
+_TIME_EXPRESSION = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|ago|the other day|weekends?"
+    rf"|(?:last|this|next|past|previous|coming)\s+(?:week|weekend|month|year|night|morning|afternoon|evening"
+    rf"|summer|winter|spring|fall|autumn|{_WEEKDAYS})"
+    rf"|(?:{_WEEKDAYS})s?|{_MONTH_NAMES}|may\s+[0-3]?\d|[0-3]?\d\s+may|in\s+may"
+    r"|(?:19|20)\d\d|[0-3]?\d/[0-3]?\d(?:/\d\d(?:\d\d)?)?)\b",
+    re.I,
+)
+
+
+def asks_when(query: str) -> bool:
+    """Whether the query asks for a time ("When did ...", "What year ...", "How long ago ...")."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def places_in_time(text: str) -> bool:
+    """Whether the text says when something happened or will: a date, a month, a weekday, a year, or a
+    relative time ("yesterday", "last weekend", "two weeks ago"). May counts only as a date ("in May",
+    "May 23"), not as the verb."""
+    return _TIME_EXPRESSION.search(text) is not None
+
+
+_AUXILIARY = re.compile(
+    r"\b(?:does|did|do|is|was|were|are|has|had|have|would|will|can|could|should|might)\s+([^\W\d_]+)", re.I
+)
+
+
+_AND_NAME = re.compile(r"\s+and\s+([^\W\d_]+)", re.I)
+
+
+def subject_of(query: str, names: set[str]) -> str | None:
+    """The person a question is about, among `names` (lower-case): the first of them right after an
+    auxiliary verb ("What did *Jon* say about Gina's store?"), or None when the question has no such
+    subject or a joint one ("How do Jon and Gina ...": then every name it mentions counts alike)."""
+    for m in _AUXILIARY.finditer(query):
+        word = m.group(1).lower()
+        if word in names:
+            joint = _AND_NAME.match(query, m.end())
+            return None if joint is not None and joint.group(1).lower() in names else word
+    return None
