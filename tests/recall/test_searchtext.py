@@ -22,6 +22,7 @@ from tether.store.searchtext import (
     MAX_INDEXED_CHARS,
     MAX_QUERY_TERMS,
     QueryTerm,
+    document,
     excerpt_of,
     indexed_text,
     match_expression,
@@ -161,3 +162,10 @@ def test_excerpts_centre_on_the_first_match() -> None:
     assert "migration" in excerpt and excerpt.startswith("…") and excerpt.endswith("…")
     assert len(excerpt) <= 122
     assert excerpt_of("short text", ["x"]) == "short text"
+
+
+def test_a_document_adds_each_hyphenated_word_joined() -> None:
+    assert document("helps me de-stress") == "helps me de-stress destress"
+    assert document("a state-of-the-art e-mail client") == "a state-of-the-art e-mail client stateoftheart email"
+    assert document("no hyphen here") == "no hyphen here"
+    assert document("2023-10-13 and --help and a-1") == "2023-10-13 and --help and a-1"  # words of letters only

@@ -21,7 +21,7 @@ import pytest
 from tether.messages import Message, Revert, TextPart
 from tether.store import SqliteStore, searchindex
 from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, Recent, rowid
-from tether.store.searchtext import indexed_text
+from tether.store.searchtext import document, indexed_text
 from tether.store.sqlite import SCHEMA_VERSION
 
 
@@ -52,7 +52,7 @@ async def check_consistent(path: Path) -> int:
                     expected.add(rowid(nums[sid], entry.seq, entry.body.role))
                     fresh.execute(
                         "INSERT INTO search_fts (rowid, body) VALUES (?, ?)",
-                        (rowid(nums[sid], entry.seq, entry.body.role), text),
+                        (rowid(nums[sid], entry.seq, entry.body.role), document(text)),
                     )
                 elif isinstance(entry.body, Revert):
                     reverts.add((nums[sid], entry.seq, entry.body.to_seq))
@@ -83,7 +83,11 @@ async def test_index_is_consistent_after_a_random_mix_of_operations(tmp_path: Pa
         info = await store.get_session(sid)
         if op < 0.75:
             await store.append(
-                sid, [Message.user(f"step {step} word{rng.randint(0, 50)}") for _ in range(rng.randint(1, 3))]
+                sid,
+                [
+                    Message.user(f"step {step} word{rng.randint(0, 50)} {rng.choice(('de-stress', 're-run', 'x'))}")
+                    for _ in range(rng.randint(1, 3))
+                ],
             )
         elif op < 0.82 and info.entry_count > 1:
             await store.append(sid, [Revert(to_seq=rng.randint(0, info.entry_count - 1))])

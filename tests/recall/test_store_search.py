@@ -54,6 +54,18 @@ async def test_identifiers_and_paths_are_found(store: Store) -> None:
     assert next(h.seq for h in await store.search("read")) in (2, 3)  # the tool's name is indexed
 
 
+async def test_a_hyphenated_word_is_found_written_either_way(store: Store) -> None:
+    info = await store.create_session(directory="/w")
+    await store.append(info.id, [Message.user("running helps me de-stress"), Message.user("run the pre-commit hooks")])
+    assert [h.seq for h in await store.search("destress")] == [1]
+    assert [h.seq for h in await store.search("de-stress")] == [1]
+    assert [h.seq for h in await store.search("precommit")] == [2]
+    (hit,) = await store.search("precommit")
+    assert hit.excerpt == "run the pre-commit hooks"  # the joined form is for matching, never shown
+    await store.delete_session(info.id)  # a contentless index forgets exactly what it was given
+    assert await store.search("destress") == []
+
+
 async def test_thinking_is_not_searchable(store: Store) -> None:
     await seed(store)
     assert await store.search("zebracorn") == []

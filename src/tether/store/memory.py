@@ -39,7 +39,7 @@ from .base import (
     validate_bodies,
     validate_import,
 )
-from .searchtext import bm25_rank, excerpt_of, indexed_text, query_terms, terms
+from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 
 
 def _copy(info: SessionInfo) -> SessionInfo:
@@ -309,7 +309,7 @@ class MemoryStore:
         if key not in self._indexed:
             body = decode_body(data)
             text = indexed_text(body)
-            self._indexed[key] = None if text is None else (body.role, text, terms(text))  # type: ignore[union-attr]
+            self._indexed[key] = None if text is None else (body.role, text, terms(document(text)))  # type: ignore[union-attr]
         return self._indexed[key]
 
     def _reverts(self, session_id: str) -> list[tuple[int, int]]:

@@ -4,8 +4,8 @@ consistent through append, import, fork, delete, revert, a crash and the backfil
 
 The FTS table is contentless (``content=''``): it holds the terms, not the text, which the journal already
 has. A search reads the text of its few winners from ``entries``; deleting a session tells FTS5 the text of
-each of its indexed entries again (`indexed_text` of the stored entry, which is why that function's output
-must never change without a reindex: see SCHEMA_VERSION in sqlite.py).
+each of its indexed entries again (`document(indexed_text(...))` of the stored entry, which is why those
+functions' output must never change without a reindex: see SCHEMA_VERSION in sqlite.py).
 
 Each indexed entry is one FTS row whose rowid is ``num << 34 | seq << 2 | role``: `num` is a small integer
 standing for the session (``search_sessions``, AUTOINCREMENT so a number is never reused), so one session's
@@ -24,7 +24,7 @@ import msgspec
 
 from ..messages import EntryBody, Revert, decode_body
 from .base import SearchHit, hidden_spans, is_hidden
-from .searchtext import QueryTerm, excerpt_of, indexed_text, match_expression, query_terms
+from .searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
 
 SEQ_BITS = 32
 SEQ_MASK = (1 << SEQ_BITS) - 1
@@ -278,7 +278,7 @@ def _documents(
     for seq, body in entries:
         text = indexed_text(body)
         if text is not None:
-            docs.append((base | (seq << ROLE_BITS) | ROLES[body.role], text))  # type: ignore[union-attr]
+            docs.append((base | (seq << ROLE_BITS) | ROLES[body.role], document(text)))  # type: ignore[union-attr]
         elif reverts is not None and type(body) is Revert:
             reverts.append((seq, body.to_seq))
     return docs

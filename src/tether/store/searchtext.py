@@ -55,6 +55,19 @@ def indexed_text(body: EntryBody) -> str | None:
     return text[:MAX_INDEXED_CHARS]
 
 
+_HYPHENATED = re.compile(r"\b[^\W\d_]+(?:-[^\W\d_]+)+\b")
+
+
+def document(text: str) -> str:
+    """What the index tokenizes for `text`: the text, then each hyphenated word written as one ("de-stress"
+    also as "destress", "e-mail" as "email"), so that a query finds it spelled either way (a query's
+    "de-stress" is the phrase "de stress", which the text has)."""
+    if "-" not in text:
+        return text
+    joined = [word.replace("-", "") for word in _HYPHENATED.findall(text)]
+    return text + " " + " ".join(joined) if joined else text
+
+
 # --- tokens -------------------------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"[^\W_]+")
