@@ -92,7 +92,7 @@ def test_bad_input_is_one_clear_line(db: Path, args: tuple[str, ...], message: s
 
 def test_backfill_of_an_older_file_shows_progress_then_finds(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location(
-        "recall_index_tests", Path(__file__).with_name("test_sqlite_index.py")
+        "recall_index_tests", Path(__file__).parent.parent / "store" / "test_searchindex.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

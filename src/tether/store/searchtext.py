@@ -89,7 +89,7 @@ def terms(text: str) -> list[str]:
 
 # --- the Porter stemmer, as FTS5's `porter` tokenizer applies it -------------------------------------------
 # Porter (1980), with the refinements FTS5 ships (logi -> log, bli -> ble) and its limits: tokens shorter
-# than 3 or longer than 64 bytes pass unchanged. tests/recall checks it against SQLite term by term.
+# than 3 or longer than 64 bytes pass unchanged. tests/store/test_searchtext.py checks it against SQLite term by term.
 
 _VOWELS = frozenset("aeiou")
 
