@@ -284,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", help="where the scratch files go (default: .bench-out/ in the repository)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch files")
     parser.add_argument("--queries", type=int, default=200, help="scale: queries timed (default 200)")
-    parser.add_argument("--append-sample", type=int, default=4000, help="scale: appends per round (default 4000)")
+    parser.add_argument(
+        "--append-sample", type=int, default=10_000, help="scale: appends per round (default 10000: flushes included)"
+    )
     parser.add_argument("--append-rounds", type=int, default=10, help="scale: rounds with and without the index")
     args = parser.parse_args(argv)
     if (args.path is None) == (args.scale is None):

@@ -99,10 +99,12 @@ SLACK = 2.0
 behind its commit, and clocks of processes on one machine may step a little."""
 
 PENDING_SQL = "INSERT INTO search_pending (session_id, first_seq, last_seq) VALUES (?, ?, ?)"
-FLUSH_EVERY = 2048
-"""Appends by one store between flushes: one append in this many pays for indexing the others (~30 ms).
-FTS5's cost per entry falls with the batch up to about this size (fewer distinct terms per entry to
-write); bigger segments also mean fewer levels for each entry to be merged through."""
+FLUSH_EVERY = 4096
+"""Appends by one store between flushes: one append in this many pays for indexing the others (~100 ms
+at a million messages, the event loop held meanwhile). FTS5's cost per entry falls with the batch (fewer
+distinct terms per entry to write), and bigger segments mean fewer levels for each entry to be merged
+through: at a million messages, on an index left unmerged by a bulk build, appends cost 1.53x unindexed
+ones with batches of 2,048 and 1.38x with 4,096 (bench/recall.py --scale, OPTIMIZE_AFTER disabled)."""
 SEARCH_FLUSH = 8_000
 """A search indexes at most this many pending entries first; past that (a migrated file's backlog) it
 searches what is indexed and the caller is told how much is missing (`backlog`)."""
