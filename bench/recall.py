@@ -468,13 +468,11 @@ async def append_costs(
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per-append time through `store.append`, one message at a time, with the index and without it,
     alternating rounds so that the machine's load falls on both alike. The append transaction writes nothing
-    for the index; what the index costs an append is the flush that one append in `FLUSH_EVERY` runs, and
-    keeping the appended bodies for it (`searchindex.Recent`). So "without" neither flushes nor keeps them,
-    and "with" is charged for every entry it appended: its mean adds the time of a last flush of what its
-    own flushes left. Each round starts from an index with nothing pending (flushed
+    for the index; what the index costs an append is the flush that one append in `FLUSH_EVERY` runs. So
+    "without" never flushes, and "with" is charged for every entry it appended: its mean adds the time of a
+    last flush of what its own flushes left. Each round starts from an index with nothing pending (flushed
     untimed). Returns (mean with, mean without, median with, median without) per round, in microseconds."""
     flush_every = searchindex.FLUSH_EVERY
-    held = searchindex.Recent.MAX_BYTES
     means: dict[bool, list[float]] = {True: [], False: []}
     medians: dict[bool, list[float]] = {True: [], False: []}
     try:
@@ -483,7 +481,6 @@ async def append_costs(
                 async for _ in store.backfill_search(batch=10_000):
                     pass
                 searchindex.FLUSH_EVERY = flush_every if indexed else 1 << 62
-                searchindex.Recent.MAX_BYTES = held if indexed else 0  # nor keeps the bodies for a flush
                 sid = (await store.create_session(directory="/scale/appends")).id
                 times: list[float] = []
                 for message in messages:
@@ -500,7 +497,6 @@ async def append_costs(
                 medians[indexed].append(statistics.median(times))
     finally:
         searchindex.FLUSH_EVERY = flush_every
-        searchindex.Recent.MAX_BYTES = held
     return means[True], means[False], medians[True], medians[False]
 
 

@@ -1,8 +1,7 @@
 """The SQLite search index itself: after any mix of appends, forks, reverts, deletes, imports and kill -9,
 the FTS rows are exactly the indexed entries of the live sessions and hold exactly their terms (the index
 is contentless: every term and position is compared with an index made afresh from the journal, plus
-FTS5's own integrity check); older files migrate and backfill in bounded batches; what a flush takes from
-the appends in hand is never trusted after another connection wrote."""
+FTS5's own integrity check); older files migrate and backfill in bounded batches."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import pytest
 
 from tether.messages import Message, Revert, TextPart
 from tether.store import SqliteStore, searchindex
-from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, Recent, rowid
+from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, rowid
 from tether.store.searchtext import document, indexed_text
 from tether.store.sqlite import SCHEMA_VERSION
 
@@ -333,9 +332,9 @@ async def test_a_schema_3_file_is_reindexed_into_a_contentless_index(tmp_path: P
     assert await check_consistent(path) == 2
 
 
-async def test_what_another_connection_wrote_wins_over_the_appends_in_hand(tmp_path: Path) -> None:
-    # a store keeps what it appended for its next flush (searchindex.Recent); another process may delete the
-    # session meanwhile and make another under the same id, whose entries are not the ones in hand
+async def test_a_session_remade_under_its_id_by_another_connection_is_indexed_as_it_is_now(tmp_path: Path) -> None:
+    # another process may delete a session between this store's appends and its flush and make another under
+    # the same id: the flush indexes what the journal holds then
     path = tmp_path / "two.db"
     mine = SqliteStore(path)
     other = SqliteStore(path)
@@ -352,23 +351,6 @@ async def test_what_another_connection_wrote_wins_over_the_appends_in_hand(tmp_p
         await mine.close()
         await other.close()
     assert await check_consistent(path) == 3
-
-
-def test_appends_in_hand_are_kept_only_if_nothing_was_emptied_or_written_in_between() -> None:
-    conn = sqlite3.connect(":memory:")
-    recent = Recent()
-    first = recent.mark(conn)  # nothing held: the file's data_version is read
-    recent.add(first, "ses_a", 1, [Message.user("one")], 10)
-    late = recent.mark(conn)
-    recent.clear()  # a flush took everything in between: an append marked before it is not kept
-    recent.add(late, "ses_a", 2, [Message.user("two")], 10)
-    assert recent.bodies == {}
-    mark = recent.mark(conn)
-    recent.add(mark, "ses_a", 2, [Message.user("two")], 10)
-    assert recent.take("ses_a", 2, 2) is not None and recent.take("ses_a", 1, 2) is None
-    recent.MAX_BYTES = 15
-    recent.add(recent.mark(conn), "ses_a", 3, [Message.user("three")], 10)  # over the size bound: not kept
-    assert recent.take("ses_a", 2, 3) is None
 
 
 async def test_a_flush_over_many_sessions_writes_one_segment(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -85,7 +85,6 @@ What a flush has to index is known two ways, neither of which adds a write to an
   `flushed_at`, less `SLACK`) whose `entry_count` passed `indexed` are the work: an index range scan.
 - bulk writes (a fork's copy, an import, a migrated file's backlog), whose `updated_at` says nothing about
   when they were written: `search_pending` names their seq ranges.
-The bodies a store appended it also keeps in memory (`Recent`), so that a flush need not read them back.
 
 The FTS5 settings are for a store of a million messages, where a flush costs ~15 us an entry to tokenize
 and write and FTS5's merging of segments as much again with its defaults: `automerge` 16 (a level's
@@ -199,16 +198,14 @@ def backlog(conn: sqlite3.Connection) -> tuple[int, int]:
     return int(row[0]) + sum(count - indexed for _, count, indexed in appended), int(row[1]) + len(appended)
 
 
-def flush(conn: sqlite3.Connection, limit: int, recent: Recent | None = None) -> tuple[int, int]:
+def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
     """Index up to `limit` unindexed entries: bulk ranges first, then what appends added since the last
-    flush, taking from `recent` what it holds of them. Call in a write transaction. Returns (entries read,
-    sessions finished); memory is bounded by `limit` entries."""
+    flush. Call in a write transaction. Returns (entries read, sessions finished); memory is bounded by
+    `limit` entries."""
     started = time.time()
-    if recent is not None and not recent.usable(conn):
-        recent = None
     budget = limit
     read = finished = 0
-    work: list[tuple[int, int, int, str, bool]] = []  # (num, lo, hi, session, appended)
+    work: list[tuple[int, int, int, str]] = []  # (num, lo, hi, session)
     # A session's pending ranges are contiguous (seqs are dense and each bulk write names its own range).
     for session_id, lo, hi in conn.execute(
         "SELECT session_id, min(first_seq), max(last_seq) FROM search_pending GROUP BY session_id LIMIT ?", (limit,)
@@ -216,7 +213,7 @@ def flush(conn: sqlite3.Connection, limit: int, recent: Recent | None = None) ->
         if budget <= 0:
             break
         take = min(hi, lo + budget - 1)
-        work.append((_indexed(conn, session_id, take), lo, take, session_id, False))
+        work.append((_indexed(conn, session_id, take), lo, take, session_id))
         conn.execute("DELETE FROM search_pending WHERE session_id = ?", (session_id,))
         if take < hi:
             conn.execute(PENDING_SQL, (session_id, take + 1, hi))
@@ -231,15 +228,15 @@ def flush(conn: sqlite3.Connection, limit: int, recent: Recent | None = None) ->
                 complete = False
                 break
             take = min(count, indexed + budget)
-            work.append((_indexed(conn, session_id, take), indexed + 1, take, session_id, True))
+            work.append((_indexed(conn, session_id, take), indexed + 1, take, session_id))
             read += take - indexed
             budget -= take - indexed
             finished += take == count
     # FTS5 writes what it holds out as a new segment whenever a rowid is not above the last one: ranges in
     # rowid order make one segment of a flush, not one a session.
     work.sort()
-    for num, lo, hi, session_id, appended in work:
-        _index_range(conn, num, session_id, lo, hi, recent if appended else None)
+    for num, lo, hi, session_id in work:
+        _index_range(conn, num, session_id, lo, hi)
     if complete:
         # Everything committed before this write transaction began is indexed: the next flush looks back
         # from here (appends are serialized behind this transaction's write lock).
@@ -290,82 +287,15 @@ _RANGE_SQL = "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = 
 _MESSAGES_SQL = _RANGE_SQL + " AND kind = 'message'"
 
 
-def _index_range(conn: sqlite3.Connection, num: int, session_id: str, lo: int, hi: int, recent: Recent | None) -> None:
+def _index_range(conn: sqlite3.Connection, num: int, session_id: str, lo: int, hi: int) -> None:
     reverts: list[tuple[int, int]] = []
-    held = recent.take(session_id, lo, hi) if recent is not None else None
-    entries = held if held is not None else _decoded(conn.execute(_RANGE_SQL, (session_id, lo, hi)))
+    entries = _decoded(conn.execute(_RANGE_SQL, (session_id, lo, hi)))
     conn.executemany(_INSERT_FTS, _documents(num, entries, reverts))
     if reverts:
         conn.executemany(
             "INSERT OR REPLACE INTO search_reverts (num, seq, to_seq) VALUES (?, ?, ?)",
             [(num, seq, to_seq) for seq, to_seq in reverts],
         )
-
-
-class Recent:
-    """The bodies of the entries this store appended that the index has not taken yet, as the append had
-    them in hand: a flush indexes them without reading and decoding them back from `entries` (about a tenth
-    of what indexing an entry costs). A flush takes from here only while no other connection has written to
-    the file since the first of them was appended (``PRAGMA data_version``, read in that append's
-    transaction): another process may have deleted a session and made another under its id. Otherwise, or
-    past `MAX_BYTES`, or for a range it does not hold whole, a flush reads the journal as before. The store
-    empties it after each flush and each delete."""
-
-    MAX_BYTES = 16 << 20
-    """Encoded size of the bodies held, at most."""
-
-    def __init__(self) -> None:
-        self.bodies: dict[str, dict[int, EntryBody]] = {}
-        self.size = 0
-        self.generation = 0
-        self.version: int | None = None
-
-    def mark(self, conn: sqlite3.Connection) -> tuple[int, int | None]:
-        """Call in an append's transaction: what `add` needs to know of the moment the entries were written."""
-        return self.generation, None if self.bodies or not self.MAX_BYTES else _data_version(conn)
-
-    def add(
-        self, mark: tuple[int, int | None], session_id: str, first: int, bodies: Sequence[EntryBody], size: int
-    ) -> None:
-        """Call once the append (`mark` taken in its transaction) has committed."""
-        generation, version = mark
-        if generation != self.generation or self.size + size > self.MAX_BYTES:
-            return  # emptied since the append's transaction began, or full
-        if version is not None:
-            if self.bodies and version != self.version:
-                self.clear()  # another connection wrote in between: nothing held can be trusted
-                return
-            self.version = version
-        elif self.version is None:
-            return
-        held = self.bodies.setdefault(session_id, {})
-        for i, body in enumerate(bodies):
-            held[first + i] = body
-        self.size += size
-
-    def usable(self, conn: sqlite3.Connection) -> bool:
-        if not self.bodies:
-            return False
-        if _data_version(conn) != self.version:
-            self.clear()
-            return False
-        return True
-
-    def take(self, session_id: str, lo: int, hi: int) -> list[tuple[int, EntryBody]] | None:
-        held = self.bodies.get(session_id)
-        if held is None or any(seq not in held for seq in range(lo, hi + 1)):
-            return None
-        return [(seq, held[seq]) for seq in range(lo, hi + 1)]
-
-    def clear(self) -> None:
-        self.bodies = {}
-        self.size = 0
-        self.generation += 1
-        self.version = None
-
-
-def _data_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[tuple[int, int]]:

@@ -194,7 +194,6 @@ class SqliteStore:
             self._conn.close()  # a refused file (newer schema, not WAL) must not stay open
             raise
         self._unindexed = 0  # appends since this store last flushed the search index
-        self._recent = searchindex.Recent()  # what those appends were, for the flush
         self._valid_ids: set[str] = set()  # ids already checked: the check is a regex, appends are hot
         # (entry_count, updated_at) of sessions this store appended to, and the latest updated_at it wrote
         self._positions: dict[str, tuple[int, float]] = {}
@@ -452,7 +451,6 @@ class SqliteStore:
 
     def _delete_rows(self, conn: sqlite3.Connection, session_id: str) -> None:
         searchindex.delete(conn, session_id)
-        self._recent.clear()  # an id may be used again: what it held must not be taken for the new one
         self._positions.pop(session_id, None)
         conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
@@ -525,10 +523,7 @@ class SqliteStore:
         if title_mode is not None:
             counters += (title or None,)
 
-        marks: list[tuple[int, int | None]] = []
-
         def tx(conn: sqlite3.Connection) -> tuple[int, float]:
-            marks.append(self._recent.mark(conn))
             now = time.time()
             known = self._positions.get(session_id)
             if known is not None and (expect_seq is None or expect_seq == known[0] + 1):
@@ -576,7 +571,6 @@ class SqliteStore:
         except BaseException:
             self._positions.pop(session_id, None)
             raise
-        self._recent.add(marks[-1], session_id, first, bodies, sum(len(payload) for payload, _ in rows))
         self._unindexed += 1
         if self._unindexed >= searchindex.FLUSH_EVERY:
             self._flush_index_now()
@@ -787,21 +781,16 @@ class SqliteStore:
     async def _flush_index(self, limit: int) -> None:
         """Move up to `limit` pending entries into the FTS index, in one write transaction."""
         self._unindexed = 0
-        try:
-            await self._write(lambda conn: searchindex.flush(conn, limit, self._recent))
-        finally:
-            self._recent.clear()
+        await self._write(lambda conn: searchindex.flush(conn, limit))
 
     def _flush_index_now(self) -> None:
         """The flush an append does now and then, after its own commit: it must not fail the append that
         was already committed, nor wait for another process's lock. What it leaves waits for the next one."""
         self._unindexed = 0
         try:
-            self._try_write(lambda conn: searchindex.flush(conn, searchindex.FLUSH_EVERY * 2, self._recent))
+            self._try_write(lambda conn: searchindex.flush(conn, searchindex.FLUSH_EVERY * 2))
         except (_Busy, StoreError):
             pass
-        finally:
-            self._recent.clear()
 
     async def search_backlog(self) -> int:
         with self._lock:
@@ -812,10 +801,7 @@ class SqliteStore:
         done = indexed = 0
         while True:
             self._unindexed = 0  # a flush: the next append-time flush is FLUSH_EVERY appends from here
-            try:
-                count, finished = await self._write(lambda conn: searchindex.flush(conn, batch, self._recent))
-            finally:
-                self._recent.clear()
+            count, finished = await self._write(lambda conn: searchindex.flush(conn, batch))
             if not count:
                 if indexed >= searchindex.OPTIMIZE_AFTER:
                     await self._write(searchindex.optimize)
