@@ -103,7 +103,8 @@ FLUSH_EVERY = 4096
 at a million messages, the event loop held meanwhile). FTS5's cost per entry falls with the batch (fewer
 distinct terms per entry to write), and bigger segments mean fewer levels for each entry to be merged
 through: at a million messages, on an index left unmerged by a bulk build, appends cost 1.53x unindexed
-ones with batches of 2,048 and 1.38x with 4,096 (bench/recall.py --scale, OPTIMIZE_AFTER disabled)."""
+ones with batches of 2,048 and 1.38-1.51x with 4,096 (bench/recall.py --scale with OPTIMIZE_AFTER disabled;
+runs on this 2-core machine vary by about 0.1)."""
 SEARCH_FLUSH = 8_000
 """A search indexes at most this many pending entries first; past that (a migrated file's backlog) it
 searches what is indexed and the caller is told how much is missing (`backlog`)."""
