@@ -91,8 +91,8 @@ and write and FTS5's merging of segments as much again with its defaults: `autom
 segments are merged into one of the next when there are 16, not 4: each entry is rewritten half as
 often), `crisismerge` 32 (so that those merges stay spread over the flushes), `pgsz` 4000 (a leaf fills
 a SQLite page), `hashsize` 8 MB (a flush of `FLUSH_EVERY` entries makes one segment, not several).
-``detail = full`` because phrase queries (compound words) need positions, and because FTS5's bm25() reads
-term frequencies from them: with ``detail = none`` or ``column`` it scores every row 0."""
+``detail = full`` because phrase queries (compound words, paths) need positions: with ``detail = none`` or
+``column`` FTS5 refuses them ("phrase queries are not supported")."""
 SLACK = 2.0
 """Seconds a flush looks back before the previous one: an append leaves `updated_at` at most a second
 behind its commit, and clocks of processes on one machine may step a little."""
