@@ -84,6 +84,16 @@ async def test_the_question_s_subject_is_the_author_that_counts(store: Store) ->
     assert [h.seq for h in hits] == [1, 2]
 
 
+async def test_an_author_name_that_is_not_a_string_is_ignored(store: Store) -> None:
+    info = await store.create_session(directory="/w")
+    odd = [{"first": "Ana"}, ["Ana"], 7, None]
+    await store.append(
+        info.id, [Message(role="user", parts=[TextPart(text="what did Ana adopt")], metadata={"name": n}) for n in odd]
+    )
+    hits = (await recall(store, "what did Ana adopt")).hits
+    assert sorted(h.seq for h in hits) == [1, 2, 3, 4]
+
+
 async def test_a_when_question_favours_the_turn_that_says_when(store: Store) -> None:
     await chat(
         store,

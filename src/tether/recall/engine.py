@@ -191,7 +191,8 @@ def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[P
     best = max(h.score for h in hits) or 1.0
     words = content_words(query)
     when = tuning.when if asks_when(query) else 0.0
-    author_words = {a: set(tokens(a)) for a in {h.metadata.get("name") for h in hits} if isinstance(a, str)}
+    names = {name for h in hits if isinstance(name := h.metadata.get("name"), str)}  # metadata is anything
+    author_words = {name: set(tokens(name)) for name in names}
     subject = subject_of(query, words & set().union(*author_words.values()))
     scores: dict[tuple[str, int], float] = {}
     found: dict[tuple[str, int], SearchHit] = {}
@@ -200,7 +201,8 @@ def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[P
         score = h.score / best
         if when and places_in_time(h.excerpt):
             score *= 1 + when
-        by = author_words.get(h.metadata.get("name"))  # type: ignore[arg-type]
+        name = h.metadata.get("name")
+        by = author_words.get(name) if isinstance(name, str) else None
         if tuning.author and by is not None and ((subject in by) if subject is not None else bool(words & by)):
             score *= 1 + tuning.author
         sid, seq = h.session_id, h.seq
