@@ -286,6 +286,7 @@ def _documents(
 
 _RANGE_SQL = "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
 _MESSAGES_SQL = _RANGE_SQL + " AND kind = 'message'"
+_REVERTS_SQL = _RANGE_SQL + " AND kind = 'revert'"
 
 
 def _index_range(conn: sqlite3.Connection, num: int, session_id: str, lo: int, hi: int) -> None:
@@ -316,15 +317,7 @@ def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[tuple[int,
     if tail is not None and tail[0] <= tail[1]:
         unindexed.append(tail)
     for lo, hi in unindexed:
-        for seq, payload in conn.execute(
-            "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
-            " AND kind = 'revert'",
-            (session_id, lo, hi),
-        ):
-            try:
-                body = decode_body(payload)
-            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError):
-                continue
+        for seq, body in _decoded(conn.execute(_REVERTS_SQL, (session_id, lo, hi))):
             if type(body) is Revert:
                 reverts.append((seq, body.to_seq))
     return hidden_spans(reverts)
