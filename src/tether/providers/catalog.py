@@ -180,7 +180,7 @@ BUILTIN_MODELS: tuple[ModelInfo, ...] = (
     _m("anthropic", "claude-opus-4-7", 1_000_000, 128_000, ("5", "25", "0.50", "6.25"), **_CLAUDE),
     _m("anthropic", "claude-opus-4-6", 1_000_000, 128_000, ("5", "25", "0.50", "6.25"), **_CLAUDE),
     _m("anthropic", "claude-sonnet-4-6", 1_000_000, 128_000, ("3", "15", "0.30", "3.75"), **_CLAUDE),
-    _m("anthropic", "claude-opus-4-5", 200_000, 64_000, ("5", "25", "0.50", "6.25"), **_CLAUDE),
+    _m("anthropic", "claude-opus-4-5", 200_000, 64_000, ("5", "25", "0.50", "6.25"), retires="2027-01-22", **_CLAUDE),
     # Anthropic's pricing page lists Opus 4.1 as retired (except on Bedrock and Google Cloud), with no day.
     _m("anthropic", "claude-opus-4-1", 200_000, 32_000, ("15", "75", "1.50", "18.75"), deprecated=True, **_CLAUDE),
     _m("anthropic", "claude-opus-4-0", 200_000, 32_000, ("15", "75", "1.50", "18.75"), retires="2026-06-15", **_CLAUDE),
