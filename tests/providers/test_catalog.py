@@ -148,8 +148,9 @@ def test_deprecations_follow_the_installed_sdk(
     for model in (m for m in BUILTIN_MODELS if m.provider == provider):
         if model.model in sdk:
             assert model.deprecated and model.retires == sdk[model.model], model.id
-        else:
-            assert model.retires is None, f"{model.id}: a retirement day the SDK does not announce"
+        elif model.retires is not None:
+            # The SDK drops a model from its table once it has shut down; a day still to come must be its.
+            assert model.retires < date.today(), f"{model.id}: a retirement day the SDK does not announce"
 
 
 def test_parse_model_splits_at_the_first_slash_only_for_known_providers() -> None:
