@@ -168,8 +168,9 @@ def budget_for(model_spec: str | None) -> Budget:
     if model_spec is None:
         return compute_budget(32_768, 4_096)
     from tether.providers.registry import resolve_provider
+    from tether.runtime.configuration import load_config
 
-    info = resolve_provider(model_spec).info
+    info = resolve_provider(model_spec, config=load_config()).info
     return compute_budget(info.context_window, info.max_output_tokens)
 
 
@@ -275,15 +276,17 @@ def main() -> None:
     provider = model = None
     if args.model:
         from tether.providers.registry import resolve_provider
+        from tether.runtime.configuration import load_config
 
-        resolved = resolve_provider(args.model)
+        resolved = resolve_provider(args.model, config=load_config())
         provider, model = resolved.provider, resolved.model
     reader = None
     reader_spec = None if args.no_reader else (args.reader or args.model)
     if reader_spec:
         from tether.providers.registry import resolve_provider
+        from tether.runtime.configuration import load_config
 
-        r = resolve_provider(reader_spec)
+        r = resolve_provider(reader_spec, config=load_config())
         reader = (r.provider, r.model)
     budget = budget_for(args.model)
     messages = scripted_session()

@@ -49,7 +49,7 @@ from tether.ids import new_session_id
 from tether.messages import Entry, Message, TextPart, ToolCallPart, ToolResultPart
 from tether.recall import DEFAULT_TUNING, Tuning, recall
 from tether.store import SqliteStore, searchindex
-from tether.store.base import SessionInfo
+from tether.store.records import SessionInfo
 from tether.store.searchtext import indexed_text, tokens
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

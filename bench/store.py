@@ -50,7 +50,7 @@ from tether.errors import MissingExtra
 from tether.messages import EntryBody, Message, encode_body, encode_json
 from tether.session import Session
 from tether.store import SqliteStore
-from tether.store.base import Durability
+from tether.store.records import Durability
 
 SECTIONS = ("floor", "append", "sdk", "json", "resume", "list", "fork")
 TAIL = 200

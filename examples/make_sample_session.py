@@ -21,7 +21,7 @@ from tether import (
     ToolResultPart,
     Usage,
 )
-from tether.transfer import export_json
+from tether.importers.tether_json import export_json
 
 
 def assistant(*parts: TextPart | ThinkingPart | ToolCallPart, tokens: tuple[int, int], cost: str) -> Message:

@@ -3,15 +3,17 @@ directory, keeps its `info` in step with what it writes, and reads the active hi
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tether import Session
 from tether.errors import InvalidId, InvalidInput, SeqConflict, SessionNotFound
 from tether.ids import new_session_id
-from tether.messages import Marker, Message, Revert, TitleChange
-from tether.session import canonical_directory
+from tether.messages import Marker, Message, Revert, TitleChange, Usage
+from tether.paths import canonical_directory
 from tether.store import Store
 
 
@@ -70,7 +72,25 @@ async def test_append_keeps_info_in_step(store: Store, tmp_path: Path) -> None:
     assert (s.info.entry_count, s.info.message_count, s.title) == (2, 2, "fix the test")
     more = await s.append_many([Marker(name="m"), Message.user("and then?")], expect_seq=3)
     assert [e.seq for e in more] == [3, 4]
-    assert s.info == await store.get_session(s.id)
+    row = await store.get_session(s.id)
+    # the counters, the title and the cost are the row's, kept without reading it back; updated_at is the
+    # time of the handle's last write, which a store may leave unbumped within a second (SqliteStore does)
+    assert msgspec.structs.replace(s.info, updated_at=row.updated_at) == row
+    assert abs(s.info.updated_at - row.updated_at) < 1.0
+
+
+async def test_the_handle_counts_tokens_cost_and_titles_as_the_store_does(store: Store, tmp_path: Path) -> None:
+    s = await Session.create(store, directory=tmp_path)
+    usage = Usage(input_tokens=120, output_tokens=30, cost=Decimal("0.000123456789012"))
+    answer = msgspec.structs.replace(Message.assistant("one"), usage=usage)
+    await s.append(Message.user("  a first\nprompt  "), answer)
+    await s.append(answer, TitleChange(title="Named"))
+    await s.append(Message.user("a later prompt does not retitle"))
+    row = await store.get_session(s.id)
+    assert (s.info.input_tokens, s.info.output_tokens, s.info.cost) == (row.input_tokens, row.output_tokens, row.cost)
+    assert s.info.cost == Decimal("0.000246913578") and s.title == row.title == "Named"  # picodollars
+    await s.append(TitleChange(title=""))
+    assert s.title is None and (await store.get_session(s.id)).title is None
 
 
 async def test_append_conflict_leaves_info_alone(store: Store, tmp_path: Path) -> None:

@@ -1,52 +1,223 @@
 """tether: the session engine for AI coding agents. Durable, resumable, searchable agent conversations.
 
-The public facade: what a user imports lives here; everything else is reachable through its room."""
+The public facade: what a user imports lives here; everything else is reachable through its room. Names
+load on first use (PEP 562), so `import tether` costs almost nothing and a command imports only what it
+uses."""
 
 from __future__ import annotations
 
-from . import events
-from .agent import AgentRun, RunOptions
-from .errors import (
-    CorruptEntry,
-    ImportFormatError,
-    InvalidId,
-    InvalidInput,
-    NotFound,
-    SeqConflict,
-    SessionNotFound,
-    StoreBusy,
-    StoreError,
-    TetherError,
-)
-from .events import Done, Error, Event, RunStarted, TextDelta, ToolCallComplete, ToolCallStart
-from .messages import (
-    Checkpoint,
-    Compaction,
-    Entry,
-    FilePart,
-    ImagePart,
-    Marker,
-    Message,
-    Revert,
-    TextPart,
-    ThinkingPart,
-    TitleChange,
-    ToolCallPart,
-    ToolResultPart,
-    Usage,
-)
-from .providers import ModelRequest, Provider, ScriptedProvider, ScriptedResponse
-from .providers.registry import resolve_provider
-from .session import RunResult, Session
-from .store import MemoryStore, SessionInfo, SqliteStore, Store, open_store
-from .tools import ToolRegistry, default_registry, function_tool
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from .errors import (
+        AuthError,
+        BadRequest,
+        ConfigError,
+        ContextOverflow,
+        CorruptEntry,
+        ImportFormatError,
+        InvalidId,
+        InvalidInput,
+        LeaseLost,
+        MissingExtra,
+        NotFound,
+        OutsideWorkspace,
+        ProviderError,
+        RateLimited,
+        SandboxError,
+        SeqConflict,
+        SessionBusy,
+        SessionNotFound,
+        StoreBusy,
+        StoreClosed,
+        StoreError,
+        TetherError,
+        ToolError,
+        TransientError,
+    )
+    from .events import (
+        ApprovalRequested,
+        ApprovalResolved,
+        CheckpointReached,
+        CompactionCompleted,
+        CompactionFailed,
+        CompactionStarted,
+        Done,
+        Error,
+        Event,
+        Progress,
+        RlmFinished,
+        RlmProgress,
+        RunStarted,
+        TextComplete,
+        TextDelta,
+        ThinkingComplete,
+        ThinkingDelta,
+        ToolCallComplete,
+        ToolCallStart,
+        UsageReport,
+    )
+    from .messages import (
+        Checkpoint,
+        Compaction,
+        Entry,
+        FilePart,
+        ImagePart,
+        Marker,
+        Message,
+        Revert,
+        TextPart,
+        ThinkingPart,
+        TitleChange,
+        ToolCallPart,
+        ToolResultPart,
+        ToolSpec,
+        Usage,
+    )
+    from .providers import (
+        ModelRequest,
+        Provider,
+        ScriptedProvider,
+        ScriptedResponse,
+        resolve_provider,
+    )
+    from .runtime import (
+        AgentRun,
+        LaunchedRun,
+        Permission,
+        RunOptions,
+        RunRequest,
+        default_registry,
+        replay_events,
+    )
+    from .runtime.launch import launch
+    from .session import (
+        RunResult,
+        Session,
+    )
+    from .store import (
+        Lease,
+        MemoryStore,
+        SessionInfo,
+        SqliteStore,
+        Store,
+        open_store,
+    )
+    from .tools import (
+        Tool,
+        ToolContext,
+        ToolOutput,
+        ToolRegistry,
+        function_tool,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "TetherError": "errors",
+    "InvalidInput": "errors",
+    "InvalidId": "errors",
+    "NotFound": "errors",
+    "SessionNotFound": "errors",
+    "StoreError": "errors",
+    "SeqConflict": "errors",
+    "StoreBusy": "errors",
+    "CorruptEntry": "errors",
+    "StoreClosed": "errors",
+    "ImportFormatError": "errors",
+    "SessionBusy": "errors",
+    "LeaseLost": "errors",
+    "ProviderError": "errors",
+    "AuthError": "errors",
+    "RateLimited": "errors",
+    "ContextOverflow": "errors",
+    "TransientError": "errors",
+    "BadRequest": "errors",
+    "ToolError": "errors",
+    "OutsideWorkspace": "errors",
+    "SandboxError": "errors",
+    "ConfigError": "errors",
+    "MissingExtra": "errors",
+    "Event": "events",
+    "RunStarted": "events",
+    "TextDelta": "events",
+    "ThinkingDelta": "events",
+    "TextComplete": "events",
+    "ThinkingComplete": "events",
+    "ToolCallStart": "events",
+    "ToolCallComplete": "events",
+    "UsageReport": "events",
+    "CheckpointReached": "events",
+    "CompactionStarted": "events",
+    "CompactionCompleted": "events",
+    "CompactionFailed": "events",
+    "ApprovalRequested": "events",
+    "ApprovalResolved": "events",
+    "Progress": "events",
+    "RlmProgress": "events",
+    "RlmFinished": "events",
+    "Done": "events",
+    "Error": "events",
+    "Checkpoint": "messages",
+    "Compaction": "messages",
+    "Entry": "messages",
+    "FilePart": "messages",
+    "ImagePart": "messages",
+    "Marker": "messages",
+    "Message": "messages",
+    "Revert": "messages",
+    "TextPart": "messages",
+    "ThinkingPart": "messages",
+    "TitleChange": "messages",
+    "ToolCallPart": "messages",
+    "ToolResultPart": "messages",
+    "ToolSpec": "messages",
+    "Usage": "messages",
+    "Session": "session",
+    "RunResult": "session",
+    "Store": "store",
+    "SessionInfo": "store",
+    "Lease": "store",
+    "open_store": "store",
+    "MemoryStore": "store",
+    "SqliteStore": "store",
+    "Provider": "providers",
+    "ModelRequest": "providers",
+    "ScriptedProvider": "providers",
+    "ScriptedResponse": "providers",
+    "resolve_provider": "providers",
+    "Tool": "tools",
+    "ToolContext": "tools",
+    "ToolOutput": "tools",
+    "ToolRegistry": "tools",
+    "function_tool": "tools",
+    "AgentRun": "runtime",
+    "RunOptions": "runtime",
+    "RunRequest": "runtime",
+    "LaunchedRun": "runtime",
+    "launch": "runtime.launch",
+    "default_registry": "runtime",
+    "replay_events": "runtime",
+    "Permission": "runtime",
+    "events": "",  # the module itself
+}
+"""Each public name and the room it lives in."""
+
 __all__ = [
     "AgentRun",
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "AuthError",
+    "BadRequest",
     "Checkpoint",
+    "CheckpointReached",
     "Compaction",
+    "CompactionCompleted",
+    "CompactionFailed",
+    "CompactionStarted",
+    "ConfigError",
+    "ContextOverflow",
     "CorruptEntry",
     "Done",
     "Entry",
@@ -57,41 +228,82 @@ __all__ = [
     "ImportFormatError",
     "InvalidId",
     "InvalidInput",
+    "LaunchedRun",
+    "Lease",
+    "LeaseLost",
     "Marker",
     "MemoryStore",
     "Message",
+    "MissingExtra",
     "ModelRequest",
     "NotFound",
+    "OutsideWorkspace",
+    "Permission",
+    "Progress",
     "Provider",
+    "ProviderError",
+    "RateLimited",
     "Revert",
+    "RlmFinished",
+    "RlmProgress",
     "RunOptions",
+    "RunRequest",
     "RunResult",
     "RunStarted",
+    "SandboxError",
     "ScriptedProvider",
     "ScriptedResponse",
     "SeqConflict",
     "Session",
+    "SessionBusy",
     "SessionInfo",
     "SessionNotFound",
     "SqliteStore",
     "Store",
     "StoreBusy",
+    "StoreClosed",
     "StoreError",
     "TetherError",
+    "TextComplete",
     "TextDelta",
     "TextPart",
+    "ThinkingComplete",
+    "ThinkingDelta",
     "ThinkingPart",
     "TitleChange",
+    "Tool",
     "ToolCallComplete",
     "ToolCallPart",
     "ToolCallStart",
+    "ToolContext",
+    "ToolError",
+    "ToolOutput",
     "ToolRegistry",
     "ToolResultPart",
+    "ToolSpec",
+    "TransientError",
     "Usage",
+    "UsageReport",
     "__version__",
     "default_registry",
     "events",
     "function_tool",
+    "launch",
     "open_store",
+    "replay_events",
     "resolve_provider",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "events":
+        return importlib.import_module(f"{__name__}.events")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -1,4 +1,6 @@
-"""The user's configuration: one TOML file, `config.toml` under `tether_home()` (or `TETHER_CONFIG`).
+"""The shape of the user's configuration (one TOML file, `config.toml` under the tether home, or
+`TETHER_CONFIG`) and its parser. Reading the file is the runtime's job (`tether.runtime.configuration`),
+which passes the parsed `Config` to whatever needs it.
 
     default_model = "anthropic/claude-sonnet-4-5"
 
@@ -28,16 +30,13 @@ never shown by `repr`.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from .errors import ConfigError
-from .store import tether_home
 
 
 class ProviderConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -92,12 +91,6 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     ``auto_compact = false`` or ``compact_threshold = 0.8``); checked where the engine reads them."""
 
 
-def config_path() -> Path:
-    """`TETHER_CONFIG` if set, else `config.toml` under `tether_home()`."""
-    env = os.environ.get("TETHER_CONFIG")
-    return Path(env) if env else tether_home() / "config.toml"
-
-
 def parse_config(text: str, *, source: str = "<config>") -> Config:
     """Parse config TOML; any mistake is a `ConfigError` that names the source and the place."""
     try:
@@ -109,15 +102,3 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
         return msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
-
-
-def load_config(path: Path | None = None) -> Config:
-    """The user's config, or an empty one when the file does not exist."""
-    path = path or config_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return Config()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
-    return parse_config(text, source=str(path))

@@ -11,7 +11,8 @@ TetherError
 │   ├── CorruptEntry        a stored entry could not be decoded (readers skip and report it)
 │   └── StoreClosed         the store was used after it was closed
 ├── ImportFormatError       a file given to import is truncated, foreign or inconsistent
-├── SessionBusy             another run holds this session's lease
+├── SessionBusy             another run holds this session's lease (names the holder)
+│   └── LeaseLost           a run's lease expired and another holder took it, or it was released
 ├── ProviderError           a model provider failed; `retryable` says whether to try again
 │   ├── AuthError
 │   ├── RateLimited         (carries `retry_after` seconds when the provider said so)
@@ -90,7 +91,34 @@ class ImportFormatError(TetherError):
 
 
 class SessionBusy(TetherError):
-    """Another run holds the session's lease."""
+    """Another run holds the session's lease: who (`holder`, `pid`, `host`), since when and until when
+    (seconds since the epoch, by the store's clock)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        pid: int | None = None,
+        host: str | None = None,
+        since: float | None = None,
+        expires_at: float | None = None,
+        message: str | None = None,
+    ) -> None:
+        where = ", ".join(x for x in (f"pid {pid}" if pid is not None else "", host or "") if x)
+        super().__init__(
+            message or f"session {session_id} is busy: run {holder}" + (f" ({where})" if where else "") + " holds it"
+        )
+        self.session_id = session_id
+        self.holder = holder
+        self.pid = pid
+        self.host = host
+        self.since = since
+        self.expires_at = expires_at
+
+
+class LeaseLost(SessionBusy):
+    """A run's lease is no longer its own: it expired and another holder took it, or it was released."""
 
 
 class ProviderError(TetherError):

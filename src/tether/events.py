@@ -1,17 +1,40 @@
 """The events a run emits, as plain typed records tagged by `type`: what `Session.stream` yields, what
-`tether run --json` prints one per line, and what the server sends over SSE. Pure data, no I/O."""
+`tether run --json` prints one per line, and what the server will send over SSE. Pure data, no I/O.
+
+Every event carries its `session_id` and a number `n` that increases within the session. Events come in
+two kinds:
+
+- **durable** events are derived from a journal entry by `durable_events` (an assistant message gives
+  `ThinkingComplete`, `TextComplete`, `UsageReport` and one `ToolCallStart` per call; a tool message one
+  `ToolCallComplete` per result; a checkpoint `CheckpointReached`; a compaction `CompactionCompleted`).
+  The k-th event of the entry at seq s is numbered ``s * EVENT_SPAN + k``, so they can be replayed from the
+  journal after any number, by anyone who can read it, with the same numbers;
+- **live** events (deltas, progress, the start and end of a run, compaction attempts) exist only while the
+  run streams; those that follow entry s are numbered from ``s * EVENT_SPAN + LIVE_OFFSET`` on.
+
+Numbers read as the journal position they follow: 12000002 is the third event of entry 12, 12500000 the
+first live event after it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from .messages import Usage
+from .messages import Checkpoint, Compaction, Entry, Message, ThinkingPart, Usage
+
+EVENT_SPAN = 1_000_000
+"""Event numbers per journal entry: the durable events of entry s, then the live events after it."""
+LIVE_OFFSET = EVENT_SPAN // 2
+"""Where the live events after an entry start numbering. An entry gives far fewer durable events (a
+message with more tool calls than this is refused by the loop); past the end of its span, live events keep
+the span's last number."""
 
 
 class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
     session_id: str = ""
+    n: int = 0
+    """The event's number in its session (see the module docstring)."""
 
 
 class RunStarted(_Event, tag="run_started"):
@@ -41,6 +64,8 @@ class ThinkingComplete(_Event, tag="thinking_complete"):
 
 
 class ToolCallStart(_Event, tag="tool_call_start"):
+    """A tool call the model asked for, journaled with its message; it runs in the message's order."""
+
     call_id: str
     name: str
     arguments: Any = None
@@ -58,11 +83,10 @@ class ToolCallComplete(_Event, tag="tool_call_complete"):
 
 
 class UsageReport(_Event, tag="usage"):
-    """The usage of one model call, and the run's total so far. Token figures here are the provider's."""
+    """The usage of one model call (the run's total is in `Done`). Token figures here are the provider's."""
 
     model: str
     step: Usage
-    total: Usage
     context_tokens: int | None = None
     """The prompt size of the call as the provider reported it: the calibration point of token estimates."""
 
@@ -122,9 +146,51 @@ class Progress(_Event, tag="progress"):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+RlmStage = Literal[
+    "started",  # the REPL is up; `detail` lists the sandbox layers that hold
+    "iteration",  # the root model is asked for its next step
+    "block",  # a code block runs in the REPL
+    "sub_calls",  # a batch of sub-model calls was answered
+    "repl_restart",  # the REPL died or hung and a fresh one replaced it
+    "fallback",  # RLM gave up; `detail` says why, map-reduce takes over
+    "map",  # map-reduce read one chunk (`done` of `total`)
+    "reduce",  # map-reduce combines its notes
+]
+
+
+class RlmProgress(_Event, tag="rlm_progress"):
+    """Where an RLM run over an oversized input stands, with its token figures so far."""
+
+    stage: RlmStage
+    detail: str = ""
+    iteration: int = 0
+    sub_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+    done: int | None = None
+    total: int | None = None
+
+
+class RlmFinished(_Event, tag="rlm_finished"):
+    """An RLM run ended (its answer stands in for the oversized input in what the model sees)."""
+
+    iterations: int
+    sub_calls: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+    answer_chars: int
+    fallback: bool = False
+    fallback_reason: str | None = None
+
+
+RlmEvent = RlmProgress | RlmFinished
+
+
 class Done(_Event, tag="done"):
     """The run ended normally. `reason`: ``completed`` (the model stopped calling tools), ``step_limit``
-    (a checkpoint was written; ``--continue`` resumes) or ``nothing_to_do``."""
+    (a checkpoint was written; ``--continue`` resumes) or ``nothing_to_do``. `usage` is the run's total."""
 
     text: str
     steps: int
@@ -157,9 +223,96 @@ Event = (
     | ApprovalRequested
     | ApprovalResolved
     | Progress
+    | RlmProgress
+    | RlmFinished
     | Done
     | Error
 )
+
+DURABLE_TYPES: tuple[type[_Event], ...] = (
+    TextComplete,
+    ThinkingComplete,
+    ToolCallStart,
+    ToolCallComplete,
+    UsageReport,
+    CheckpointReached,
+    CompactionCompleted,
+)
+"""The event types `durable_events` derives from journal entries; every other type is live only."""
+
+
+def event_number(seq: int, k: int) -> int:
+    """The number of the k-th durable event of the entry at `seq`."""
+    return seq * EVENT_SPAN + k
+
+
+def live_number(seq: int, k: int) -> int:
+    """The number of the k-th live event after the entry at `seq` (the last of the span once it is full)."""
+    return seq * EVENT_SPAN + LIVE_OFFSET + min(k, EVENT_SPAN - LIVE_OFFSET - 1)
+
+
+def durable_events(entry: Entry, session_id: str) -> list[Event]:
+    """The durable events of one journal entry, numbered. The loop emits exactly these when it journals the
+    entry, and a replay of the journal gives them again, equal field by field."""
+    body = entry.body
+    out: list[Event] = []
+    seq = entry.seq
+    if isinstance(body, Message):
+        if body.role == "assistant":
+            for part in body.parts:
+                if isinstance(part, ThinkingPart) and part.text:
+                    out.append(ThinkingComplete(text=part.text))
+            if body.text:
+                out.append(TextComplete(text=body.text, seq=seq))
+            usage = body.usage or Usage()
+            out.append(UsageReport(model=body.model or "", step=usage, context_tokens=usage.input_tokens or None))
+            for call in body.tool_calls:
+                out.append(ToolCallStart(call_id=call.id, name=call.name, arguments=call.arguments))
+        elif body.role == "tool":
+            for result in body.tool_results:
+                meta = result.metadata
+                duration = meta.get("duration")
+                out.append(
+                    ToolCallComplete(
+                        call_id=result.call_id,
+                        name=result.name or "",
+                        success=not result.is_error,
+                        duration_ms=float(duration) * 1000 if isinstance(duration, int | float) else 0.0,
+                        preview=preview(result.content),
+                        truncated=bool(meta.get("truncated", False)),
+                        seq=seq,
+                    )
+                )
+    elif isinstance(body, Checkpoint):
+        out.append(
+            CheckpointReached(
+                reason=body.reason, objective=body.objective, next_action=body.next_action, steps=body.steps, seq=seq
+            )
+        )
+    elif isinstance(body, Compaction):
+        fallback = body.metadata.get("fallback")
+        out.append(
+            CompactionCompleted(
+                reason=str(body.metadata.get("reason", "manual")),
+                strategy=body.strategy,
+                tokens_before=body.tokens_before or 0,
+                tokens_after=body.tokens_after or 0,
+                seq=seq,
+                first_kept_seq=body.first_kept_seq,
+                fallback=fallback if isinstance(fallback, str) else None,
+            )
+        )
+    for k, event in enumerate(out):
+        event.session_id = session_id
+        event.n = event_number(seq, k)
+    return out
+
+
+def preview(text: str, limit: int = 160) -> str:
+    """The first line of a tool's output, cut to `limit` characters."""
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
 
 _encoder = msgspec.json.Encoder(decimal_format="string")
 

@@ -30,7 +30,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedProvider:
     def resolve(model: str | None = None, **_: object) -> ResolvedModel:
         return ResolvedModel(provider=provider, model=model or "test", info=unknown_model("scripted", "test"))
 
-    monkeypatch.setattr("tether.providers.resolve_provider", resolve)
+    monkeypatch.setattr("tether.runtime.launch.resolve_provider", resolve)
     return provider
 
 
@@ -82,16 +82,17 @@ def test_run_renders_for_people_and_continue_finds_the_session(tmp_path: Path, s
 
 
 def test_run_errors_are_one_clear_line(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    # options that cannot be used are usage errors (exit 2), found before anything is done
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--continue")
-    assert code == 1 and "no earlier session" in err and "Traceback" not in err
+    assert code == 2 and "no earlier session" in err and "Traceback" not in err
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "   ")
-    assert code == 1 and "prompt is empty" in err
+    assert code == 2 and "prompt is empty" in err
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path))
     assert code == 2 and "--continue" in err
     code, _, err = invoke(tmp_path, "run", "--session", "../etc/passwd", "hi")
-    assert code == 1 and "Traceback" not in err
+    assert code == 2 and "Traceback" not in err
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path / "missing"), "hi")
-    assert code == 1 and "not a directory" in err
+    assert code == 2 and "not a directory" in err
 
 
 def test_a_failed_run_exits_non_zero_with_the_reason(tmp_path: Path, scripted: ScriptedProvider) -> None:
@@ -112,7 +113,7 @@ def test_tools_option_limits_what_the_model_is_offered(tmp_path: Path, scripted:
     assert scripted.requests[0].tools == []
     assert sorted(t.name for t in scripted.requests[1].tools) == ["grep", "read"]
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--tools", "read,rm_rf", "hi")
-    assert code == 1 and "unknown tool rm_rf" in err
+    assert code == 2 and "unknown tool rm_rf" in err
 
 
 def test_prompt_from_stdin(tmp_path: Path, scripted: ScriptedProvider) -> None:
@@ -225,7 +226,7 @@ def test_run_budgets_with_the_resolved_models_own_limits(tmp_path: Path, monkeyp
     def resolve(model: str | None = None, **_: object) -> ResolvedModel:
         return ResolvedModel(provider=provider, model="small", info=info)
 
-    monkeypatch.setattr("tether.providers.resolve_provider", resolve)
+    monkeypatch.setattr("tether.runtime.launch.resolve_provider", resolve)
     provider.add("Hello.")
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "say hello")
     assert code == 0, err

@@ -19,11 +19,11 @@ from tether.providers import (
     RetryPolicy,
     StreamDone,
     StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallReady,
-    ToolCallStarted,
+    TextPartDelta,
+    ThinkingPartDelta,
+    ToolCallPartDelta,
+    ToolCallPartReady,
+    ToolCallPartStart,
     UsageUpdate,
     complete,
 )
@@ -76,14 +76,14 @@ async def test_thinking_text_and_tool_use_stream_and_assemble(server: Any) -> No
     events: list[StreamEvent] = [e async for e in provider.stream(first_request(thinking_budget=2048))]
     await provider.aclose()
 
-    thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+    thinking = "".join(e.text for e in events if isinstance(e, ThinkingPartDelta))
     assert thinking == "The user wants the tests fixed. I should read the failing test first."
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Let me look at the test file."
-    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    assert "".join(e.text for e in events if isinstance(e, TextPartDelta)) == "Let me look at the test file."
+    started = [e for e in events if isinstance(e, ToolCallPartStart)]
     assert [(e.id, e.name) for e in started] == [("toolu_01T1x1fJ34qAmk2tNTrN7Up6", "read_file")]
-    pieces = [e.arguments_delta for e in events if isinstance(e, ToolCallDelta)]
+    pieces = [e.arguments_delta for e in events if isinstance(e, ToolCallPartDelta)]
     assert pieces == ['{"path": "tests/te', 'st_app.py", "limit"', ": 200}"]
-    ready = [e.part for e in events if isinstance(e, ToolCallReady)]
+    ready = [e.part for e in events if isinstance(e, ToolCallPartReady)]
     assert ready == [
         ToolCallPart(
             id="toolu_01T1x1fJ34qAmk2tNTrN7Up6", name="read_file", arguments={"path": "tests/test_app.py", "limit": 200}
@@ -258,7 +258,7 @@ async def test_closing_the_stream_closes_the_connection(server: Any) -> None:
     provider = provider_for(server)
     stream = provider.stream(first_request())
     async for event in stream:
-        if isinstance(event, TextDelta):
+        if isinstance(event, TextPartDelta):
             break
     await stream.aclose()  # type: ignore[attr-defined]
     # The server notices the closed socket on its next writes.

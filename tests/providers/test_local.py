@@ -12,7 +12,7 @@ import pytest
 
 from tether.errors import ConfigError, ContextOverflow
 from tether.messages import Message, ToolCallPart, ToolResultPart, ToolSpec
-from tether.providers import ModelRequest, StreamDone, TextDelta, ToolCallReady, complete
+from tether.providers import ModelRequest, StreamDone, TextPartDelta, ToolCallPartReady, complete
 from tether.providers.local import (
     LocalProvider,
     _AnswerStreamer,
@@ -112,7 +112,7 @@ async def test_plain_text_answer_streams() -> None:
         temperature=0,
     )
     events = [e async for e in provider.stream(request)]
-    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    deltas = [e.text for e in events if isinstance(e, TextPartDelta)]
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert len(deltas) > 1 and "".join(deltas) == done.message.text
@@ -134,7 +134,7 @@ async def test_constrained_tool_call() -> None:
         max_output_tokens=64,
     )
     events = [e async for e in provider.stream(request)]
-    (ready,) = [e.part for e in events if isinstance(e, ToolCallReady)]
+    (ready,) = [e.part for e in events if isinstance(e, ToolCallPartReady)]
     assert ready.name == "read_file"
     assert ready.arguments == {"path": "README.md"}
     done = events[-1]
@@ -163,7 +163,7 @@ async def test_closing_the_stream_stops_generation_and_frees_the_model() -> None
     long = ModelRequest(model="smollm2-135m", messages=[Message.user("Write a long story.")], max_output_tokens=1500)
     stream = provider.stream(long)
     first = await anext(stream)  # type: ignore[call-overload]
-    assert isinstance(first, TextDelta)
+    assert isinstance(first, TextPartDelta)
     await stream.aclose()  # type: ignore[attr-defined]
     # Closing returns once the worker has stopped: no generation thread is left running.
     assert not [t for t in threading.enumerate() if t.name == "tether-local-generate"]

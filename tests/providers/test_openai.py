@@ -17,11 +17,11 @@ from tether.providers import (
     ModelRequest,
     StreamDone,
     StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallReady,
-    ToolCallStarted,
+    TextPartDelta,
+    ThinkingPartDelta,
+    ToolCallPartDelta,
+    ToolCallPartReady,
+    ToolCallPartStart,
     UsageUpdate,
     complete,
 )
@@ -188,17 +188,17 @@ async def test_tool_call_deltas_reasoning_and_cached_usage(server: Any) -> None:
     events: list[StreamEvent] = [e async for e in provider.stream(request)]
     await provider.aclose()
 
-    assert "".join(e.text for e in events if isinstance(e, ThinkingDelta)) == "Need the file. Two of them."
-    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Reading both."]
-    assert [(e.id, e.name) for e in events if isinstance(e, ToolCallStarted)] == [
+    assert "".join(e.text for e in events if isinstance(e, ThinkingPartDelta)) == "Need the file. Two of them."
+    assert [e.text for e in events if isinstance(e, TextPartDelta)] == ["Reading both."]
+    assert [(e.id, e.name) for e in events if isinstance(e, ToolCallPartStart)] == [
         ("call_abc", "read_file"),
         ("call_def", "read_file"),
     ]
     assert (
-        "".join(e.arguments_delta for e in events if isinstance(e, ToolCallDelta) and e.id == "call_abc")
+        "".join(e.arguments_delta for e in events if isinstance(e, ToolCallPartDelta) and e.id == "call_abc")
         == '{"path": "a.py"}'
     )
-    ready = [e.part for e in events if isinstance(e, ToolCallReady)]
+    ready = [e.part for e in events if isinstance(e, ToolCallPartReady)]
     assert [(p.id, p.arguments) for p in ready] == [("call_abc", {"path": "a.py"}), ("call_def", {"path": "b.py"})]
 
     done = events[-1]
@@ -263,7 +263,7 @@ async def test_closing_the_stream_closes_the_http_response(server: Any) -> None:
     provider = provider_for(server)
     stream = provider.stream(ModelRequest(model="gpt-4o", messages=[Message.user("x")]))
     first = await anext(stream)  # type: ignore[call-overload]
-    assert isinstance(first, TextDelta)
+    assert isinstance(first, TextPartDelta)
     await stream.aclose()  # type: ignore[attr-defined]
     assert await asyncio.to_thread(server.disconnected.wait, 10)
     await provider.aclose()
@@ -280,7 +280,7 @@ async def test_llama_server_streams_text(llama_server: str) -> None:
     )
     events = [e async for e in provider.stream(request)]
     await provider.aclose()
-    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    deltas = [e.text for e in events if isinstance(e, TextPartDelta)]
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert len(deltas) > 1 and "".join(deltas) == done.message.text
@@ -303,7 +303,7 @@ async def test_llama_server_forced_tool_call(llama_server: str) -> None:
     )
     events = [e async for e in provider.stream(request)]
     await provider.aclose()
-    assert [e.name for e in events if isinstance(e, ToolCallStarted)] == ["read_file"]
+    assert [e.name for e in events if isinstance(e, ToolCallPartStart)] == ["read_file"]
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert done.finish_reason == "tool_calls"

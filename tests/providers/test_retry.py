@@ -24,7 +24,7 @@ from tether.providers import (
     RetryPolicy,
     ScriptedProvider,
     ScriptedResponse,
-    TextDelta,
+    TextPartDelta,
     classify_http_error,
     complete,
     parse_retry_after,
@@ -169,7 +169,7 @@ async def test_429_500_and_a_timeout_are_retried_then_the_answer_streams(server:
     events = [e async for e in provider.stream(request())]
     await provider.aclose()
 
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello"
+    assert "".join(e.text for e in events if isinstance(e, TextPartDelta)) == "Hello"
     assert len(server.requests) == 4
     assert sleeps.waits[0] == 7.0  # the server's retry-after, to the second
     assert all(0 < w <= RetryPolicy().max_delay for w in sleeps.waits[1:])
@@ -238,5 +238,5 @@ async def test_a_stream_that_breaks_after_a_token_is_not_retried(server: Any) ->
     with pytest.raises(TransientError):
         async for event in provider.stream(request()):
             seen.append(event)
-    assert [e.text for e in seen if isinstance(e, TextDelta)] == ["partial"]
+    assert [e.text for e in seen if isinstance(e, TextPartDelta)] == ["partial"]
     assert len(server.requests) == 1 and sleeps.waits == []

@@ -18,11 +18,11 @@ from tether.providers import (
     ScriptedResponse,
     StreamDone,
     StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallReady,
-    ToolCallStarted,
+    TextPartDelta,
+    ThinkingPartDelta,
+    ToolCallPartDelta,
+    ToolCallPartReady,
+    ToolCallPartStart,
     UsageUpdate,
     complete,
 )
@@ -40,7 +40,7 @@ async def test_text_streams_in_chunks_and_ends_with_the_whole_message() -> None:
     provider = ScriptedProvider(["Hello there, world!"], chunk_size=5)
     events = await collect(provider, request())
 
-    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    deltas = [e.text for e in events if isinstance(e, TextPartDelta)]
     assert deltas == ["Hello", " ther", "e, wo", "rld!"]
     assert isinstance(events[-2], UsageUpdate)
     done = events[-1]
@@ -67,13 +67,13 @@ async def test_a_message_with_thinking_and_tool_calls_streams_each_part_in_order
     )
     events = await collect(ScriptedProvider([scripted], chunk_size=4), request())
     kinds = [type(e) for e in events]
-    assert kinds.index(ThinkingDelta) < kinds.index(TextDelta) < kinds.index(ToolCallStarted)
-    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    assert kinds.index(ThinkingPartDelta) < kinds.index(TextPartDelta) < kinds.index(ToolCallPartStart)
+    started = [e for e in events if isinstance(e, ToolCallPartStart)]
     assert [(e.id, e.name) for e in started] == [("c1", "ls"), ("c2", "grep")]
     assert (
-        "".join(e.arguments_delta for e in events if isinstance(e, ToolCallDelta) and e.id == "c1") == '{"path": "."}'
+        "".join(e.arguments_delta for e in events if isinstance(e, ToolCallPartDelta) and e.id == "c1") == '{"path": "."}'
     )
-    ready = [e.part for e in events if isinstance(e, ToolCallReady)]
+    ready = [e.part for e in events if isinstance(e, ToolCallPartReady)]
     assert ready[0].arguments == {"path": "."}
     assert ready[1].arguments is None and ready[1].raw_arguments == "{not json"
 
@@ -120,7 +120,7 @@ async def test_an_error_after_the_content_models_a_dropped_stream() -> None:
     with pytest.raises(ConnectionResetError):
         async for event in provider.stream(request()):
             seen.append(event)
-    assert "".join(e.text for e in seen if isinstance(e, TextDelta)) == "partial answer"
+    assert "".join(e.text for e in seen if isinstance(e, TextPartDelta)) == "partial answer"
     assert not any(isinstance(e, StreamDone) for e in seen)
 
 
@@ -145,7 +145,7 @@ async def test_closing_the_stream_stops_a_slow_answer() -> None:
     provider = ScriptedProvider([ScriptedResponse("a" * 400, chunk_delay=0.05)])
     stream = provider.stream(request())
     first = await anext(stream)
-    assert isinstance(first, TextDelta)
+    assert isinstance(first, TextPartDelta)
     await stream.aclose()  # type: ignore[attr-defined]
     with pytest.raises(StopAsyncIteration):
         await anext(stream)
@@ -178,7 +178,7 @@ async def test_complete_without_a_final_message_is_an_error() -> None:
         name = "truncated"
 
         async def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
-            yield TextDelta(text="half")
+            yield TextPartDelta(text="half")
 
     with pytest.raises(ProviderError, match="without a final message"):
         await complete(Truncated(), request())

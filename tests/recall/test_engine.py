@@ -13,7 +13,7 @@ from tether.errors import InvalidInput
 from tether.messages import Entry, Message, Revert, TextPart
 from tether.recall import Tuning, periods, recall
 from tether.store import Store
-from tether.store.base import SessionInfo
+from tether.store.records import SessionInfo
 
 
 async def chat(store: Store, turns: list[tuple[str, str]], directory: str = "/w", **kw: object) -> str:

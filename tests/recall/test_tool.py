@@ -8,9 +8,10 @@ from pathlib import Path
 
 from tether.messages import Message, ToolCallPart
 from tether.providers.scripted import ScriptedProvider
-from tether.recall.tool import Answerer, SessionRecallTool
+from tether.recall.tool import SessionRecallTool
+from tether.runtime.toolset import default_registry, rlm_answerer
 from tether.store import Store
-from tether.tools.base import ToolContext, ToolRegistry, default_registry
+from tether.tools.base import ToolContext, ToolRegistry
 from tether.tools.runner import run_tool_call
 
 
@@ -91,7 +92,7 @@ async def test_answer_mode_reads_the_evidence_with_rlm(store: Store, tmp_path: P
         seen.append(request.messages[0].text if request.messages else "")
         return "FINAL(Run `make check` [1])"
 
-    tool = SessionRecallTool(Answerer(ScriptedProvider(respond), "scripted"))
+    tool = SessionRecallTool(rlm_answerer(ScriptedProvider(respond), "scripted"))
     result = await call(ctx, ToolRegistry([tool]), query="how to run the tests", mode="answer")
     assert not result.is_error, result.content
     assert result.content == "Run `make check` [1]"

@@ -33,7 +33,7 @@ from tether.messages import (
     Usage,
 )
 from tether.store import UNSET, SessionInfo, Store, active_entries, active_tail
-from tether.store.base import artifact_id
+from tether.store.bookkeeping import artifact_id
 
 
 def priced(text: str, *, tokens_in: int = 0, tokens_out: int = 0, cost: str | None = None) -> Message:

@@ -22,7 +22,8 @@ import pytest
 from tether.errors import CorruptEntry
 from tether.messages import Message
 from tether.store import SqliteStore
-from tether.store.base import SessionInfo, title_candidate
+from tether.store.bookkeeping import title_candidate
+from tether.store.records import SessionInfo
 
 WORKERS = Path(__file__).with_name("workers.py")
 KILLS = 24

@@ -15,8 +15,9 @@ import pytest
 from tether.errors import CorruptEntry, InvalidInput, SeqConflict, StoreBusy, StoreError
 from tether.ids import new_session_id
 from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart, Usage
-from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store, tether_home
-from tether.store.base import Durability
+from tether.paths import tether_home
+from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store
+from tether.store.records import Durability
 
 
 def texts(entries: list[Entry]) -> list[str]:
@@ -326,8 +327,8 @@ async def test_open_store_memory() -> None:
     ("url", "match"),
     [
         ("mysql://host/db", "unknown store URL scheme"),
-        ("postgresql://user@host/db", "PostgreSQL is not supported yet"),
-        ("postgres://host/db", "PostgreSQL is not supported yet"),
+        ("postgresql://user@host/db", r"postgresql backend is not part of this version.*tether\[postgres\]"),
+        ("postgres://host/db", r"tether\[postgres\]"),
         ("sqlite://host/path.db", "sqlite:///path"),
         ("sqlite:///", "no file path"),
         ("sqlite:", "no file path"),

@@ -16,7 +16,7 @@ from decimal import Decimal
 from tether.errors import InvalidInput, SeqConflict
 from tether.messages import EntryBody, Marker, Message, TextPart, Usage
 from tether.store import SqliteStore
-from tether.store.base import Durability
+from tether.store.records import Durability
 
 
 def emit(line: str) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from tether.messages import ToolCallPart, ToolResultPart
 from tether.store import SqliteStore
-from tether.tools import ToolContext, ToolRegistry, default_registry, run_tool_call
+from tether.tools import ToolContext, ToolRegistry, run_tool_call
+from tether.tools.builtin import builtin_registry
 
 Call = Callable[..., Awaitable[ToolResultPart]]
 
@@ -30,7 +31,7 @@ def ctx(workspace: Path, sqlite_store: SqliteStore) -> ToolContext:
 
 @pytest.fixture
 def registry() -> ToolRegistry:
-    return default_registry()
+    return builtin_registry()
 
 
 @pytest.fixture

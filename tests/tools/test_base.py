@@ -15,29 +15,29 @@ from tether.tools import (
     ToolContext,
     ToolLimits,
     ToolOutput,
-    default_registry,
     function_tool,
     validate_arguments,
 )
+from tether.tools.builtin import builtin_registry
 
-BUILTINS = ["read", "write", "edit", "bash", "glob", "grep", "list", "question", "session_recall"]
+BUILTINS = ["read", "write", "edit", "bash", "glob", "grep", "list", "question"]
 
 
 # --- registry ----------------------------------------------------------------------------------------------
 
 
-def test_default_registry_holds_the_builtins_with_their_flags() -> None:
-    reg = default_registry()
+def test_builtin_registry_holds_the_builtins_with_their_flags() -> None:
+    reg = builtin_registry()
     assert reg.names() == BUILTINS
     for tool in reg:
         assert isinstance(tool, Tool)
         assert tool.bulk is False  # none of the built-ins produce data for RLM
-    assert {t.name for t in reg if t.read_only} == {"read", "glob", "grep", "list", "session_recall"}
+    assert {t.name for t in reg if t.read_only} == {"read", "glob", "grep", "list"}
     assert reg.is_read_only("grep") and not reg.is_read_only("bash") and not reg.is_read_only("nope")
 
 
 def test_specs_are_tool_specs_with_object_schemas() -> None:
-    specs = default_registry().specs()
+    specs = builtin_registry().specs()
     assert [s.name for s in specs] == BUILTINS
     for spec in specs:
         assert isinstance(spec, ToolSpec)
@@ -47,14 +47,14 @@ def test_specs_are_tool_specs_with_object_schemas() -> None:
 
 
 def test_registries_are_independent() -> None:
-    a, b = default_registry(), default_registry()
+    a, b = builtin_registry(), builtin_registry()
     a.unregister("bash")
     assert "bash" not in a and "bash" in b
     assert a.get("bash") is None
 
 
 def test_register_refuses_duplicates_bad_names_and_bad_schemas() -> None:
-    reg = default_registry()
+    reg = builtin_registry()
     read = reg.get("read")
     assert read is not None
     with pytest.raises(InvalidInput, match="already registered"):
@@ -71,7 +71,7 @@ def test_register_refuses_duplicates_bad_names_and_bad_schemas() -> None:
 
 
 def test_subset_keeps_order_and_refuses_unknown_names() -> None:
-    reg = default_registry()
+    reg = builtin_registry()
     assert reg.subset(["grep", "read"]).names() == ["grep", "read"]
     with pytest.raises(InvalidInput, match="unknown tools"):
         reg.subset(["read", "fly"])
@@ -193,7 +193,7 @@ async def test_function_tool_runs_plain_functions_and_takes_overrides(tmp_path: 
     assert tool.parameters["required"] == ["text"]
     ctx = ToolContext(workspace=tmp_path, session_id="s", store=MemoryStore())
     assert (await tool.run({"text": "hi", "times": 2}, ctx)).content == "HIHI"
-    assert isinstance(default_registry().register(tool), FunctionTool)
+    assert isinstance(builtin_registry().register(tool), FunctionTool)
 
 
 def test_function_tool_refuses_what_it_cannot_describe() -> None:

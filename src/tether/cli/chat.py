@@ -12,9 +12,11 @@ import click
 from rich.console import Console
 
 from ..events import Done
-from ..session import canonical_directory
-from .common import cli_state
-from .run import TerminalRenderer, run_events, terminal_ask
+from ..paths import canonical_directory
+from ..runtime.launch import RunRequest
+from .render import TerminalRenderer, terminal_ask
+from .run import launched_events
+from .state import cli_state
 
 HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
 Ctrl-C cancels the answer in progress; Ctrl-D or /exit quits; /session shows the session id."""
@@ -76,19 +78,18 @@ def chat(
         renderer = TerminalRenderer(out, err)
         current = session_id
         try:
-            async for event in run_events(
-                store,
+            request = RunRequest(
                 text,
-                session_ref=current,
-                cont=cont and first and current is None,
-                model_spec=model_spec,
+                session=current,
+                continue_last=cont and first and current is None,
+                model=model_spec,
                 max_steps=max_steps,
                 directory=workspace,
-                system_prompt=None,
-                notice=lambda msg: err.print(f"[dim]{msg}[/dim]") if first else None,
-                ask=terminal_ask(err),
                 tools=tools,
-            ):
+                ask=terminal_ask(err),
+            )
+            notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
+            async for event in launched_events(store, request, notice):
                 current = event.session_id or current
                 renderer.handle(event)
                 if isinstance(event, Done):

@@ -12,8 +12,9 @@ from ..context import CompactionEvent, CompactionResult, CompactionStarted, Cont
 from ..context.compaction import undo_compaction
 from ..errors import ConfigError
 from ..messages import Entry, Revert, to_builtins
+from ..runtime.configuration import context_settings, load_config
 from ..store import Store
-from .common import console, echo_json, resolve_session, wants_json, with_store
+from .common import console, echo_json, find_session, wants_json, with_store
 from .context import model_limits
 
 
@@ -55,13 +56,14 @@ def compact(
             out.print(f"compacting {event.session_id} ({event.tokens_before:,} tokens) {how}...")
 
     async def run_undo(store: Store) -> Entry:
-        info = await resolve_session(store, session_ref)
+        info = await find_session(store, session_ref)
         return await undo_compaction(store, info.id)
 
     async def run_compact(store: Store) -> CompactionResult:
-        info = await resolve_session(store, session_ref)
-        engine = ContextEngine(store)
-        settings = await engine.settings_for(info.id)
+        info = await find_session(store, session_ref)
+        config = load_config()
+        engine = ContextEngine(store, settings=context_settings(config))
+        settings = await engine.settings_for(info.id, info=info)
         if keep_tokens is not None:
             settings = msgspec.structs.replace(settings, keep_recent_tokens=keep_tokens)
         model_id, window, max_output = model_limits(model_spec or settings.compaction_model, info)
@@ -72,7 +74,7 @@ def compact(
             from ..providers.registry import resolve_provider
 
             try:
-                resolved = resolve_provider(model_id)
+                resolved = resolve_provider(model_id, config=config)
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (or compact without a model: --mechanical)") from exc
             provider, model = resolved.provider, resolved.model

@@ -12,9 +12,10 @@ import click
 from ..context import Budget, ContextEngine, ContextSettings, DerivedContext, compute_budget, pin
 from ..context.tokens import count_message, get_counter
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, to_builtins
+from ..runtime.configuration import context_settings, load_config
 from ..store import Store
-from ..store.base import SessionInfo
-from .common import console, echo_json, human_count, resolve_session, wants_json, with_store
+from ..store.records import SessionInfo
+from .common import console, echo_json, find_session, human_count, wants_json, with_store
 
 
 @dataclass
@@ -30,7 +31,6 @@ class ContextView:
 def model_limits(spec: str | None, info: SessionInfo) -> tuple[str, int, int]:
     """``(provider/model, context window, max output)`` for `spec`, else the session's model, else the
     default one, from the catalog (no provider is built, so no key is needed)."""
-    from ..config import load_config
     from ..providers.catalog import Catalog
     from ..providers.registry import choose_model
 
@@ -43,15 +43,15 @@ def model_limits(spec: str | None, info: SessionInfo) -> tuple[str, int, int]:
 
 def session_tools() -> list[Any]:
     """The tool definitions a run sends by default (they count against the budget)."""
-    from ..tools.base import default_registry
+    from ..runtime.toolset import default_registry
 
     return list(default_registry().specs())
 
 
 async def build_view(store: Store, ref: str, model_spec: str | None) -> ContextView:
-    info = await resolve_session(store, ref)
-    engine = ContextEngine(store)
-    settings = await engine.settings_for(info.id)
+    info = await find_session(store, ref)
+    engine = ContextEngine(store, settings=context_settings(load_config()))  # the settings a run would have
+    settings = await engine.settings_for(info.id, info=info)
     model, window, max_output = model_limits(model_spec, info)
     budget = compute_budget(window, max_output, settings)
     counter = get_counter(model=model)
@@ -183,7 +183,7 @@ def context(
 
     async def main(store: Store) -> ContextView:
         if pin_seq is not None or unpin_seq is not None:
-            info = await resolve_session(store, session_ref)
+            info = await find_session(store, session_ref)
             if pin_seq is not None:
                 await pin(store, info.id, pin_seq)
             if unpin_seq is not None:

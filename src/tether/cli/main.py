@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from ..errors import TetherError
-from .common import CliState
+from .state import CliError, CliState
 
 COMMANDS: list[tuple[str, str, str]] = [
     # name       "module:attribute" of a click command    summary shown by `tether --help` without importing it
@@ -27,15 +27,6 @@ COMMANDS: list[tuple[str, str, str]] = [
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 
 _LAZY = {name: (target, summary) for name, target, summary in COMMANDS}
-
-
-class CliError(click.ClickException):
-    """A `TetherError` on its way out: printed as one line, no traceback."""
-
-    exit_code = 1
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 class TetherGroup(click.Group):

@@ -39,9 +39,9 @@ def models(only: str | None, json_flag: bool) -> None:
     deepseek, groq, moonshot, zai; with none, the embedded local model. Set TETHER_MODEL or pass --model
     to choose another.
     """
-    from ..config import load_config
     from ..providers.catalog import Catalog
     from ..providers.registry import KEY_ENVS, choose_model, has_key, provider_names
+    from ..runtime.configuration import load_config
 
     config = load_config()
     catalog = Catalog.from_config(config)

@@ -11,13 +11,13 @@ from typing import Any
 import click
 
 from ..errors import InvalidInput
+from ..paths import canonical_directory
 from ..recall import RecallResult, recall
 from ..recall.backfill import backfill
 from ..recall.render import when
-from ..session import canonical_directory
 from ..store import Store
-from ..store.base import SEARCH_ROLES, BackfillProgress
-from .common import console, echo_json, resolve_session, wants_json, with_store
+from ..store.records import SEARCH_ROLES, BackfillProgress
+from .common import console, echo_json, find_session, wants_json, with_store
 
 
 def _timestamp(value: str | None, option: str) -> float | None:
@@ -88,7 +88,7 @@ def recall_command(
                 click.echo("", err=True)
             if not query:
                 return done
-        session_id = (await resolve_session(store, session_ref)).id if session_ref else None
+        session_id = (await find_session(store, session_ref)).id if session_ref else None
         index = None
         if semantic:
             from ..recall.embeddings import SemanticIndex, load_embedder

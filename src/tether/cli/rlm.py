@@ -11,33 +11,12 @@ import click
 
 from ..rlm import RlmEvent, RlmLimits, RlmProgress, RlmResult, rlm_answer
 from .common import echo_json, wants_json
-from .run import format_cost
+from .render import format_cost, rlm_progress_line
 
 LOCAL_NO_CODE = (
     "The embedded local model is too small to write REPL code: answering with map-reduce over the file's "
     "chunks (--mode repl tries the REPL anyway)."
 )
-
-
-def _progress_line(event: RlmProgress) -> str | None:
-    tokens = f"{event.input_tokens:,} in / {event.output_tokens:,} out"
-    if event.stage == "started":
-        return f"rlm: {event.detail}"
-    if event.stage == "iteration":
-        return f"rlm: step {event.iteration} · {event.sub_calls} sub-calls · {tokens} · {event.elapsed_s:.1f} s"
-    if event.stage == "block":
-        return f"rlm:   running {event.detail}"
-    if event.stage == "sub_calls":
-        return f"rlm:   sub-model calls: {event.detail} ({event.sub_calls} in all)"
-    if event.stage == "repl_restart":
-        return f"rlm:   REPL restarted: {event.detail}"
-    if event.stage == "fallback":
-        return f"rlm: falling back to map-reduce: {event.detail}"
-    if event.stage == "map":
-        return f"rlm:   read part {event.done} of {event.total} · {tokens}"
-    if event.stage == "reduce":
-        return f"rlm:   combining notes · {tokens}"
-    return None
 
 
 def _summary(result: RlmResult) -> str:
@@ -89,10 +68,11 @@ def rlm(
     quiet: bool,
 ) -> None:
     """Answer QUESTION about FILE (or - for stdin), however large it is."""
-    from ..providers import resolve_provider
+    from ..providers.registry import resolve_provider
+    from ..runtime.configuration import load_config
 
     text = file.read()
-    resolved = resolve_provider(model_spec)
+    resolved = resolve_provider(model_spec, config=load_config())
     use_repl = mode == "repl" or (mode == "auto" and resolved.provider.name != "local")
     if mode == "auto" and not use_repl and not quiet:
         click.echo(LOCAL_NO_CODE, err=True)
@@ -106,7 +86,7 @@ def rlm(
     )
 
     def show(event: RlmEvent) -> None:
-        if not quiet and isinstance(event, RlmProgress) and (line := _progress_line(event)) is not None:
+        if not quiet and isinstance(event, RlmProgress) and (line := rlm_progress_line(event)) is not None:
             click.echo(line, err=True)
 
     result = asyncio.run(

@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import click
 
+from ..importers.tether_json import export_json, import_file, import_json, parse_export, session_record
 from ..messages import (
     Checkpoint,
     Compaction,
@@ -29,24 +30,12 @@ from ..messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..session import canonical_directory
+from ..paths import canonical_directory
 from ..store import UNSET, Store
-from ..store.base import SessionInfo
-from ..transfer import (
-    attachment_label,
-    call_signature,
-    export_json,
-    export_markdown,
-    hidden_spans,
-    import_file,
-    import_json,
-    is_hidden,
-    parse_export,
-    result_outcome,
-    session_record,
-    span_label,
-)
-from .common import MIN_REF, ago, console, echo_json, human_count, resolve_session, wants_json, with_store
+from ..store.records import RevertSpan, SessionInfo
+from ..store.reverts import effective_reverts, hidden_spans
+from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
+from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
 
 
 class SessionsGroup(click.Group):
@@ -159,13 +148,14 @@ def show(session_ref: str, raw: bool, json_flag: bool) -> None:
     """Show a session's transcript: messages, tool calls with their outcome, thinking collapsed, reverts."""
 
     async def run(store: Store) -> tuple[SessionInfo, list[Entry]]:
-        info = await resolve_session(store, session_ref)
+        info = await find_session(store, session_ref)
         entries = [e async for e in store.iter_entries(info.id) if e.seq <= info.entry_count]
         return info, entries
 
     info, entries = with_store(run)
-    spans = hidden_spans(((e.seq, e.body.to_seq) for e in entries if isinstance(e.body, Revert)), info.entry_count)
-    shown = [(e, is_hidden(e.seq, spans)) for e in entries]
+    spans = hidden_spans((e.seq, e.body.to_seq) for e in entries if isinstance(e.body, Revert))
+    effective = effective_reverts(spans)
+    shown = [(e, shown_as_hidden(e.seq, spans, effective)) for e in entries]
     if not raw:
         shown = [(e, hidden) for e, hidden in shown if not hidden]
     if wants_json(json_flag):
@@ -178,7 +168,7 @@ def show(session_ref: str, raw: bool, json_flag: bool) -> None:
     _print_transcript(info, shown, spans)
 
 
-def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans: list[tuple[int, int]]) -> None:
+def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans: list[RevertSpan]) -> None:
     from rich.text import Text
 
     out = console()
@@ -217,7 +207,7 @@ def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans:
 
 
 def _entry_lines(
-    entry: Entry, results: dict[str, ToolResultPart], calls: set[str], spans: list[tuple[int, int]]
+    entry: Entry, results: dict[str, ToolResultPart], calls: set[str], spans: list[RevertSpan]
 ) -> list[Any]:
     from rich.text import Text
 
@@ -253,8 +243,7 @@ def _entry_lines(
         return lines
     head = Text(f"#{entry.seq} ", style="dim")
     if isinstance(body, Revert):
-        span = next(((lo, hi) for lo, hi in spans if hi == entry.seq - 1), None)
-        hidden = f" ({span_label(*span)} hidden)" if span else ""
+        hidden = revert_note(entry.seq, spans)
         reason = f": {body.reason}" if body.reason else ""
         return [head.append(f"↶ reverted to #{body.to_seq}{hidden}{reason}", style="magenta")]
     if isinstance(body, TitleChange):
@@ -288,7 +277,7 @@ def rm(session_ref: str, yes: bool, json_flag: bool) -> None:
     """Delete a session and its child (sub-agent) sessions. Forks of it are kept: they are copies."""
 
     async def run(store: Store) -> list[str]:
-        info = await resolve_session(store, session_ref)
+        info = await find_session(store, session_ref)
         if not yes:
             children = await _count_descendants(store, info.id)
             with_children = f" and its {children} child session{'s' * (children != 1)}" if children else ""
@@ -331,7 +320,7 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
     """Copy a session's journal, up to an entry, into a new independent session."""
 
     async def run(store: Store) -> SessionInfo:
-        info = await resolve_session(store, session_ref)
+        info = await find_session(store, session_ref)
         return await store.fork(info.id, at_seq, title=title)
 
     new = with_store(run)
@@ -355,7 +344,7 @@ def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
     A file given with -o appears whole or not at all: it is written aside and renamed into place."""
 
     async def run(store: Store) -> SessionInfo:
-        info = await resolve_session(store, session_ref)
+        info = await find_session(store, session_ref)
         with _destination(output, binary=fmt == "json") as out:
             if fmt == "json":
                 return await export_json(store, info.id, out)

@@ -14,10 +14,11 @@ from typing import Any, Literal
 import msgspec
 
 from ..errors import InvalidInput, NotFound, SeqConflict, TetherError
-from ..events import CompactionCompleted, CompactionFailed, CompactionStarted
+from ..events import CompactionCompleted, CompactionFailed, CompactionStarted, durable_events
 from ..messages import (
     Compaction,
     Entry,
+    EntryBody,
     FilePart,
     ImagePart,
     Marker,
@@ -30,7 +31,7 @@ from ..messages import (
     Usage,
 )
 from ..providers.base import ModelRequest, Provider, complete
-from ..store.base import Store
+from ..store.protocols import Store
 from .budget import Budget, ContextSettings
 from .derive import (
     PIN_MARKER,
@@ -66,6 +67,9 @@ STATE_KEY = "state"
 # The run's own event types (layer 1): what a compaction reports reaches `tether run` and the server as is.
 CompactionEvent = CompactionStarted | CompactionCompleted | CompactionFailed
 EventSink = Callable[[CompactionEvent], Awaitable[None] | None]
+Appender = Callable[[Sequence[EntryBody], int], Awaitable[list[Entry]]]
+"""How a compaction's entry is journaled: ``append(bodies, expect_seq)``. The runtime passes its run's one
+append path; without one, the store's own append is used."""
 
 
 class CompactionResult(msgspec.Struct, kw_only=True):
@@ -436,6 +440,7 @@ async def compact_session(
     keep_recent_tokens: int | None = None,
     summarizer_input_limit: int | None = None,
     timeout: float | None = 300.0,
+    append: Appender | None = None,
 ) -> CompactionResult:
     """Compact a session now and append the `Compaction` entry.
 
@@ -443,7 +448,8 @@ async def compact_session(
     summary takes less than 5% off the context, the summary is written mechanically. A compaction that
     cannot take 5% off even mechanically appends nothing and fails (so a caller never compacts in a loop).
     The append states the seq it expects: a session that moved on meanwhile fails the compaction rather
-    than cut at a stale place. Never raises for a failed compaction: see `CompactionResult.error`.
+    than cut at a stale place. Never raises for a failed compaction: see `CompactionResult.error`. The
+    `CompactionCompleted` it emits is the entry's durable event (`tether.events.durable_events`), numbered.
     """
     settings = settings or ContextSettings()
     counter = counter or get_counter(model=model)
@@ -598,24 +604,16 @@ async def compact_session(
             body.metadata["fallback"] = fallback
     body = msgspec.structs.replace(body, tokens_after=result.tokens_after)
     try:
-        (entry,) = await store.append(session_id, [body], expect_seq=next_seq)
+        if append is not None:
+            (entry,) = await append([body], next_seq)
+        else:
+            (entry,) = await store.append(session_id, [body], expect_seq=next_seq)
     except SeqConflict:
         return await fail("the session moved on while it was being compacted; nothing appended")
     result.entry = entry
-    assert result.strategy is not None
-    await _emit(
-        emit,
-        CompactionCompleted(
-            session_id=session_id,
-            reason=reason,
-            strategy=result.strategy,
-            tokens_before=result.tokens_before,
-            tokens_after=result.tokens_after,
-            seq=entry.seq,
-            first_kept_seq=plan.first_kept_seq,
-            fallback=result.fallback,
-        ),
-    )
+    for event in durable_events(entry, session_id):
+        if isinstance(event, CompactionCompleted):
+            await _emit(emit, event)
     return result
 
 

@@ -1,6 +1,7 @@
-"""`ContextEngine`: what the agent loop calls at each step. It derives the context from a bounded,
-incrementally read history; compacts before a step when the estimate passes the threshold, once when a
-provider reports an overflow, and on request; and honours ``auto_compact = false`` on every automatic path."""
+"""`ContextEngine`: what the agent loop calls at each step. It derives the context from a bounded history,
+read once and then kept current by what the run appends (`observe`), so a steady step reads nothing; it
+compacts before a step when the estimate passes the threshold, once when a provider reports an overflow,
+and on request; and it honours ``auto_compact = false`` on every automatic path."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Protocol
 from ..errors import ContextOverflow
 from ..messages import Compaction, Entry, Revert, ToolSpec
 from ..providers.base import Provider
-from ..store.base import Store
+from ..store.protocols import Store
+from ..store.records import SessionInfo
 from .budget import (
     DEFAULT_COMPACT_THRESHOLD,
     Budget,
@@ -21,7 +23,7 @@ from .budget import (
     resolve_settings,
     settings_from_metadata,
 )
-from .compaction import CompactionReason, CompactionResult, EventSink, compact_session
+from .compaction import Appender, CompactionReason, CompactionResult, EventSink, compact_session
 from .derive import ContextPolicy, DerivedContext, derive_context
 from .history import load_context_history
 from .tokens import TokenCache, TokenCounter, default_cache, get_counter
@@ -67,9 +69,12 @@ class ContextEngine:
 
     # --- settings and budget ---------------------------------------------------------------------
 
-    async def settings_for(self, session_id: str, model_settings: ContextSettings | None = None) -> ContextSettings:
-        """The settings in force for a session: its metadata, over the model's, over the config's."""
-        info = await self.store.get_session(session_id)
+    async def settings_for(
+        self, session_id: str, model_settings: ContextSettings | None = None, *, info: SessionInfo | None = None
+    ) -> ContextSettings:
+        """The settings in force for a session: its metadata, over the model's, over the config's. `info` is
+        the session's row when the caller has it."""
+        info = info or await self.store.get_session(session_id)
         return resolve_settings(settings_from_metadata(info.metadata), model_settings, self.settings)
 
     @staticmethod
@@ -81,29 +86,49 @@ class ContextEngine:
 
     # --- history and derivation ------------------------------------------------------------------
 
-    async def history(self, session_id: str) -> list[Entry]:
-        """The entries derivation needs (see `load_context_history`), reading only what was appended since
-        the last call; a new revert makes it read the tail again, a new compaction trims what is kept."""
-        info = await self.store.get_session(session_id)
+    async def history(self, session_id: str, *, last_seq: int | None = None) -> list[Entry]:
+        """The entries derivation needs (see `load_context_history`). Read once; then only what was appended
+        since and not already `observe`d is read. `last_seq` is the session's entry count when the caller
+        knows it (the run does), which saves reading the row: a steady step then reads nothing at all."""
+        if last_seq is None:
+            last_seq = (await self.store.get_session(session_id)).entry_count
         loaded = self._loaded.get(session_id)
-        if loaded is None or info.entry_count < loaded.last_seq:
-            return await self._reload(session_id, info.entry_count)
-        if info.entry_count > loaded.last_seq:
-            new = await self.store.read(session_id, loaded.last_seq + 1, info.entry_count)
-            if any(isinstance(e.body, Revert) for e in new) or len(new) != info.entry_count - loaded.last_seq:
-                return await self._reload(session_id, info.entry_count)
-            loaded.entries.extend(new)
-            loaded.last_seq = info.entry_count
-            for entry in reversed(new):
-                if isinstance(entry.body, Compaction):
-                    first = min(entry.body.first_kept_seq, entry.seq)
-                    start = bisect.bisect_left(loaded.entries, first, key=lambda e: e.seq)
-                    del loaded.entries[:start]
-                    break
+        if loaded is None or last_seq < loaded.last_seq:
+            return await self._reload(session_id, last_seq)
+        if last_seq > loaded.last_seq:
+            new = await self.store.read(session_id, loaded.last_seq + 1, last_seq)
+            if len(new) != last_seq - loaded.last_seq or not self._extend(loaded, new):
+                return await self._reload(session_id, last_seq)
         return loaded.entries
 
+    def observe(self, session_id: str, entries: Sequence[Entry]) -> None:
+        """Entries just appended to the session by whoever holds this engine: kept, so the next `history`
+        need not read them back. Anything that does not simply continue what is held (a gap, a revert)
+        drops the session's cache instead; the next `history` reads again."""
+        loaded = self._loaded.get(session_id)
+        if loaded is None or not entries:
+            return
+        if entries[0].seq != loaded.last_seq + 1 or not self._extend(loaded, entries):
+            del self._loaded[session_id]
+
+    @staticmethod
+    def _extend(loaded: _Loaded, new: Sequence[Entry]) -> bool:
+        """Add `new` (the entries right after `loaded`) and trim to the latest compaction's kept start; False
+        when a revert is among them (what is active must then be read again)."""
+        if any(isinstance(e.body, Revert) for e in new):
+            return False
+        loaded.entries.extend(new)
+        loaded.last_seq = new[-1].seq
+        for entry in reversed(new):
+            if isinstance(entry.body, Compaction):
+                first = min(entry.body.first_kept_seq, entry.seq)
+                start = bisect.bisect_left(loaded.entries, first, key=lambda e: e.seq)
+                del loaded.entries[:start]
+                break
+        return True
+
     async def _reload(self, session_id: str, last_seq: int) -> list[Entry]:
-        entries = await load_context_history(self.store, session_id)
+        entries = await load_context_history(self.store, session_id, last_seq=last_seq)
         self._loaded[session_id] = _Loaded(last_seq, entries)
         return entries
 
@@ -116,6 +141,7 @@ class ContextEngine:
         tools: Sequence[ToolSpec] = (),
         model: str | None = None,
         settings: ContextSettings | None = None,
+        last_seq: int | None = None,
     ) -> DerivedContext:
         """The context of the session's next step, fitted to `budget.usable`."""
         settings = settings or await self.settings_for(session_id)
@@ -125,7 +151,7 @@ class ContextEngine:
             prune_tool_outputs=settings.prune_tool_outputs is not False,
         )
         return derive_context(
-            await self.history(session_id),
+            await self.history(session_id, last_seq=last_seq),
             policy,
             session_id=session_id,
             system=system,
@@ -149,6 +175,7 @@ class ContextEngine:
         tools: Sequence[ToolSpec],
         emit: EventSink | None,
         summarizer_input_limit: int | None = None,
+        append: Appender | None = None,
     ) -> CompactionResult:
         return await compact_session(
             self.store,
@@ -164,6 +191,7 @@ class ContextEngine:
             cache=self.cache,
             emit=emit,
             summarizer_input_limit=summarizer_input_limit,
+            append=append,
         )
 
     async def before_step(
@@ -179,19 +207,24 @@ class ContextEngine:
         emit: EventSink | None = None,
         settings: ContextSettings | None = None,
         summarizer_input_limit: int | None = None,
+        last_seq: int | None = None,
+        append: Appender | None = None,
     ) -> CompactionResult | None:
         """Compact if `derived` passed the threshold (default 90% of the usable budget) and automatic
         compaction is on. None when nothing was tried. A failed attempt is not retried until the session
         has grown: the caller goes on with the fitted context. `provider`/`model` write the summary;
-        `summarizer_input_limit` is what that model takes in one call (default: `budget.usable`)."""
+        `summarizer_input_limit` is what that model takes in one call (default: `budget.usable`). `last_seq`
+        is the session's entry count when the caller knows it; `append` journals the compaction (see
+        `compact_session`)."""
         settings = settings or await self.settings_for(session_id)
         if settings.auto_compact is False:
             return None
         share = settings.compact_threshold or DEFAULT_COMPACT_THRESHOLD
         if max(derived.estimate.tokens, derived.needed_tokens) < budget.threshold(share):
             return None
-        info = await self.store.get_session(session_id)
-        if self._auto_failed_at.get(session_id) == info.entry_count:
+        if last_seq is None:
+            last_seq = (await self.store.get_session(session_id)).entry_count
+        if self._auto_failed_at.get(session_id) == last_seq:
             return None
         result = await self._compact(
             session_id,
@@ -204,9 +237,10 @@ class ContextEngine:
             tools=tools,
             emit=emit,
             summarizer_input_limit=summarizer_input_limit,
+            append=append,
         )
         if not result.ok:
-            self._auto_failed_at[session_id] = info.entry_count
+            self._auto_failed_at[session_id] = last_seq
         return result
 
     async def on_overflow(
@@ -222,6 +256,8 @@ class ContextEngine:
         emit: EventSink | None = None,
         settings: ContextSettings | None = None,
         summarizer_input_limit: int | None = None,
+        last_seq: int | None = None,
+        append: Appender | None = None,
     ) -> CompactionResult:
         """React to a provider's `ContextOverflow`: compact once, then the caller re-derives and retries.
         Raises `error` again when automatic compaction is off, when the session already compacted for an
@@ -229,8 +265,9 @@ class ContextEngine:
         settings = settings or await self.settings_for(session_id)
         if settings.auto_compact is False:
             raise error
-        info = await self.store.get_session(session_id)
-        if self._overflow_at.get(session_id) == info.entry_count:
+        if last_seq is None:
+            last_seq = (await self.store.get_session(session_id)).entry_count
+        if self._overflow_at.get(session_id) == last_seq:
             raise error
         result = await self._compact(
             session_id,
@@ -243,9 +280,10 @@ class ContextEngine:
             tools=tools,
             emit=emit,
             summarizer_input_limit=summarizer_input_limit,
+            append=append,
         )
         if result.entry is None:
-            self._overflow_at[session_id] = info.entry_count
+            self._overflow_at[session_id] = last_seq
             raise error
         self._overflow_at[session_id] = result.entry.seq
         return result
@@ -261,6 +299,7 @@ class ContextEngine:
         tools: Sequence[ToolSpec] = (),
         emit: EventSink | None = None,
         settings: ContextSettings | None = None,
+        append: Appender | None = None,
     ) -> CompactionResult:
         """Compact now because a person asked (``tether compact``): runs whatever ``auto_compact`` says."""
         settings = settings or await self.settings_for(session_id)
@@ -274,4 +313,5 @@ class ContextEngine:
             system=system,
             tools=tools,
             emit=emit,
+            append=append,
         )

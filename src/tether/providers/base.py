@@ -54,27 +54,27 @@ class _Event(msgspec.Struct, tag_field="kind", kw_only=True):
     pass
 
 
-class TextDelta(_Event, tag="text_delta"):
+class TextPartDelta(_Event, tag="text_part_delta"):
     text: str
 
 
-class ThinkingDelta(_Event, tag="thinking_delta"):
+class ThinkingPartDelta(_Event, tag="thinking_part_delta"):
     text: str
 
 
-class ToolCallStarted(_Event, tag="tool_call_started"):
+class ToolCallPartStart(_Event, tag="tool_call_part_start"):
     id: str
     name: str
 
 
-class ToolCallDelta(_Event, tag="tool_call_delta"):
+class ToolCallPartDelta(_Event, tag="tool_call_part_delta"):
     """A piece of a tool call's argument JSON as it streams; not every provider sends these."""
 
     id: str
     arguments_delta: str
 
 
-class ToolCallReady(_Event, tag="tool_call_ready"):
+class ToolCallPartReady(_Event, tag="tool_call_part_ready"):
     """A tool call whose arguments are complete (and parsed, or kept raw when they were not JSON)."""
 
     part: ToolCallPart
@@ -95,7 +95,7 @@ class StreamDone(_Event, tag="done"):
     finish_reason: FinishReason
 
 
-StreamEvent = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallDelta | ToolCallReady | UsageUpdate | StreamDone
+StreamEvent = TextPartDelta | ThinkingPartDelta | ToolCallPartStart | ToolCallPartDelta | ToolCallPartReady | UsageUpdate | StreamDone
 EventStream = AsyncGenerator[StreamEvent, None]
 """What `Provider.stream` returns: an async generator, so that callers can ``aclose()`` it."""
 
@@ -168,7 +168,7 @@ class ResponseBuilder:
         self._calls: dict[Any, _PendingCall] = {}
         self._call_slots: dict[Any, int] = {}
 
-    def text(self, delta: str) -> TextDelta | None:
+    def text(self, delta: str) -> TextPartDelta | None:
         if not delta:
             return None
         last = self.parts[-1] if self.parts else None
@@ -176,9 +176,9 @@ class ResponseBuilder:
             last.text += delta
         else:
             self.parts.append(TextPart(text=delta))
-        return TextDelta(text=delta)
+        return TextPartDelta(text=delta)
 
-    def thinking(self, delta: str) -> ThinkingDelta | None:
+    def thinking(self, delta: str) -> ThinkingPartDelta | None:
         """Extend the open thinking part, or start one when the last part is not an open thinking part."""
         if not delta:
             return None
@@ -187,7 +187,7 @@ class ResponseBuilder:
             last.text += delta
         else:
             self.parts.append(ThinkingPart(text=delta, provider=self.provider))
-        return ThinkingDelta(text=delta)
+        return ThinkingPartDelta(text=delta)
 
     def start_thinking(self) -> None:
         """Begin a new thinking part even if one is open (a provider that sends thinking in blocks)."""
@@ -204,22 +204,22 @@ class ResponseBuilder:
     def redacted_thinking(self, data: str) -> None:
         self.parts.append(ThinkingPart(redacted=data, provider=self.provider))
 
-    def start_call(self, key: Any, id: str, name: str) -> ToolCallStarted:
+    def start_call(self, key: Any, id: str, name: str) -> ToolCallPartStart:
         self._calls[key] = _PendingCall(id, name)
         # Reserve the call's place now so parts stay in the order the model produced them.
         self._call_slots[key] = len(self.parts)
         self.parts.append(ToolCallPart(id=id, name=name))
-        return ToolCallStarted(id=id, name=name)
+        return ToolCallPartStart(id=id, name=name)
 
     def has_call(self, key: Any) -> bool:
         return key in self._calls
 
-    def call_arguments(self, key: Any, delta: str) -> ToolCallDelta | None:
+    def call_arguments(self, key: Any, delta: str) -> ToolCallPartDelta | None:
         call = self._calls[key]
         if not delta:
             return None
         call.args.append(delta)
-        return ToolCallDelta(id=call.id, arguments_delta=delta)
+        return ToolCallPartDelta(id=call.id, arguments_delta=delta)
 
     def rename_call(self, key: Any, *, id: str | None = None, name: str | None = None) -> None:
         """Some servers send the id or name of a call in pieces or late; keep the latest non-empty value."""
@@ -229,15 +229,15 @@ class ResponseBuilder:
         if name:
             call.name = name
 
-    def finish_call(self, key: Any) -> ToolCallReady | None:
+    def finish_call(self, key: Any) -> ToolCallPartReady | None:
         call = self._calls.pop(key, None)
         if call is None:
             return None
         part = ToolCallPart.from_raw(call.id, call.name, "".join(call.args))
         self.parts[self._call_slots.pop(key)] = part
-        return ToolCallReady(part=part)
+        return ToolCallPartReady(part=part)
 
-    def finish_all_calls(self) -> list[ToolCallReady]:
+    def finish_all_calls(self) -> list[ToolCallPartReady]:
         return [ready for key in list(self._calls) if (ready := self.finish_call(key)) is not None]
 
     @property

@@ -2,7 +2,8 @@
 turns ``"provider/model"`` (or a bare model id, or nothing) into a ready provider, model id and catalog entry.
 
 With no model named, the default is the first provider, in `PREFERENCE` order, whose key is set (environment
-or config), with that provider's default model; with no key anywhere, the embedded `local` model.
+or config), with that provider's default model; with no key anywhere, the embedded `local` model. The
+configuration is passed in (the runtime reads it); None stands for an empty one.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config, ProviderConfig, load_config
+from ..config import Config, ProviderConfig
 from ..errors import ConfigError
 from .base import Provider
 from .catalog import Catalog, ModelInfo, parse_model
+from .local import MODEL_ENV as LOCAL_MODEL_ENV
 from .openai import PROFILES
 from .retry import RetryPolicy
 
@@ -41,6 +43,10 @@ DEFAULT_MODELS: Mapping[str, str] = {
     "zai": "glm-4.6",
     "local": "smollm2-135m",
 }
+
+BASE_URL_ENVS: Mapping[str, str] = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+"""The SDKs' own variables for another endpoint (a gateway, a proxy, a local server), honoured for the
+providers of those names when config.toml sets no ``base_url``."""
 
 BUILTIN_KINDS: Mapping[str, str] = {"anthropic": "anthropic", "local": "local", **dict.fromkeys(PROFILES, "openai")}
 
@@ -74,7 +80,7 @@ def has_key(name: str, config: Config, env: Mapping[str, str] | None = None) -> 
 
 def make_provider(name: str, config: Config | None = None, catalog: Catalog | None = None) -> Provider:
     """Build provider `name` (a built-in or one declared in config) with its config applied."""
-    config = config if config is not None else load_config()
+    config = config if config is not None else Config()
     catalog = catalog or Catalog.from_config(config)
     settings = config.providers.get(name, ProviderConfig())
     kind = settings.kind or BUILTIN_KINDS.get(name)
@@ -83,7 +89,7 @@ def make_provider(name: str, config: Config | None = None, catalog: Catalog | No
     retry = RetryPolicy(max_attempts=settings.max_attempts) if settings.max_attempts else None
     # what both HTTP adapters take from a provider's settings
     http: dict[str, Any] = {
-        "base_url": settings.base_url,
+        "base_url": settings.base_url or (os.environ.get(BASE_URL_ENVS[name]) if name in BASE_URL_ENVS else None),
         "api_key": settings.api_key,
         "api_key_env": settings.api_key_env,
         "timeout": settings.timeout or 300.0,
@@ -130,7 +136,7 @@ def choose_model(
     """``(provider name, model id)`` for `spec`, without building anything. Order: `spec`, `TETHER_MODEL`,
     config ``default_model``, then the first keyed provider in `PREFERENCE`, then ``local``."""
     env = os.environ if env is None else env
-    config = config if config is not None else load_config()
+    config = config if config is not None else Config()
     catalog = catalog or Catalog.from_config(config)
     spec = spec or env.get(MODEL_ENV) or config.default_model
     names = provider_names(config)
@@ -141,6 +147,7 @@ def choose_model(
         return "local", _default_model("local", config)
     provider, model = parse_model(spec, names)
     if provider is not None:
+        check_local_model(provider, model, config, catalog, env)
         return provider, model
     if model in names:
         return model, _default_model(model, config)  # just a provider name: its default model
@@ -154,11 +161,27 @@ def choose_model(
     return (keyed[0] if keyed else candidates[0]), model
 
 
+def check_local_model(provider: str, model: str, config: Config, catalog: Catalog, env: Mapping[str, str]) -> None:
+    """The embedded provider runs the models it has: its catalog entries and those described in config, or
+    any name when a GGUF file is configured (`[local] model_path`, `TETHER_LOCAL_MODEL`). Anything else is a
+    `ConfigError` that says which there are, never a silent stand-in."""
+    settings = config.providers.get(provider, ProviderConfig())
+    if (settings.kind or BUILTIN_KINDS.get(provider)) != "local" or catalog.get(provider, model) is not None:
+        return
+    if config.local.model_path or env.get(LOCAL_MODEL_ENV):
+        return
+    known = [m.model for m in catalog if m.provider == provider]
+    raise ConfigError(
+        f"no local model {model!r}: the embedded models are {', '.join(known) or 'none'} "
+        f"(or point [local] model_path in config.toml, or {LOCAL_MODEL_ENV}, at a GGUF file)"
+    )
+
+
 def resolve_provider(model: str | None = None, *, config: Config | None = None) -> ResolvedModel:
     """A ready provider for `model` (``"anthropic/claude-sonnet-5-5"``, ``"gpt-5.5"``, ``"openai"``, or None
     for the default); see `choose_model` for the order. Raises `ConfigError` for an unknown model or a
     provider whose key is missing."""
-    config = config if config is not None else load_config()
+    config = config if config is not None else Config()
     catalog = Catalog.from_config(config)
     name, model_id = choose_model(model, config=config, catalog=catalog)
     provider = make_provider(name, config, catalog)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..store.base import BackfillProgress, Store
+from ..store.protocols import Store
+from ..store.records import BackfillProgress
 
 ProgressFn = Callable[[BackfillProgress, float], None]
 """Called after each batch with the progress and the seconds since the start."""

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import MissingExtra
-from ..store.base import Store
+from ..store.protocols import Store
 from ..store.searchtext import STOP_WORDS, indexed_text, stem, tokens
+from .candidate import Candidate
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from .engine import _Candidate
 
     Vectors = npt.NDArray[np.float32]
 
@@ -127,7 +127,7 @@ def default_threads() -> int:
 
 
 def _default_cache() -> Path:
-    from ..store import tether_home
+    from ..paths import tether_home
 
     return tether_home() / "models"
 
@@ -547,7 +547,7 @@ class SemanticIndex:
                         added += 1
         return SemanticQuery(vectors[0], expansions)
 
-    async def rerank(self, query: SemanticQuery, ranked: list[_Candidate], *, weight: float) -> list[_Candidate]:
+    async def rerank(self, query: SemanticQuery, ranked: list[Candidate], *, weight: float) -> list[Candidate]:
         """Add `weight` x cosine(query, turn) to the scores of the best `RERANK_DEPTH` candidates."""
         import numpy as np
 

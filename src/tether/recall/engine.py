@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..errors import InvalidInput
 from ..messages import Entry, Message
-from ..store.base import ContextLine, SearchHit, SessionInfo, Store, is_hidden
+from ..store.protocols import Store
+from ..store.records import ContextLine, RevertSpan, SearchHit, SessionInfo
+from ..store.reverts import is_hidden
 from ..store.searchtext import excerpt_of, indexed_text, query_terms, tokens
+from .candidate import Candidate
 from .query import Period, asks_when, content_words, periods, places_in_time, subject_of
 
 if TYPE_CHECKING:
@@ -80,15 +83,6 @@ class RecallResult(msgspec.Struct, kw_only=True):
     took_ms: float
     backlog: int = 0
     semantic: bool = False
-
-
-@dataclass
-class _Candidate:
-    session_id: str
-    seq: int
-    score: float = 0.0
-    hit: SearchHit | None = None
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 async def recall(
@@ -187,7 +181,7 @@ def _is_question(text: str) -> bool:
     return tail.endswith("?") or "?" in tail[-40:]
 
 
-def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[Period]) -> list[_Candidate]:
+def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[Period]) -> list[Candidate]:
     best = max(h.score for h in hits) or 1.0
     words = content_words(query)
     when = tuning.when if asks_when(query) else 0.0
@@ -218,12 +212,12 @@ def _rerank(hits: Sequence[SearchHit], query: str, tuning: Tuning, named: list[P
             if any(p.contains(h.created_at) for p in named):
                 scores[key] += tuning.period
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])
-    return [_Candidate(sid, seq, score, found.get((sid, seq))) for (sid, seq), score in ranked]
+    return [Candidate(sid, seq, score, found.get((sid, seq))) for (sid, seq), score in ranked]
 
 
 async def _materialize(
     store: Store,
-    ranked: list[_Candidate],
+    ranked: list[Candidate],
     query: str,
     *,
     limit: int,
@@ -236,7 +230,7 @@ async def _materialize(
     """The best `limit` candidates as hits with context. Neighbours that a match lifted were never checked
     against the filters by the store, so they are checked here; the entries are read once per session."""
     stems = [t for term in query_terms(query) for t in term.tokens]
-    spans: dict[str, list[tuple[int, int]]] = {}
+    spans: dict[str, list[RevertSpan]] = {}
     sessions: dict[str, SessionInfo] = {}
     windows: dict[str, dict[int, Entry]] = {}
     out: list[RecallHit] = []

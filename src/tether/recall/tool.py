@@ -1,17 +1,17 @@
 """The `session_recall` tool: the model finds what was said in this workspace's earlier sessions (or in
 this session before it was compacted away) without the user repeating it. ``evidence`` mode returns
-ranked excerpts and costs no model call; ``answer`` mode hands the evidence to RLM to answer the query.
-Failures come back as error results with a fault code: no_match, invalid_query, backend_error,
-answer_unavailable, answer_failed."""
+ranked excerpts and costs no model call; ``answer`` mode hands the evidence to an `Answerer` (the runtime
+gives one that reads it with RLM and the run's own model). Failures come back as error results with a
+fault code: no_match, invalid_query, backend_error, answer_unavailable, answer_failed."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import InvalidInput, ProviderError, SandboxError, StoreError, TetherError
-from ..providers.base import Provider
+from ..errors import InvalidInput, StoreError, TetherError
 from ..tools.base import ToolContext, ToolOutput
 from .engine import recall
 from .render import EVIDENCE_BUDGET, render_evidence, render_hit
@@ -23,11 +23,15 @@ ANSWER_EVIDENCE = 25
 
 
 @dataclass(frozen=True)
-class Answerer:
-    """The model that answer mode asks (through RLM). Without one, answer mode is unavailable."""
+class Answer:
+    """What an answerer says, and how it got there (kept in the tool result's metadata)."""
 
-    provider: Provider
-    model: str
+    text: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+Answerer = Callable[[str, str], Awaitable[Answer]]
+"""Answers a question (second argument) from the evidence (first). Without one, answer mode is unavailable."""
 
 
 def fault(code: str, message: str) -> ToolOutput:
@@ -106,17 +110,15 @@ class SessionRecallTool:
     async def _answer(self, query: str, hits: list[Any], metadata: dict[str, Any]) -> ToolOutput:
         if self.answerer is None:
             return fault("answer_unavailable", "answer mode needs a model and none is configured; use mode 'evidence'")
-        from ..rlm import rlm_answer  # RLM starts a sandbox: only loaded when asked
-
         evidence = "\n\n".join(render_hit(n, h) for n, h in enumerate(hits, 1))
         question = (
             f"{query}\n\nAnswer from these excerpts of earlier sessions only; cite the [n] of the excerpts "
             "you used, and say so if they do not hold the answer."
         )
         try:
-            answer = await rlm_answer(evidence, question, self.answerer.provider, model=self.answerer.model)
-        except (ProviderError, SandboxError, TetherError) as e:
+            answer = await self.answerer(evidence, question)
+        except TetherError as e:
             log.warning("session_recall answer mode failed", exc_info=True)
             return fault("answer_failed", f"could not answer from the evidence ({e}); use mode 'evidence'")
-        metadata["answer"] = {"fallback": answer.fallback, "sub_calls": answer.sub_calls}
-        return ToolOutput(answer.answer, metadata=metadata)
+        metadata["answer"] = answer.details
+        return ToolOutput(answer.text, metadata=metadata)

@@ -1,11 +1,11 @@
 """RLM: answering questions about texts far larger than a model's window. The text lives as `context` in a
-confined Python REPL (`sandbox`, `confine`, `child`) that the model drives with code and sub-model calls
+confined Python REPL (`sandbox`, `confine`, `repl_process`) that the model drives with code and sub-model calls
 (`engine`); a chunked map-reduce (`mapreduce`) is the fallback; `policy` says when the agent loop uses it."""
 
 from __future__ import annotations
 
+from ..events import RlmEvent, RlmFinished, RlmProgress
 from .engine import RlmLimits, RlmResult, find_code_blocks, find_final, rlm_answer
-from .events import RlmEvent, RlmFinished, RlmProgress
 from .mapreduce import map_reduce, split_text
 from .policy import (
     MESSAGE_QUESTION,

@@ -16,9 +16,9 @@ import msgspec
 
 from ..context.tokens import TokenCounter, count_message, get_counter
 from ..errors import AuthError, ContextOverflow, ProviderError, SandboxError
+from ..events import RlmEvent, RlmFinished, RlmProgress, RlmStage
 from ..messages import Message, Usage
 from ..providers.base import ModelRequest, ModelResponse, Provider, complete
-from .events import RlmEvent, RlmFinished, RlmProgress, Stage
 from .mapreduce import map_reduce
 from .sandbox import BlockResult, Sandbox, SandboxLayer, SandboxLimits
 
@@ -168,7 +168,7 @@ class _Run:
         window = self.limits.context_window
         return max(256, window - self.limits.max_output_tokens - max(256, window // 50))
 
-    def emit(self, stage: Stage, detail: str = "", *, done: int | None = None, total: int | None = None) -> None:
+    def emit(self, stage: RlmStage, detail: str = "", *, done: int | None = None, total: int | None = None) -> None:
         if self.on_event is not None:
             self.on_event(
                 RlmProgress(

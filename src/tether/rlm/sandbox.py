@@ -1,4 +1,4 @@
-"""The RLM sandbox, parent side: a Python REPL in a separate, confined process (`child.py`, `confine.py`)
+"""The RLM sandbox, parent side: a Python REPL in a separate, confined process (`repl_process.py`, `confine.py`)
 that holds an oversized text as `context`, runs the model's code blocks one at a time, and sends its
 sub-model calls back here over JSON-line pipes. The provider and its keys stay in this process; the child
 gets no network, no environment secrets, and a fresh temporary directory as the only place it may write.
@@ -28,7 +28,7 @@ LlmHandler = Callable[[list[str]], Awaitable[list[str]]]
 """Answers a batch of sub-model prompts, in order. An exception it raises reaches the model's code as a
 RuntimeError with the same message."""
 
-CHILD = Path(__file__).with_name("child.py")
+REPL_PROCESS = Path(__file__).with_name("repl_process.py")
 _LINE_LIMIT = 32 << 20  # one protocol message; prompts that carry slices of the context can be large
 _MAX_BATCH = 256
 _START_TIMEOUT = 30.0
@@ -162,7 +162,7 @@ class Sandbox:
                 "-I",  # isolated: no user site, no PYTHON* variables, script dir not on sys.path
                 "-S",  # no site: only the standard library is importable
                 "-B",  # no .pyc writes
-                str(CHILD),
+                str(REPL_PROCESS),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

@@ -1,53 +1,88 @@
-"""Storage: the `Store` protocol and its backends, and `open_store`, which picks one from a URL."""
+"""Storage: the store's protocols by role (`protocols`), its records, shared validation, revert semantics,
+the backends (`sqlite`, `memory`; later `postgres`), and `open_store`, which picks a backend from a URL and
+imports only that one."""
 
 from __future__ import annotations
 
+import importlib
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidInput
-from .base import UNSET, Durability, Page, SessionInfo, Store, active_entries, active_tail
-from .memory import MemoryStore
-from .sqlite import SqliteStore
+from ..errors import InvalidInput, MissingExtra
+from ..paths import default_store_url
+from .protocols import Artifacts, Journal, Leases, SearchIndex, Store
+from .records import UNSET, Durability, Lease, Page, RevertSpan, SearchHit, SessionInfo, SessionState
+from .reverts import active_entries, active_tail, hidden_spans, is_hidden
+
+if TYPE_CHECKING:
+    from .memory import MemoryStore
+    from .sqlite import SqliteStore
 
 __all__ = [
     "UNSET",
+    "Artifacts",
+    "Durability",
+    "Journal",
+    "Lease",
+    "Leases",
     "MemoryStore",
     "Page",
+    "RevertSpan",
+    "SearchHit",
+    "SearchIndex",
     "SessionInfo",
+    "SessionState",
     "SqliteStore",
     "Store",
     "active_entries",
     "active_tail",
-    "default_store_url",
+    "hidden_spans",
+    "is_hidden",
     "open_store",
-    "tether_home",
 ]
 
+BACKENDS: dict[str, tuple[str, str, str | None]] = {
+    # URL scheme: (module, class, the extra that installs what it needs; None: nothing beyond tether)
+    "sqlite": ("tether.store.sqlite", "SqliteStore", None),
+    "memory": ("tether.store.memory", "MemoryStore", None),
+    "postgresql": ("tether.store.postgres", "PostgresStore", "postgres"),
+    "postgres": ("tether.store.postgres", "PostgresStore", "postgres"),
+}
+"""Where each backend lives. A backend is imported only when a URL names it."""
 
-def tether_home() -> Path:
-    """Where tether keeps its data: `TETHER_HOME`, else the user data directory (platformdirs)."""
-    env = os.environ.get("TETHER_HOME")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("tether", appauthor=False))
+_LAZY = {"SqliteStore": "tether.store.sqlite", "MemoryStore": "tether.store.memory"}
 
 
-def default_store_url() -> str:
-    """`TETHER_STORE` if set, else the SQLite file `tether.db` under `tether_home()`."""
-    return os.environ.get("TETHER_STORE") or f"sqlite:///{tether_home() / 'tether.db'}"
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _backend(scheme: str) -> Any:
+    module_name, class_name, extra = BACKENDS[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise InvalidInput(
+                f"the {scheme} backend is not part of this version of tether (it will come as the extra "
+                f"tether[{extra}]); use sqlite:///path or memory://"
+            ) from None
+        if extra is not None and exc.name is not None and not exc.name.startswith("tether"):
+            raise MissingExtra(extra, exc.name) from exc
+        raise
+    return getattr(module, class_name)
 
 
 def open_store(url: str | None = None, *, durability: Durability | None = None, **options: Any) -> Store:
-    """Open a store from a URL: ``sqlite:///path/to.db`` (the default, see `default_store_url`),
+    """Open a store from a URL: ``sqlite:///path/to.db`` (the default, see `tether.paths.default_store_url`),
     ``memory://``, or a plain file path. Use it as ``async with open_store() as store:`` or close it."""
     url = url or default_store_url()
     dur: Durability = durability or os.environ.get("TETHER_DURABILITY", "normal")  # type: ignore[assignment]
+    scheme, sep, _ = url.partition("://")
     if url.startswith("memory:"):
-        return MemoryStore()
+        return _backend("memory")()  # type: ignore[no-any-return]
     if url.startswith("sqlite:"):
         path = url[len("sqlite:") :]
         if path.startswith("///"):
@@ -56,9 +91,9 @@ def open_store(url: str | None = None, *, durability: Durability | None = None, 
             raise InvalidInput(f"sqlite URLs look like sqlite:///path/to.db, not {url!r}")
         if not path or path == "/":
             raise InvalidInput(f"no file path in {url!r}")
-        return SqliteStore(os.path.expanduser(path), durability=dur, **options)
-    if url.startswith(("postgres://", "postgresql://")):
-        raise InvalidInput("PostgreSQL is not supported yet; use sqlite:///path or memory://")
-    if "://" in url:
+        return _backend("sqlite")(os.path.expanduser(path), durability=dur, **options)  # type: ignore[no-any-return]
+    if sep and scheme in BACKENDS:
+        return _backend(scheme)(url, durability=dur, **options)  # type: ignore[no-any-return]
+    if sep:
         raise InvalidInput(f"unknown store URL scheme in {url!r}; use sqlite:///path or memory://")
-    return SqliteStore(os.path.expanduser(url), durability=dur, **options)
+    return _backend("sqlite")(os.path.expanduser(url), durability=dur, **options)  # type: ignore[no-any-return]

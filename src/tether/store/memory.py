@@ -14,32 +14,33 @@ import msgspec
 from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
 from ..ids import check_id, new_session_id
 from ..messages import Entry, EntryBody, Revert, TitleChange, decode_body, encode_body
-from .base import (
+from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
+from .records import (
     UNSET,
-    UPDATABLE_FIELDS,
     BackfillProgress,
     Durability,
+    Lease,
     Page,
+    RevertSpan,
     SearchHit,
     SessionInfo,
     SessionState,
-    artifact_id,
-    check_artifact_id,
-    check_limit,
-    check_search_filters,
-    check_session_fields,
-    decimal_to_pico,
     decode_cursor,
     encode_cursor,
-    hidden_spans,
-    is_hidden,
-    message_counters,
-    pico_to_decimal,
-    title_candidate,
+    lease_lost,
+)
+from .reverts import hidden_spans, is_hidden
+from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
+from .validate import (
+    check_artifact_id,
+    check_lease,
+    check_limit,
+    check_new_session,
+    check_search_filters,
+    check_update,
     validate_bodies,
     validate_import,
 )
-from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 
 
 def _copy(info: SessionInfo) -> SessionInfo:
@@ -56,6 +57,7 @@ class MemoryStore:
         self._sessions: dict[str, SessionInfo] = {}
         self._entries: dict[str, list[tuple[float, bytes]]] = {}
         self._artifacts: dict[str, bytes] = {}
+        self._leases: dict[str, Lease] = {}
         self._closed = False
         self._clock = 0.0
         # (session, seq) -> (role, text, stemmed terms) of indexed entries, filled lazily by search
@@ -100,23 +102,13 @@ class MemoryStore:
         created_at: float | None = None,
     ) -> SessionInfo:
         self._check()
-        sid = check_id(id, "session id") if id is not None else new_session_id()
-        check_session_fields(
-            {
-                "title": title,
-                "directory": directory,
-                "agent": agent,
-                "model": model,
-                "system_prompt": system_prompt,
-                "metadata": metadata,
-            }
-        )
+        fields: dict[str, Any] = {"title": title, "directory": directory, "agent": agent, "model": model}
+        fields.update(system_prompt=system_prompt, metadata=metadata)
+        sid = check_new_session(id, parent_id, state, fields) or new_session_id()
         if sid in self._sessions:
             raise InvalidInput(f"session {sid} already exists")
         if parent_id is not None:
             self._get(parent_id)
-        if state not in ("active", "paused"):
-            raise InvalidInput(f"state must be 'active' or 'paused', not {state!r}")
         now = self._now()
         info = SessionInfo(
             id=sid,
@@ -139,14 +131,8 @@ class MemoryStore:
         return _copy(self._get(session_id))
 
     async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
+        changes = check_update(session_id, fields)
         info = self._get(session_id)
-        changes = {k: v for k, v in fields.items() if v is not UNSET}
-        check_session_fields(changes)
-        bad = set(changes) - set(UPDATABLE_FIELDS)
-        if bad:
-            raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
-        if "state" in changes and changes["state"] not in ("active", "paused"):
-            raise InvalidInput(f"state must be 'active' or 'paused', not {changes['state']!r}")
         if "metadata" in changes:
             changes["metadata"] = copy.deepcopy(changes["metadata"] or {})
         info = msgspec.structs.replace(info, updated_at=self._now(), **changes)
@@ -162,6 +148,7 @@ class MemoryStore:
             i += 1
         for sid in doomed:
             self._sessions.pop(sid, None)
+            self._leases.pop(sid, None)
             rows = self._entries.pop(sid, [])
             for seq in range(1, len(rows) + 1):
                 self._indexed.pop((sid, seq), None)
@@ -281,12 +268,11 @@ class MemoryStore:
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
         self._check()
-        sid = check_id(info.id, "session id")
+        sid = validate_import(info, entries)
         if sid in self._sessions:
             raise InvalidInput(f"session {sid} already exists")
         if info.parent_id is not None:
             self._get(info.parent_id)
-        validate_import(info, entries)
         rows = [(e.created_at, encode_body(e.body)) for e in entries]
         messages, t_in, t_out, cost = message_counters([e.body for e in entries])
         stored = msgspec.structs.replace(
@@ -356,7 +342,7 @@ class MemoryStore:
                     and (until is None or created_at < until)
                 ):
                     keep.add((sid, seq))
-        spans: dict[str, list[tuple[int, int]]] = {}
+        spans: dict[str, list[RevertSpan]] = {}
         hits: list[SearchHit] = []
         stems = [t for term in wanted for t in term.tokens]
         for (sid, seq), score in bm25_rank(docs, wanted, keep):
@@ -388,7 +374,7 @@ class MemoryStore:
                 break
         return hits
 
-    async def reverted_spans(self, session_id: str) -> list[tuple[int, int]]:
+    async def reverted_spans(self, session_id: str) -> list[RevertSpan]:
         self._get(session_id)
         return hidden_spans(self._reverts(session_id))
 
@@ -415,6 +401,49 @@ class MemoryStore:
             return self._artifacts[artifact_id]
         except KeyError:
             raise NotFound(f"no artifact {artifact_id}") from None
+
+    # --- leases ------------------------------------------------------------------------------------------
+
+    def _live_lease(self, session_id: str) -> Lease | None:
+        lease = self._leases.get(session_id)
+        return lease if lease is not None and lease.expires_at > time.time() else None
+
+    async def acquire_lease(
+        self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
+    ) -> Lease:
+        check_lease(session_id, holder, ttl)
+        self._get(session_id)
+        now = time.time()
+        current = self._live_lease(session_id)
+        if current is not None and current.holder != holder:
+            raise current.busy()
+        since = current.since if current is not None else now
+        lease = Lease(session_id=session_id, holder=holder, pid=pid, host=host, since=since, expires_at=now + ttl)
+        self._leases[session_id] = lease
+        return lease
+
+    async def renew_lease(self, session_id: str, holder: str, *, ttl: float) -> Lease:
+        check_lease(session_id, holder, ttl)
+        self._get(session_id)
+        current = self._live_lease(session_id)
+        if current is None or current.holder != holder:
+            raise lease_lost(session_id, holder, current)
+        lease = msgspec.structs.replace(current, expires_at=time.time() + ttl)
+        self._leases[session_id] = lease
+        return lease
+
+    async def release_lease(self, session_id: str, holder: str) -> bool:
+        check_lease(session_id, holder)
+        self._check()
+        current = self._leases.get(session_id)
+        if current is None or current.holder != holder:
+            return False
+        del self._leases[session_id]
+        return True
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        self._get(session_id)
+        return self._live_lease(session_id)
 
     async def close(self) -> None:
         self._closed = True

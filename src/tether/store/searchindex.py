@@ -23,7 +23,8 @@ from typing import Any
 import msgspec
 
 from ..messages import EntryBody, Revert, decode_body
-from .base import SearchHit, hidden_spans, is_hidden
+from .records import RevertSpan, SearchHit
+from .reverts import hidden_spans, is_hidden
 from .searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
 
 SEQ_BITS = 32
@@ -300,7 +301,7 @@ def _index_range(conn: sqlite3.Connection, num: int, session_id: str, lo: int, h
         )
 
 
-def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[tuple[int, int]]:
+def reverted_spans(conn: sqlite3.Connection, session_id: str) -> list[RevertSpan]:
     """The session's effective revert spans: indexed reverts, and reverts among its pending entries."""
     reverts: list[tuple[int, int]] = []
     row = conn.execute(_NUM_SQL, (session_id,)).fetchone()

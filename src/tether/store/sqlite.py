@@ -43,36 +43,39 @@ from ..messages import (
     kind_of,
 )
 from . import searchindex
-from .base import (
+from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
+from .records import (
     UNSET,
-    UPDATABLE_FIELDS,
     BackfillProgress,
     CorruptHandler,
     Durability,
+    Lease,
     Page,
+    RevertSpan,
     SearchHit,
     SessionInfo,
     SessionState,
-    artifact_id,
-    check_artifact_id,
-    check_limit,
-    check_search_filters,
-    check_session_fields,
-    decimal_to_pico,
     decode_cursor,
     encode_cursor,
+    lease_lost,
     log_corrupt,
-    message_counters,
-    pico_to_decimal,
-    title_candidate,
+)
+from .validate import (
+    check_artifact_id,
+    check_lease,
+    check_limit,
+    check_new_session,
+    check_search_filters,
+    check_update,
     validate_bodies,
     validate_import,
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
-(contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal."""
+(contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
+who holds them (holder, pid, host, since); the old table had never been used, so it is made anew."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -116,7 +119,10 @@ CREATE TABLE IF NOT EXISTS artifacts (
 );
 CREATE TABLE IF NOT EXISTS leases (
     session_id TEXT PRIMARY KEY,
-    owner TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    pid INTEGER,
+    host TEXT,
+    since REAL NOT NULL,
     expires_at REAL NOT NULL
 );
 """
@@ -224,6 +230,8 @@ class SqliteStore:
             try:
                 if version in (2, 3):
                     searchindex.drop(conn)  # an index of another shape: made again from the journal
+                if 1 <= version <= 4:
+                    conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
                 for statement in _statements(_SCHEMA + searchindex.SCHEMA):
                     conn.execute(statement)
                 if 1 <= version <= 3:
@@ -365,21 +373,9 @@ class SqliteStore:
         metadata: dict[str, Any] | None = None,
         created_at: float | None = None,
     ) -> SessionInfo:
-        sid = check_id(id, "session id") if id is not None else new_session_id()
-        check_session_fields(
-            {
-                "title": title,
-                "directory": directory,
-                "agent": agent,
-                "model": model,
-                "system_prompt": system_prompt,
-                "metadata": metadata,
-            }
-        )
-        if parent_id is not None:
-            check_id(parent_id, "parent id")
-        if state not in ("active", "paused"):
-            raise InvalidInput(f"state must be 'active' or 'paused', not {state!r}")
+        fields: dict[str, Any] = {"title": title, "directory": directory, "agent": agent, "model": model}
+        fields.update(system_prompt=system_prompt, metadata=metadata)
+        sid = check_new_session(id, parent_id, state, fields) or new_session_id()
         meta = encode_json(metadata or {}).decode()
         now = time.time()
         created = created_at if created_at is not None else now
@@ -408,14 +404,7 @@ class SqliteStore:
             return self._get_row(self.conn, session_id)
 
     async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
-        check_id(session_id, "session id")
-        changes = {k: v for k, v in fields.items() if v is not UNSET}
-        check_session_fields(changes)
-        bad = set(changes) - set(UPDATABLE_FIELDS)
-        if bad:
-            raise InvalidInput(f"cannot update {', '.join(sorted(bad))}")
-        if "state" in changes and changes["state"] not in ("active", "paused"):
-            raise InvalidInput(f"state must be 'active' or 'paused', not {changes['state']!r}")
+        changes = check_update(session_id, fields)
         if "metadata" in changes:
             changes["metadata"] = encode_json(changes["metadata"] or {}).decode()
         changes["updated_at"] = time.time()
@@ -708,10 +697,7 @@ class SqliteStore:
         return await self._write(tx)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
-        sid = check_id(info.id, "session id")
-        if info.parent_id is not None:
-            check_id(info.parent_id, "parent id")
-        validate_import(info, entries)
+        sid = validate_import(info, entries)
         rows = [(sid, e.seq, kind_of(e.body), e.created_at, encode_body(e.body).decode()) for e in entries]
         messages, t_in, t_out, cost = message_counters([e.body for e in entries])
         meta = encode_json(info.metadata).decode()
@@ -772,7 +758,7 @@ class SqliteStore:
             except sqlite3.Error as e:
                 raise StoreError(f"search failed: {e}") from e
 
-    async def reverted_spans(self, session_id: str) -> list[tuple[int, int]]:
+    async def reverted_spans(self, session_id: str) -> list[RevertSpan]:
         check_id(session_id, "session id")
         with self._lock:
             self._get_row(self.conn, session_id)
@@ -833,6 +819,69 @@ class SqliteStore:
         if not rows:
             raise NotFound(f"no artifact {artifact_id}")
         return bytes(rows[0][0])
+
+    # --- leases ------------------------------------------------------------------------------------------
+
+    def _lease_row(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
+        row = conn.execute(
+            "SELECT holder, pid, host, since, expires_at FROM leases WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return Lease(session_id=session_id, holder=row[0], pid=row[1], host=row[2], since=row[3], expires_at=row[4])
+
+    async def acquire_lease(
+        self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
+    ) -> Lease:
+        check_lease(session_id, holder, ttl)
+
+        def tx(conn: sqlite3.Connection) -> Lease:
+            self._get_row(conn, session_id)
+            now = time.time()
+            current = self._lease_row(conn, session_id)
+            if current is not None and current.holder != holder and current.expires_at > now:
+                raise current.busy()
+            since = current.since if current is not None and current.holder == holder else now
+            conn.execute(
+                "INSERT OR REPLACE INTO leases (session_id, holder, pid, host, since, expires_at) VALUES (?,?,?,?,?,?)",
+                (session_id, holder, pid, host, since, now + ttl),
+            )
+            return Lease(session_id=session_id, holder=holder, pid=pid, host=host, since=since, expires_at=now + ttl)
+
+        return await self._write(tx)
+
+    async def renew_lease(self, session_id: str, holder: str, *, ttl: float) -> Lease:
+        check_lease(session_id, holder, ttl)
+
+        def tx(conn: sqlite3.Connection) -> Lease:
+            self._get_row(conn, session_id)
+            now = time.time()
+            current = self._lease_row(conn, session_id)
+            if current is None or current.holder != holder or current.expires_at <= now:
+                raise lease_lost(
+                    session_id, holder, current if current is not None and current.expires_at > now else None
+                )
+            conn.execute("UPDATE leases SET expires_at = ? WHERE session_id = ?", (now + ttl, session_id))
+            return msgspec.structs.replace(current, expires_at=now + ttl)
+
+        return await self._write(tx)
+
+    async def release_lease(self, session_id: str, holder: str) -> bool:
+        check_lease(session_id, holder)
+        return await self._write(
+            lambda conn: (
+                conn.execute("DELETE FROM leases WHERE session_id = ? AND holder = ?", (session_id, holder)).rowcount
+                > 0
+            )
+        )
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        check_id(session_id, "session id")
+        with self._lock:
+            conn = self.conn
+            self._get_row(conn, session_id)
+            lease = self._lease_row(conn, session_id)
+        return lease if lease is not None and lease.expires_at > time.time() else None
 
 
 class _Checkpointer:

@@ -11,7 +11,6 @@ from .base import (
     ToolLimits,
     ToolOutput,
     ToolRegistry,
-    default_registry,
     function_tool,
     validate_arguments,
 )
@@ -27,7 +26,6 @@ __all__ = [
     "ToolLimits",
     "ToolOutput",
     "ToolRegistry",
-    "default_registry",
     "fit_output",
     "function_tool",
     "open_artifact",

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, Union, get_args, get_origin, overload
 
 from ..errors import InvalidInput, OutsideWorkspace, ToolError
 from ..messages import ToolSpec
-from ..store.base import Store
+from ..store.protocols import Store
 from .output import MIN_LIMIT, MIN_LINES
 
 AskFn = Callable[[str], Awaitable[str]]
@@ -206,13 +206,6 @@ class ToolRegistry:
 
     def __len__(self) -> int:
         return len(self._tools)
-
-
-def default_registry() -> ToolRegistry:
-    """A fresh registry holding the built-in tools: read, write, edit, bash, glob, grep, list, question."""
-    from .builtin import builtin_tools  # the builtins import this module
-
-    return ToolRegistry(builtin_tools())
 
 
 # --- argument validation -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import IO, Any
 import msgspec
 
 from ..errors import InvalidInput
-from ..store.base import Store
+from ..store.protocols import Store
 
 DEFAULT_LIMIT = 30_000
 """Characters a tool result may have before it is cut."""

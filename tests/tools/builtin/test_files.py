@@ -271,12 +271,13 @@ async def test_file_tools_refuse_paths_outside_the_workspace(call: Call, workspa
 
 async def test_unconfined_context_may_leave_the_workspace(workspace: Path, ctx: ToolContext) -> None:
     from tether.messages import ToolCallPart
-    from tether.tools import default_registry, run_tool_call
+    from tether.tools import run_tool_call
+    from tether.tools.builtin import builtin_registry
 
     outside = workspace.parent / "outside.txt"
     outside.write_text("open\n")
     ctx.confine_to_workspace = False
     result = await run_tool_call(
-        default_registry(), ToolCallPart(id="1", name="read", arguments={"path": os.fspath(outside)}), ctx
+        builtin_registry(), ToolCallPart(id="1", name="read", arguments={"path": os.fspath(outside)}), ctx
     )
     assert result.content == "     1\topen"

@@ -4,12 +4,13 @@ from pathlib import Path
 
 from tether.messages import ToolCallPart
 from tether.store import MemoryStore
-from tether.tools import ToolContext, default_registry, run_tool_call
+from tether.tools import ToolContext, run_tool_call
+from tether.tools.builtin import builtin_registry
 from tether.tools.builtin.question import NO_ONE_TO_ASK
 
 
 async def ask_with(ctx: ToolContext, **args: object) -> tuple[str, bool]:
-    result = await run_tool_call(default_registry(), ToolCallPart(id="q", name="question", arguments=args), ctx)
+    result = await run_tool_call(builtin_registry(), ToolCallPart(id="q", name="question", arguments=args), ctx)
     return result.content, result.is_error
 
 
@@ -46,7 +47,7 @@ async def test_without_anyone_to_ask_it_says_so_at_once(tmp_path: Path) -> None:
 
 
 async def test_question_is_not_run_concurrently_and_needs_text(tmp_path: Path) -> None:
-    assert default_registry().is_read_only("question") is False
+    assert builtin_registry().is_read_only("question") is False
     ctx = ToolContext(workspace=tmp_path, session_id="s", store=MemoryStore())
     content, is_error = await ask_with(ctx, question="   ")
     assert is_error and content == "question: question is empty"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tether.messages import ToolCallPart, ToolResultPart
-from tether.tools import ToolContext, ToolLimits, ToolRegistry, default_registry, run_tool_call
-from tether.tools.builtin import GrepTool
+from tether.tools import ToolContext, ToolLimits, ToolRegistry, run_tool_call
+from tether.tools.builtin import GrepTool, builtin_registry
 from tether.tools.builtin.walk import GlobPattern, glob_regex
 
 from ..conftest import Call
@@ -108,7 +108,7 @@ async def test_glob_finds_files_newest_first_and_skips_junk(call: Call, project:
 async def test_glob_with_no_match_and_with_a_cap(workspace: Path, ctx: ToolContext) -> None:
     tree(workspace, {f"f{i:03d}.txt": "" for i in range(30)})
     ctx.limits = ToolLimits(glob_results=10)
-    reg = default_registry()
+    reg = builtin_registry()
     result = await run_tool_call(reg, ToolCallPart(id="1", name="glob", arguments={"pattern": "*.txt"}), ctx)
     assert len(result.content.split("\n\n")[0].splitlines()) == 10
     assert result.content.endswith("[20 more files not shown; use a narrower pattern or path]")
@@ -259,7 +259,7 @@ async def test_list_shows_a_tree(call: Call, project: Path) -> None:
 async def test_list_is_capped_breadth_first(workspace: Path, ctx: ToolContext) -> None:
     tree(workspace, {f"top{i}/deep/file{j}.txt": "" for i in range(3) for j in range(5)})
     ctx.limits = ToolLimits(list_entries=6)
-    result = await run_tool_call(default_registry(), ToolCallPart(id="1", name="list", arguments={}), ctx)
+    result = await run_tool_call(builtin_registry(), ToolCallPart(id="1", name="list", arguments={}), ctx)
     body = result.content.split("\n\n")[0].splitlines()
     assert body[:4] == ["./", "  top0/", "    deep/", "  top1/"]  # every top-level entry comes before depth
     assert result.metadata["truncated"] is True

@@ -1,8 +1,9 @@
-"""The built-in tools: files (read, write, edit), shell (bash), search (glob, grep, list) and question."""
+"""The built-in tools: files (read, write, edit), shell (bash), search (glob, grep, list) and question. The
+runtime adds the tools of other engines (`session_recall`) to make the default set."""
 
 from __future__ import annotations
 
-from ..base import Tool
+from ..base import Tool, ToolRegistry
 from .files import EditTool, ReadTool, WriteTool
 from .question import QuestionTool
 from .search import GlobTool, GrepTool, ListTool
@@ -17,14 +18,13 @@ __all__ = [
     "QuestionTool",
     "ReadTool",
     "WriteTool",
+    "builtin_registry",
     "builtin_tools",
 ]
 
 
 def builtin_tools() -> list[Tool]:
     """A fresh instance of every built-in tool, in the order they are offered to the model."""
-    from ...recall.tool import SessionRecallTool  # recall imports tools.base: import it when the list is made
-
     return [
         ReadTool(),
         WriteTool(),
@@ -34,5 +34,9 @@ def builtin_tools() -> list[Tool]:
         GrepTool(),
         ListTool(),
         QuestionTool(),
-        SessionRecallTool(),
     ]
+
+
+def builtin_registry() -> ToolRegistry:
+    """A fresh registry holding the built-in tools: read, write, edit, bash, glob, grep, list, question."""
+    return ToolRegistry(builtin_tools())

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from tether import Message, Session, ToolCallPart, ToolResultPart
-from tether.agent import ABORTED, INTERRUPTED, REPEAT_NOTE
 from tether.errors import RateLimited, TransientError
 from tether.events import (
     CheckpointReached,
@@ -31,6 +30,8 @@ from tether.events import (
 )
 from tether.messages import Checkpoint
 from tether.providers.scripted import ScriptedProvider, ScriptedResponse
+from tether.runtime.loop import ABORTED, INTERRUPTED
+from tether.runtime.tool_calls import REPEAT_NOTE
 from tether.store import SqliteStore, Store
 from tether.tools.base import ToolRegistry, function_tool
 
@@ -94,7 +95,7 @@ async def test_multi_step_tool_use_is_journaled_in_order(session: Session) -> No
     assert [type(e).__name__ for e in events].count("ToolCallComplete") == 2
     usage_reports = [e for e in events if isinstance(e, UsageReport)]
     assert len(usage_reports) == 3
-    assert usage_reports[-1].total.output_tokens == sum(u.step.output_tokens for u in usage_reports)
+    assert events[-1].usage.output_tokens == sum(u.step.output_tokens for u in usage_reports)
     deltas = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert deltas == "Checking.All done."
     info = await session.refresh()
@@ -498,7 +499,7 @@ async def test_a_failing_summarizer_does_not_loop(session: Session) -> None:
 # --- oversized inputs go through RLM ------------------------------------------------------------------
 
 from tether.context.derive import CONDENSED_MARKER  # noqa: E402
-from tether.events import Progress  # noqa: E402
+from tether.events import Progress, RlmFinished  # noqa: E402
 from tether.messages import Marker  # noqa: E402
 
 
@@ -519,8 +520,8 @@ async def test_an_oversized_user_message_is_condensed_and_kept_whole(session: Se
     provider = ScriptedProvider(rlm_or_answer("It is swordfish."))
     events = await run(session, prompt, provider, tools=notes_registry([]), model_info=SMALL)
     assert isinstance(events[-1], Done) and events[-1].text == "It is swordfish."
-    progress = [e for e in events if isinstance(e, Progress) and e.what == "rlm"]
-    assert progress and any(e.data.get("finished") for e in progress)
+    assert any(isinstance(e, Progress) and e.what == "rlm" for e in events)
+    assert sum(isinstance(e, RlmFinished) for e in events) == 1
     entries = await session.entries()
     assert entries[0].message is not None and entries[0].message.text == prompt  # the history keeps it whole
     markers = [e.body for e in entries if isinstance(e.body, Marker) and e.body.name == CONDENSED_MARKER]
@@ -570,7 +571,7 @@ async def test_read_is_never_condensed_even_when_huge(session: Session, tmp_path
     provider = ScriptedProvider(
         lambda request: calls(call("read", "c1", path="big.txt")) if len(request.messages) == 1 else "read it"
     )
-    from tether.tools.base import default_registry
+    from tether.runtime.toolset import default_registry
 
     events = await run(session, "read big.txt", provider, tools=default_registry(), model_info=SMALL)
     assert isinstance(events[-1], Done)
@@ -717,7 +718,7 @@ async def test_session_recall_answers_with_the_run_s_model(store: Store, tmp_pat
             return calls(call("session_recall", "r1", query="staging database port", mode="answer"))
         return "Port 6543."
 
-    from tether.tools.base import default_registry
+    from tether.runtime.toolset import default_registry
 
     provider = ScriptedProvider(respond)
     events = await run(session, "which port is staging on?", provider, tools=default_registry())

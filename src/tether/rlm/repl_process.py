@@ -1,4 +1,4 @@
-"""The REPL process of the RLM sandbox, run as `python -I -S -B child.py` by `tether.rlm.sandbox`. It confines
+"""The REPL process of the RLM sandbox, run as `python -I -S -B repl_process.py` by `tether.rlm.sandbox`. It confines
 itself (`confine.py`, loaded by path: tether is not importable here), loads `context` from its work
 directory, then runs code blocks sent as JSON lines, asking the parent for sub-model calls over the same pipes.
 

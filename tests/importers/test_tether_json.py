@@ -36,19 +36,10 @@ from tether import (
     Usage,
 )
 from tether.errors import SessionNotFound, StoreError
-from tether.messages import Entry, Revert
+from tether.importers.tether_json import export_json, import_file, import_json, parse_export
+from tether.messages import Entry
 from tether.store import Store, active_entries
-from tether.store.base import SessionInfo
-from tether.transfer import (
-    call_signature,
-    export_json,
-    export_markdown,
-    hidden_spans,
-    import_file,
-    import_json,
-    parse_export,
-    result_outcome,
-)
+from tether.store.records import SessionInfo
 
 
 async def rich_session(store: Store, **kwargs: Any) -> Session:
@@ -434,96 +425,3 @@ async def test_store_import_session_checks_its_input(store: Store) -> None:
     with pytest.raises(InvalidInput, match="already exists"):
         await store.import_session(info, [])
     assert (await store.get_session(info.id)).entry_count == 1
-
-
-# --- markdown ----------------------------------------------------------------------------------------------
-
-
-async def test_markdown_transcript(store: Store) -> None:
-    session = await rich_session(store)
-    await session.append(
-        Message.assistant(tool_calls=[ToolCallPart(id="c9", name="bash", arguments={"command": "seq 100"})]),
-        Message.tool(ToolResultPart(call_id="c9", content="\n".join(str(i) for i in range(1, 101)))),
-        Message.assistant("here is a fence: ```python\nx\n```"),
-    )
-    out = io.StringIO()
-    await export_markdown(store, session.id, out)
-    md = out.getvalue()
-    assert md.startswith("# A rich session\n")
-    assert "## User" in md and "## Assistant · gpt-4o-mini" in md
-    assert "**read**" not in md  # entry 4, the tool results, was reverted
-    assert '→ `bash(command="seq 100")`' in md
-    assert "**bash** ✓" in md  # the result is named after its call
-    assert "\n20\n" in md and "\n21\n" not in md
-    assert "(80 more lines)" in md
-    assert "> ↶ Reverted to entry 3 (entry 4 hidden): try again" in md
-    assert "<summary>Compaction" in md and "> • approval" in md and "> Title changed to “A rich session”" in md
-    assert "[file text/csv d.csv]" in md
-
-    raw = io.StringIO()
-    await export_markdown(store, session.id, raw, raw=True)
-    text = raw.getvalue()
-    assert "## Tool *(reverted)*\n\n**read** ✓" in text
-    assert "<details><summary>Thinking</summary>\n\nhmm\n\n</details>" in text
-    assert 'read(path="src/a.py")' in text and 'bash(unparsed: {"command": "ls)' in text
-    assert "**bash** ✗ error" in text
-
-
-def test_code_fences_outgrow_the_backticks_they_hold() -> None:
-    from tether.transfer import _fence
-
-    assert _fence("plain") == "```"
-    assert _fence("has ``` inside") == "````"
-    assert _fence("`````") == "``````"
-
-
-# --- one-line renderings and reverted spans -----------------------------------------------------------------
-
-
-def test_call_signature() -> None:
-    assert call_signature(ToolCallPart(id="1", name="read", arguments={"path": "src/a.py"})) == 'read(path="src/a.py")'
-    assert call_signature(ToolCallPart(id="1", name="noop")) == "noop()"
-    assert call_signature(ToolCallPart(id="1", name="f", arguments=[1, 2])) == "f([1, 2])"
-    long = call_signature(ToolCallPart(id="1", name="write", arguments={"text": "x" * 500, "path": "a"}))
-    assert len(long) <= 100 and long.startswith('write(text="xxx') and "…" in long
-    raw = call_signature(ToolCallPart.from_raw("1", "bash", '{"command": \n"ls'))
-    assert raw == 'bash(unparsed: {"command": "ls)'
-
-
-def test_result_outcome() -> None:
-    assert result_outcome(None) == "… no result"
-    assert result_outcome(ToolResultPart(call_id="1", content="done")) == "✓ done"
-    assert result_outcome(ToolResultPart(call_id="1", content="a\nb\nc")) == "✓ 3 lines"
-    assert result_outcome(ToolResultPart(call_id="1", content="")) == "✓ (empty)"
-    failed = ToolResultPart(call_id="1", content="Traceback\n  ...\nValueError: nope\n", is_error=True)
-    assert result_outcome(failed) == "✗ ValueError: nope"
-    assert result_outcome(ToolResultPart(call_id="1", content="===== 1 failed =====", is_error=True)) == "✗ 1 failed"
-
-
-def test_hidden_spans_follow_the_rules_of_active_history() -> None:
-    assert hidden_spans([], 5) == []
-    assert hidden_spans([(4, 1)], 5) == [(2, 3)]
-    assert hidden_spans([(3, 2)], 3) == []  # a revert to just before itself hides nothing
-    assert hidden_spans([(3, 1), (5, 3)], 6) == [(2, 2), (4, 4)]
-    assert hidden_spans([(3, 1), (5, 0)], 6) == [(1, 4)]  # the inner revert is itself hidden
-
-
-async def test_hidden_spans_agree_with_active_entries_on_random_journals() -> None:
-    rng = random.Random(11)
-    for _ in range(60):
-        store = MemoryStore()
-        session = await Session.create(store, directory="/w")
-        for _ in range(rng.randint(1, 25)):
-            count = session.info.entry_count
-            if count and rng.random() < 0.3:
-                await session.revert(rng.randint(0, count))
-            else:
-                await session.append(Message.user("x"))
-        entries = await session.read()
-        spans = hidden_spans(
-            [(e.seq, e.body.to_seq) for e in entries if isinstance(e.body, Revert)], session.info.entry_count
-        )
-        visible = [
-            e.seq for e in entries if not isinstance(e.body, Revert) and not any(lo <= e.seq <= hi for lo, hi in spans)
-        ]
-        assert visible == [e.seq for e in await session.entries()]

@@ -1,0 +1,205 @@
+"""How a run looks in a terminal: text as it streams, a spinner per running tool, RLM and compaction progress,
+a summary line at the end; and how the `question` tool asks the person at the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
+
+from ..events import (
+    CheckpointReached,
+    CompactionCompleted,
+    CompactionFailed,
+    CompactionStarted,
+    Error,
+    Event,
+    Progress,
+    RlmFinished,
+    RlmProgress,
+    TextComplete,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallComplete,
+    ToolCallStart,
+)
+from ..messages import Usage
+from ..tools.base import AskFn
+
+LOCAL_NOTICE = (
+    "Using the embedded local model (SmolLM2-135M): it is tiny and runs offline, so expect weak answers. "
+    "For real work set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, OPENROUTER_API_KEY, ...) "
+    "or pass --model provider/model; `tether models` lists what is configured."
+)
+
+
+def _format_args(arguments: Any, limit: int = 80) -> str:
+    if isinstance(arguments, dict):
+        text = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    elif arguments is None:
+        text = ""
+    else:
+        text = repr(arguments)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_cost(cost: Decimal | None) -> str:
+    if cost is None:
+        return "cost unknown"
+    if cost == 0:
+        return "$0"
+    return f"${cost:.4f}" if cost >= Decimal("0.0001") else f"${cost:.2e}"
+
+
+class TerminalRenderer:
+    """Events for people: text as it streams, a spinner per running tool, a summary line at the end."""
+
+    def __init__(self, console: Console, status_console: Console) -> None:
+        self.out = console
+        self.err = status_console
+        self.status: Status | None = None
+        self.running: dict[str, str] = {}
+        self.at_line_start = True
+        self.thinking = False
+
+    def _write(self, text: str) -> None:
+        self.out.file.write(text)
+        self.out.file.flush()
+        if text:
+            self.at_line_start = text.endswith("\n")
+
+    def _newline(self) -> None:
+        if not self.at_line_start:
+            self._write("\n")
+
+    def _spin(self) -> None:
+        label = ", ".join(self.running.values())
+        if not self.err.is_terminal:
+            return
+        if self.status is None:
+            self.status = self.err.status(label, spinner="dots")
+            self.status.start()
+        else:
+            self.status.update(label)
+
+    def _stop_spin(self) -> None:
+        if self.status is not None and not self.running:
+            self.status.stop()
+            self.status = None
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, ThinkingDelta):
+            if not self.thinking:
+                self._newline()
+                self.thinking = True
+            self.err.print(event.text, style="dim italic", end="", soft_wrap=True, highlight=False)
+        elif isinstance(event, TextDelta):
+            if self.thinking:
+                self.err.print()
+                self.thinking = False
+            self._write(event.text)
+        elif isinstance(event, TextComplete):
+            self._newline()
+        elif isinstance(event, ToolCallStart):
+            self._newline()
+            label = f"{event.name}({_format_args(event.arguments)})"
+            self.running[event.call_id] = label
+            if not self.err.is_terminal:
+                self.err.print(f"→ {label}", highlight=False)
+            self._spin()
+        elif isinstance(event, ToolCallComplete):
+            label = self.running.pop(event.call_id, event.name)
+            self._stop_spin()
+            mark = "[green]✓[/green]" if event.success else "[red]✗[/red]"
+            detail = f" [dim]{event.duration_ms:.0f} ms[/dim]"
+            if not event.success and event.preview:
+                detail += f" [red]{escape(event.preview)}[/red]"
+            elif event.truncated:
+                detail += " [yellow](output cut; full text kept as an artifact)[/yellow]"
+            self.err.print(f"{mark} {escape(label)}{detail}", highlight=False)
+            if self.running:
+                self._spin()
+        elif isinstance(event, CompactionStarted):
+            self.err.print(f"[dim]compacting the context ({event.reason}, {event.tokens_before:,} tokens)…[/dim]")
+        elif isinstance(event, CompactionCompleted):
+            self.err.print(
+                f"[dim]compacted: {event.tokens_before:,} → {event.tokens_after:,} tokens ({event.strategy})[/dim]"
+            )
+        elif isinstance(event, CompactionFailed):
+            self.err.print(f"[yellow]compaction failed: {escape(event.error)}[/yellow]")
+        elif isinstance(event, RlmProgress):
+            line = rlm_progress_line(event)
+            if line is not None:
+                self.err.print(f"[dim]{escape(line)}[/dim]")
+        elif isinstance(event, RlmFinished):
+            how = f"map-reduce ({event.fallback_reason})" if event.fallback else "RLM"
+            self.err.print(
+                f"[dim]rlm: done in {event.duration_s:.1f} s ({how}, {event.iterations} steps, "
+                f"{event.sub_calls} sub-calls)[/dim]"
+            )
+        elif isinstance(event, Progress):
+            done = f" {event.done}/{event.total}" if event.total else ""
+            self.err.print(f"[dim]{escape(event.what)}{done} {escape(event.detail)}[/dim]")
+        elif isinstance(event, CheckpointReached):
+            self._newline()
+            self.err.print(
+                f"[yellow]Stopped at the step limit ({event.steps} steps). A checkpoint was saved; "
+                "continue with `tether run --continue`.[/yellow]"
+            )
+        elif isinstance(event, Error):
+            self._newline()
+            self.running.clear()
+            self._stop_spin()
+            self.err.print(f"[red]error ({event.code}):[/red] {escape(event.message)}", highlight=False)
+
+    def summary(self, session_id: str, steps: int, usage: Usage) -> None:
+        self._newline()
+        self.running.clear()
+        self._stop_spin()
+        self.err.print(
+            f"[dim]── {steps} step{'s' if steps != 1 else ''} · {usage.input_tokens:,} in / "
+            f"{usage.output_tokens:,} out tokens · {format_cost(usage.cost)} · session {session_id}[/dim]",
+            highlight=False,
+        )
+
+    def close(self) -> None:
+        self.running.clear()
+        self._stop_spin()
+
+
+def rlm_progress_line(event: RlmProgress) -> str | None:
+    tokens = f"{event.input_tokens:,} in / {event.output_tokens:,} out"
+    if event.stage == "started":
+        return f"rlm: {event.detail}"
+    if event.stage == "iteration":
+        return f"rlm: step {event.iteration} · {event.sub_calls} sub-calls · {tokens} · {event.elapsed_s:.1f} s"
+    if event.stage == "block":
+        return f"rlm:   running {event.detail}"
+    if event.stage == "sub_calls":
+        return f"rlm:   sub-model calls: {event.detail} ({event.sub_calls} in all)"
+    if event.stage == "repl_restart":
+        return f"rlm:   REPL restarted: {event.detail}"
+    if event.stage == "fallback":
+        return f"rlm: falling back to map-reduce: {event.detail}"
+    if event.stage == "map":
+        return f"rlm:   read part {event.done} of {event.total} · {tokens}"
+    if event.stage == "reduce":
+        return f"rlm:   combining notes · {tokens}"
+    return None
+
+
+def terminal_ask(console: Console) -> AskFn:
+    """How the `question` tool reaches a person at this terminal."""
+
+    async def ask(question: str) -> str:
+        console.print(f"\n[bold cyan]?[/bold cyan] {escape(question)}")
+        return await asyncio.to_thread(input, "answer› ")
+
+    return ask
+
+

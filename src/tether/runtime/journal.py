@@ -1,0 +1,82 @@
+"""`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it to the session
+handle (stating the seq it expects), into the context engine's view of the history, and out again as the
+entry's durable events; every live event gets its number here. `replay_events` gives the durable events of
+a session after any number, from the journal, with the numbers the run gave them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import msgspec
+
+from ..context.engine import ContextEngine
+from ..events import EVENT_SPAN, Event, durable_events, live_number
+from ..messages import Entry, EntryBody
+from ..store.protocols import Store
+from .handle import SessionHandle
+
+EventHook = Callable[[Event], None]
+
+
+class RunJournal:
+    """The one append path of a run (see the module docstring). Durable events of what it appends, and the
+    live events given to `note`, wait in `pending` until the loop yields them, in the order they happened."""
+
+    def __init__(self, session: SessionHandle, engine: ContextEngine | None = None) -> None:
+        self.session = session
+        self.engine = engine
+        self.pending: list[Event] = []
+        self._live = 0  # live events numbered since the last entry
+
+    @property
+    def last_seq(self) -> int:
+        return self.session.info.entry_count
+
+    async def append(self, *bodies: EntryBody, expect_seq: int | None = None) -> list[Entry]:
+        """Journal `bodies` after the last entry this run knows of (or at `expect_seq`): another writer that
+        got there first is a `SeqConflict`, never an interleaving."""
+        expect = self.last_seq + 1 if expect_seq is None else expect_seq
+        stored = await self.session.append(*bodies, expect_seq=expect)
+        if self.engine is not None:
+            self.engine.observe(self.session.id, stored)
+        for entry in stored:
+            self.pending.extend(durable_events(entry, self.session.id))
+        self._live = 0
+        return stored
+
+    async def append_for_engine(self, bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
+        """The append the context engine makes (a compaction), through the same path."""
+        return await self.append(*bodies, expect_seq=expect_seq)
+
+    def next_number(self) -> int:
+        """The number of the next live event."""
+        n = live_number(self.last_seq, self._live)
+        self._live += 1
+        return n
+
+    def number(self, event: Event) -> Event:
+        """`event`, a live one made elsewhere, with this session and its number."""
+        return msgspec.structs.replace(event, session_id=self.session.id, n=self.next_number())
+
+    def note(self, event: Event) -> None:
+        """Queue an event that an engine reports while it works behind what is pending. A numbered one is a
+        durable event of an entry that went through `append` (the context engine reports the compaction it
+        journaled): it is already queued, in its place."""
+        if event.n:
+            return
+        self.pending.append(self.number(event))
+
+    def drain(self) -> list[Event]:
+        """What is pending, in order; the queue is emptied."""
+        out, self.pending = self.pending, []
+        return out
+
+
+async def replay_events(store: Store, session_id: str, after: int = 0, *, batch: int = 500) -> AsyncIterator[Event]:
+    """The durable events of a session numbered after `after`, in order, derived from the journal exactly as
+    the run that wrote it emitted them. Reads from the entry that `after` falls in, `batch` entries at a time."""
+    start = max(1, after // EVENT_SPAN)
+    async for entry in store.iter_entries(session_id, start, batch=batch):
+        for event in durable_events(entry, session_id):
+            if event.n > after:
+                yield event

@@ -1,0 +1,278 @@
+"""The agent loop: a prompt runs model steps and tool calls until the model stops calling tools or the step
+limit is reached. Each step is its phases in turn: prepare (`prepare`: the derived context, a compaction
+when due), call the model (`model_call`), journal the answer, run the tools (`tool_calls`, with the RLM
+hand-off of `condense`). Every entry goes through the run's journal before the next phase starts, and the
+run streams numbered events (`tether.events`). Cancellation and crashes leave a history that a later run
+(``--continue``) finishes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from ..config import Config
+from ..context.budget import ContextSettings, compute_budget
+from ..context.engine import ContextEngine
+from ..errors import (
+    AuthError,
+    ConfigError,
+    ContextOverflow,
+    ProviderError,
+    RateLimited,
+    SeqConflict,
+)
+from ..events import Done, Error, Event, RunStarted
+from ..messages import Checkpoint, Message, ToolCallPart, ToolResultPart
+from ..providers.base import Provider
+from ..providers.catalog import unknown_model
+from ..providers.registry import ResolvedModel, resolve_provider
+from ..store.reverts import active_tail
+from .condense import condense_text, oversized
+from .configuration import context_settings
+from .handle import SessionHandle
+from .journal import RunJournal
+from .model_call import ModelCall, PartialAnswer
+from .state import RunOptions, RunState, Summarizer
+from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
+from .toolset import with_recall_answers
+
+INTERRUPTED = (
+    "interrupted: this tool call was started, but tether stopped (crash or kill) before its result was "
+    "recorded. It was NOT re-run. Check whether it took effect before calling it again."
+)
+ABORTED = "aborted: the run was cancelled before this tool call finished."
+
+RESUME_TAIL = 256
+"""Entries of the history a run keeps in hand (the context engine reads what derivation needs itself)."""
+
+
+class AgentRun:
+    """One run of the loop over a session. Use `events()`; or `Session.stream` / `Session.prompt`."""
+
+    def __init__(self, session: SessionHandle, provider: Provider, options: RunOptions) -> None:
+        self.session = session
+        self.provider = provider
+        self.options = options
+        self.state: RunState | None = None
+
+    async def _start(self) -> RunState:
+        """Everything a run settles before it journals anything: a bad setting fails here, with the session
+        untouched. Reads the session's row and the tail of its history once."""
+        session, opts = self.session, self.options
+        info = session.info = await session.store.get_session(session.id)
+        config = opts.config or Config()
+        engine = opts.context_engine or ContextEngine(session.store, settings=context_settings(config))
+        model_info = opts.model_info or unknown_model(self.provider.name, opts.model)
+        settings = await engine.settings_for(session.id, info=info)
+        tools = with_recall_answers(opts.tools, self.provider, opts.model)
+        state = RunState(
+            session=session,
+            provider=self.provider,
+            options=opts,
+            journal=RunJournal(session, engine),
+            engine=engine,
+            tools=tools,
+            specs=tools.specs(),
+            model_info=model_info,
+            settings=settings,
+            budget=engine.budget_for(model_info, settings),
+            summarizer=self._summarizer(settings, config),
+        )
+        state.entries = await active_tail(session.store, session.id, RESUME_TAIL, last_seq=info.entry_count)
+        return state
+
+    def _summarizer(self, settings: ContextSettings, config: Config) -> Summarizer:
+        """The context setting ``compaction_model`` resolved now, through the same registry as ``--model``,
+        so that one that cannot be used (unknown, no key) is a `ConfigError` at the start of the run rather
+        than a failed compaction halfway through it. Unset, or never used (automatic compaction off, the
+        context engine bypassed): the run's own provider and model."""
+        opts = self.options
+        spec = settings.compaction_model
+        own = Summarizer(self.provider, opts.model)
+        if not spec or settings.auto_compact is False or opts.context is not None:
+            return own
+        try:
+            resolved: ResolvedModel = (
+                opts.resolve_model(spec) if opts.resolve_model is not None else resolve_provider(spec, config=config)
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"the context setting compaction_model = {spec!r} cannot be used: {exc}") from exc
+        if resolved.provider.name == self.provider.name and resolved.model == opts.model:
+            return own
+        info = resolved.info
+        return Summarizer(
+            resolved.provider, resolved.model, compute_budget(info.context_window, info.max_output_tokens).usable
+        )
+
+    async def events(self, prompt: str | Message | None) -> AsyncIterator[Event]:
+        state = self.state = await self._start()
+        sid, opts, journal = state.session_id, self.options, state.journal
+        yield RunStarted(
+            session_id=sid,
+            n=journal.next_number(),
+            run_id=state.run_id,
+            model=opts.model,
+            provider=self.provider.name,
+            resumed=prompt is None,
+        )
+        call: ModelCall | None = None
+        pending: list[ToolCallPart] = []
+        try:
+            # A run killed between a tool call and its result left calls without results: say so, never re-run.
+            for part in state.unanswered_calls():
+                await state.append(
+                    Message.tool(ToolResultPart(call_id=part.id, name=part.name, content=INTERRUPTED, is_error=True))
+                )
+            for event in journal.drain():
+                yield event
+            if prompt is not None:
+                (user_entry,) = await state.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+                text = user_entry.body.text if isinstance(user_entry.body, Message) else ""
+                if oversized(state, text):
+                    async for event in condense_text(
+                        state, text, seq=user_entry.seq, what="message", question=None, window=state.model_info
+                    ):
+                        yield event
+            elif not self._has_work():
+                yield self._done("", "nothing_to_do")
+                return
+
+            last_text = ""
+            while True:
+                if state.steps >= opts.max_steps:
+                    await self._checkpoint(last_text)
+                    for event in journal.drain():
+                        yield event
+                    yield self._done(last_text, "step_limit")
+                    return
+                state.steps += 1
+                call = ModelCall(state)
+                async for event in call.stream():
+                    yield event
+                assert call.done is not None and call.prepared is not None
+                message = call.done.message
+                if call.prepared.derived is not None:
+                    # our count of what was sent, next to the provider's: the calibration of the next estimate
+                    message.metadata["context_tokens"] = call.prepared.derived.estimate.counted
+                await state.append(message)
+                call.partial = None
+                state.usage = state.usage + call.done.usage
+                for event in journal.drain():
+                    yield event
+                last_text = message.text
+                calls = message.tool_calls
+                if not calls:
+                    yield self._done(last_text, "completed")
+                    return
+                pending = list(calls)
+                repeated = repeated_call(state, calls)
+                if repeated is not None:
+                    reason = (
+                        f"stopped: the model called {repeated} with the same arguments {REPEAT_LIMIT} times in a row"
+                    )
+                    for part in calls:
+                        await state.append(
+                            Message.tool(ToolResultPart(call_id=part.id, name=part.name, content=reason, is_error=True))
+                        )
+                    pending = []
+                    for event in journal.drain():
+                        yield event
+                    yield Error(session_id=sid, n=journal.next_number(), code="repeated_tool_call", message=reason)
+                    return
+                async for event in run_tool_calls(state, calls, pending):
+                    yield event
+                pending = []
+        except (asyncio.CancelledError, GeneratorExit):
+            await self._record_interruption(call.partial if call is not None else None, pending)
+            raise
+        except SeqConflict as exc:
+            yield Error(
+                session_id=sid,
+                n=journal.next_number(),
+                code="busy",
+                message=f"another writer appended to this session: {exc}",
+            )
+        except ProviderError as exc:
+            yield Error(
+                session_id=sid,
+                n=journal.next_number(),
+                code=_provider_code(exc),
+                message=str(exc),
+                retryable=exc.retryable,
+            )
+
+    def _done(self, text: str, reason: str) -> Done:
+        state = self.state
+        assert state is not None
+        return Done(
+            session_id=state.session_id,
+            n=state.journal.next_number(),
+            text=text,
+            steps=state.steps,
+            usage=state.usage,
+            reason=reason,
+        )
+
+    def _has_work(self) -> bool:
+        """Whether the history ends where a model call is due (a user turn or tool results)."""
+        assert self.state is not None
+        for entry in reversed(self.state.entries):
+            body = entry.body
+            if isinstance(body, Checkpoint):
+                return True
+            if isinstance(body, Message):
+                return body.role in ("user", "tool")
+        return False
+
+    async def _checkpoint(self, last_text: str) -> None:
+        """Journal where the run stopped at its step limit: a `Checkpoint` that ``--continue`` picks up."""
+        state = self.state
+        assert state is not None
+        tools_used: dict[str, int] = {}
+        for entry in state.entries[-4 * state.steps - 4 :]:
+            if isinstance(entry.body, Message):
+                for call in entry.body.tool_calls:
+                    tools_used[call.name] = tools_used.get(call.name, 0) + 1
+        done = f"{state.steps} steps; tool calls: " + (
+            ", ".join(f"{name} x{n}" for name, n in tools_used.items()) or "none"
+        )
+        next_action = last_text.strip()[:500] or "continue with the pending work (the last tool results are unread)"
+        objective = ""
+        for entry in state.entries:
+            if isinstance(entry.body, Message) and entry.body.role == "user" and entry.body.text.strip():
+                objective = entry.body.text.strip()
+        body = Checkpoint(
+            objective=objective[:2000], done=done, next_action=next_action, reason="step_limit", steps=state.steps
+        )
+        await state.append(body)
+
+    async def _record_interruption(self, partial: PartialAnswer | None, pending: list[ToolCallPart]) -> None:
+        """On cancel: keep the partial answer, and mark the calls that never finished as aborted."""
+        state = self.state
+        if state is None:
+            return
+        try:
+            if partial is not None:
+                message = partial.message(self.options.model, self.provider.name)
+                if message is not None:
+                    await state.append(message)
+                    pending = list(partial.calls)
+            for call in pending:
+                await state.append(
+                    Message.tool(ToolResultPart(call_id=call.id, name=call.name, content=ABORTED, is_error=True))
+                )
+        except Exception:  # the store may be the reason we are stopping; the original error matters more
+            pass
+
+
+def _provider_code(exc: ProviderError) -> str:
+    if isinstance(exc, AuthError):
+        return "provider_auth"
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    if isinstance(exc, ContextOverflow):
+        return "context_overflow"
+    return "provider_error"
+
+
+__all__ = ["ABORTED", "INTERRUPTED", "RESUME_TAIL", "AgentRun", "RunOptions"]

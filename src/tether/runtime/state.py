@@ -1,0 +1,142 @@
+"""What one run is told (`RunOptions`) and what it knows as it goes (`RunState`): the session handle, the
+provider, the journal it writes through, the context engine, its tools, what it has spent. Every phase of
+the loop (`prepare`, `model_call`, `tool_calls`, `condense`) works on a `RunState`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import Config
+from ..context.budget import Budget, ContextSettings
+from ..context.engine import ContextEngine, ModelLimits
+from ..ids import new_id
+from ..messages import Entry, EntryBody, Message, ToolCallPart, ToolSpec, Usage
+from ..providers.base import Provider
+from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
+from .handle import SessionHandle
+from .journal import RunJournal
+from .permission import PermissionCheck
+from .toolset import default_registry
+
+if TYPE_CHECKING:
+    from ..providers.registry import ResolvedModel
+
+DEFAULT_MAX_STEPS = 50
+
+ContextFn = Callable[[Sequence[Entry]], Awaitable[list[Message]]]
+"""Turns entries into the messages of a model call: an override of the context engine, for tests and for
+callers with a policy of their own."""
+
+
+async def all_messages(entries: Sequence[Entry]) -> list[Message]:
+    """Every message of `entries`, as they are: a `ContextFn` that derives nothing."""
+    return [e.body for e in entries if isinstance(e.body, Message) and e.body.role != "system"]
+
+
+@dataclass
+class RunOptions:
+    """How one run behaves. `model` is the provider's own model id (``gpt-4.1``). Configuration comes in
+    here (`config`, read by whoever starts the run); the loop reads no file."""
+
+    model: str
+    max_steps: int = DEFAULT_MAX_STEPS
+    system_prompt: str | None = None
+    tools: ToolRegistry = field(default_factory=default_registry)
+    confine_to_workspace: bool = True
+    ask: AskFn | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    model_info: ModelLimits | None = None
+    """The model's context window and output limit (a catalog entry); unknown: conservative guesses."""
+    config: Config | None = None
+    """The user's configuration: its ``[context]`` settings, and its providers for resolving the context
+    setting ``compaction_model``. None: an empty one."""
+    context_engine: ContextEngine | None = None
+    """Shared across runs to keep its caches; None: one for this run, with `config`'s settings."""
+    context: ContextFn | None = None
+    """Bypass the context engine (no derivation, no compaction) with a function of the run's entries."""
+    resolve_model: Callable[[str], ResolvedModel] | None = None
+    """How ``compaction_model`` (``provider/model``) becomes a provider; None: the registry's
+    `resolve_provider` with `config`, as for ``--model``."""
+    permission: PermissionCheck | None = None
+    """Decides whether each tool call may run (see `permission`); None: every call runs."""
+
+
+@dataclass(frozen=True)
+class Summarizer:
+    """Who writes the summaries of a run's automatic compactions, and what it takes in one call."""
+
+    provider: Provider
+    model: str
+    input_limit: int | None = None
+    """None: the run's own budget (the summarizer is the run's model)."""
+
+
+@dataclass
+class RunState:
+    """One run's working state. `entries` holds the tail of the active history the run started from plus
+    what it appended (for the orphan, objective and checkpoint checks); the context engine keeps its own."""
+
+    session: SessionHandle
+    provider: Provider
+    options: RunOptions
+    journal: RunJournal
+    engine: ContextEngine
+    tools: ToolRegistry
+    specs: list[ToolSpec]
+    model_info: ModelLimits
+    settings: ContextSettings
+    budget: Budget
+    summarizer: Summarizer
+    run_id: str = field(default_factory=lambda: new_id("run"))
+    entries: list[Entry] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    steps: int = 0
+    recent_calls: list[str] = field(default_factory=list)
+    repeats: set[str] = field(default_factory=set)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    async def append(self, *bodies: EntryBody) -> list[Entry]:
+        """Journal through the run's one append path and keep the entries in hand."""
+        stored = await self.journal.append(*bodies)
+        self.entries.extend(stored)
+        return stored
+
+    def tool_context(self) -> ToolContext:
+        return ToolContext(
+            workspace=Path(self.session.info.directory or "."),
+            session_id=self.session_id,
+            store=self.session.store,
+            confine_to_workspace=self.options.confine_to_workspace,
+            ask=self.options.ask,
+            limits=self.options.tool_limits,
+        )
+
+    def objective(self) -> str:
+        """The latest user message of the run's history: what the work is for."""
+        for entry in reversed(self.entries):
+            if isinstance(entry.body, Message) and entry.body.role == "user" and entry.body.text.strip():
+                return entry.body.text.strip()
+        return ""
+
+    def unanswered_calls(self) -> list[ToolCallPart]:
+        """Tool calls of the last assistant message that have no result after them."""
+        answered: set[str] = set()
+        for entry in reversed(self.entries):
+            body = entry.body
+            if not isinstance(body, Message):
+                continue
+            if body.role == "tool":
+                answered.update(r.call_id for r in body.tool_results)
+            elif body.role == "assistant":
+                return [c for c in body.tool_calls if c.id not in answered]
+            else:
+                return []
+        return []

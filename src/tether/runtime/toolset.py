@@ -1,0 +1,58 @@
+"""The tools a run offers: the built-in ones plus the tools of other engines (`session_recall`), assembled
+here so that no engine has to import another; choosing them by name (``--tools read,grep``); and giving
+`session_recall` its answer mode, which reads the evidence with RLM and the run's own model."""
+
+from __future__ import annotations
+
+from ..errors import InvalidInput
+from ..providers.base import Provider
+from ..recall.tool import Answer, Answerer, SessionRecallTool
+from ..rlm import rlm_answer
+from ..tools.base import ToolRegistry
+from ..tools.builtin import builtin_tools
+
+NO_TOOLS = "none"
+
+
+def default_registry() -> ToolRegistry:
+    """A fresh registry of the default tools: read, write, edit, bash, glob, grep, list, question and
+    session_recall (evidence mode; a run gives it answer mode with its own model)."""
+    return ToolRegistry([*builtin_tools(), SessionRecallTool()])
+
+
+def select_tools(spec: str | None, registry: ToolRegistry | None = None) -> ToolRegistry:
+    """The tools named in `spec` (``"read,grep"``), all of `registry` (None; default: the default tools),
+    or none (``"none"``). An unknown name is an `InvalidInput` that lists the tools there are."""
+    registry = registry if registry is not None else default_registry()
+    if spec is None:
+        return registry
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if names == [NO_TOOLS]:
+        return ToolRegistry()
+    if not names:
+        raise InvalidInput(f"--tools names no tool; give a comma list ({', '.join(registry.names())}) or none")
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise InvalidInput(f"unknown tool {', '.join(unknown)}; the tools are: {', '.join(registry.names())}")
+    return registry.subset(names)
+
+
+def rlm_answerer(provider: Provider, model: str) -> Answerer:
+    """An answerer for `session_recall` that reads the evidence with RLM and this model."""
+
+    async def answer(evidence: str, question: str) -> Answer:
+        result = await rlm_answer(evidence, question, provider, model=model)
+        return Answer(result.answer, {"fallback": result.fallback, "sub_calls": result.sub_calls})
+
+    return answer
+
+
+def with_recall_answers(tools: ToolRegistry, provider: Provider, model: str) -> ToolRegistry:
+    """The run's tools, with `session_recall` (when offered and without an answerer) able to answer with the
+    run's own model."""
+    recall = tools.get("session_recall")
+    if not isinstance(recall, SessionRecallTool) or recall.answerer is not None:
+        return tools
+    tools = tools.subset(tools.names())
+    tools.register(SessionRecallTool(rlm_answerer(provider, model), budget=recall.budget), replace=True)
+    return tools

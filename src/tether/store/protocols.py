@@ -1,0 +1,198 @@
+"""The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
+them, `Artifacts` for large payloads, and `Leases`, the busy lock of a run. `Store` is all four; a backend
+implements it and passes one conformance suite (tests/store/test_conformance.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..messages import Entry, EntryBody
+from .records import (
+    UNSET,
+    BackfillProgress,
+    Durability,
+    Lease,
+    Page,
+    RevertSpan,
+    SearchHit,
+    SessionInfo,
+    SessionState,
+)
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """Sessions and their append-only journals. All methods are coroutines except `iter_entries` (an async
+    iterator). Nothing rewrites an entry; only `delete_session` removes any."""
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        directory: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        state: SessionState = "active",
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> SessionInfo: ...
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """The session's row; raises `SessionNotFound`."""
+        ...
+
+    async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
+        """Set any of `UPDATABLE_FIELDS` (None clears it); returns the new row."""
+        ...
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        """Delete the session, its entries, its lease and, recursively, its child sessions (those whose
+        `parent_id` is it: sub-agent runs belong to their parent). Forks are independent copies and are
+        kept. Returns the ids deleted."""
+        ...
+
+    async def list_sessions(
+        self,
+        *,
+        directory: str | None = None,
+        parent_id: str | None = UNSET,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        """Most recently updated first. `parent_id=None` lists top-level sessions only; UNSET lists all."""
+        ...
+
+    async def last_session(self, directory: str) -> SessionInfo | None:
+        """The most recently updated top-level session of `directory`."""
+        ...
+
+    async def append(
+        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+    ) -> list[Entry]:
+        """Append atomically, giving each body the next dense seq, and update the row's counters (and its
+        default title) in the same transaction. With `expect_seq` (the seq the first new entry must get) a
+        writer that lost a race gets `SeqConflict` and nothing is written."""
+        ...
+
+    async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
+        """Entries with start <= seq <= end (end None: to the last), in order. Corrupt ones are skipped
+        and reported."""
+        ...
+
+    async def tail(self, session_id: str, n: int) -> list[Entry]:
+        """The last `n` entries of the raw journal, in order."""
+        ...
+
+    def iter_entries(self, session_id: str, start: int = 1, *, batch: int = 500) -> AsyncIterator[Entry]:
+        """Every entry from `start` in order, read `batch` at a time."""
+        ...
+
+    async def fork(
+        self, session_id: str, at_seq: int | None = None, *, id: str | None = None, title: str | None = None
+    ) -> SessionInfo:
+        """A new session holding a copy of entries 1..at_seq (default: all), recording where it came from."""
+        ...
+
+    async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        """Create a session exactly as `info` describes it (id, timestamps, title, lineage, metadata) holding
+        `entries` with their seqs (1..n) and `created_at` kept, in one transaction: all of it or nothing.
+        Counters are computed from the entries, not taken from `info`. For restoring exports and backups;
+        an id that exists or a parent that does not raises and writes nothing."""
+        ...
+
+
+@runtime_checkable
+class SearchIndex(Protocol):
+    """Full-text search over message text, kept consistent with the journal by the backend."""
+
+    async def search(
+        self,
+        query: str,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        """Entries matching `query` (free text: its words are OR-ed, stop words dropped, stems matched),
+        best first by BM25, within the filters: a session's `directory`, one session, a role (user,
+        assistant, tool) and `since <= created_at < until`. Entries hidden by a revert are left out unless
+        `include_reverted`. A query with nothing searchable in it returns []. A committed entry is
+        searchable at once (backends that index in batches flush what is pending before searching)."""
+        ...
+
+    async def reverted_spans(self, session_id: str) -> list[RevertSpan]:
+        """The spans that the session's reverts hide from its active history (see `reverts.hidden_spans`);
+        read from the index, not by reading the history."""
+        ...
+
+    async def search_backlog(self) -> int:
+        """Entries committed but not in the search index yet: a migrated file's older entries until they are
+        backfilled, and on some backends the latest appends until the next search indexes them."""
+        ...
+
+    def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
+        """Index the backlog, `batch` entries per transaction (memory stays bounded by the batch), yielding
+        progress after each. Safe to interrupt and to run again; appends go on meanwhile."""
+        ...
+
+
+@runtime_checkable
+class Artifacts(Protocol):
+    """Large payloads (the full text of a tool output that was cut in the transcript), content-addressed."""
+
+    async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
+        """Store a payload; returns its id (``art_`` + sha256). Storing the same bytes again is a no-op."""
+        ...
+
+    async def get_artifact(self, artifact_id: str) -> bytes:
+        """The payload; raises `NotFound`."""
+        ...
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """Which run holds a session now: one run per session, across processes (and, on a shared backend,
+    machines). A lease lasts `ttl` seconds unless renewed; an expired lease may be taken over."""
+
+    async def acquire_lease(
+        self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
+    ) -> Lease:
+        """Take the session's lease for `holder`: when it is free, expired, or already `holder`'s (then it is
+        renewed). Held by another holder: `SessionBusy`, which names it. Raises `SessionNotFound`."""
+        ...
+
+    async def renew_lease(self, session_id: str, holder: str, *, ttl: float) -> Lease:
+        """Extend `holder`'s lease to `ttl` seconds from now. `LeaseLost` when it is no longer `holder`'s
+        (it expired and another holder took it, or it was released)."""
+        ...
+
+    async def release_lease(self, session_id: str, holder: str) -> bool:
+        """Give the lease up; False when `holder` did not hold it (nothing changes then)."""
+        ...
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        """The live lease on the session, or None when it is free (an expired lease counts as free)."""
+        ...
+
+
+@runtime_checkable
+class Store(Journal, SearchIndex, Artifacts, Leases, Protocol):
+    """What every backend provides: the four roles, its durability, and closing."""
+
+    durability: Durability
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Store:
+        """`async with open_store() as store:` closes the store on the way out."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
