@@ -13,21 +13,7 @@ from tether import Session
 from tether.errors import InvalidId, InvalidInput, SeqConflict, SessionNotFound
 from tether.ids import new_session_id
 from tether.messages import Marker, Message, Revert, TitleChange, Usage
-from tether.paths import canonical_directory
 from tether.store import Store
-
-
-def test_canonical_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tmp_path / "real"
-    real.mkdir()
-    (tmp_path / "link").symlink_to(real)
-    assert canonical_directory(tmp_path / "link") == str(real.resolve())
-    assert canonical_directory(str(real / "sub" / "..")) == str(real.resolve())
-    monkeypatch.chdir(real)
-    assert canonical_directory(None) == str(real.resolve())
-    assert canonical_directory(".") == str(real.resolve())
-    monkeypatch.setenv("HOME", str(real))
-    assert canonical_directory("~") == str(real.resolve())
 
 
 async def test_create_files_the_session_under_the_canonical_directory(

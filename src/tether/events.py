@@ -10,7 +10,10 @@ two kinds:
   The k-th event of the entry at seq s is numbered ``s * EVENT_SPAN + k``, so they can be replayed from the
   journal after any number, by anyone who can read it, with the same numbers;
 - **live** events (deltas, progress, the start and end of a run, compaction attempts) exist only while the
-  run streams; those that follow entry s are numbered from ``s * EVENT_SPAN + LIVE_OFFSET`` on.
+  run streams; those that follow entry s are numbered from ``s * EVENT_SPAN + LIVE_OFFSET`` on. A run that
+  follows another on the same session handle with no entry between them numbers on from where the other
+  stopped, so numbers never repeat within a process. Only durable events reach other processes (through
+  the journal), and theirs come from the journal.
 
 Numbers read as the journal position they follow: 12000002 is the third event of entry 12, 12500000 the
 first live event after it."""

@@ -231,3 +231,37 @@ def test_run_budgets_with_the_resolved_models_own_limits(tmp_path: Path, monkeyp
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "say hello")
     assert code == 0, err
     assert provider.requests[0].max_output_tokens == 1_234
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "message"),
+    [
+        (["--tools", "read,rm_rf"], None, "unknown tool rm_rf"),
+        ([], "[context]\ncompact_threshold = 7\n", "[context] in"),
+        ([], "default_model = \n", "not valid TOML"),
+        (["--model", "local/nosuch"], None, "no local model 'nosuch': the embedded models are smollm2-135m"),
+        (["--model", "nobody/x"], None, "unknown model 'nobody/x'"),
+        (["--model", "openai/gpt-5.5"], None, "needs an API key: set OPENAI_API_KEY"),
+        (["--model", "lab/m"], "[providers.lab]\nkind = 'pigeon'\n", "unknown kind 'pigeon'"),
+    ],
+    ids=["tools", "context config", "config file", "local model", "model", "provider key", "provider kind"],
+)
+def test_a_bad_option_is_one_line_exit_2_and_nothing_journaled(
+    tmp_path: Path, args: list[str], config: str | None, message: str
+) -> None:
+    if config is not None:
+        home = Path(os.environ["TETHER_HOME"])
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(config)
+    code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), *args, "hello")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert out == "" and "Traceback" not in err
+    db = tmp_path / "cli.db"
+    if db.exists():  # the store may have been opened, but nothing is in it
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM entries").fetchone() == (0,)

@@ -3,6 +3,8 @@ fallback. Keys are set with monkeypatch; the shared conftest removes every *_API
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tether.config import parse_config
@@ -128,3 +130,34 @@ def test_the_anthropic_and_openai_defaults_are_models_their_sdks_name() -> None:
     assert DEFAULT_MODELS["anthropic"] in claude_ids
     assert DEFAULT_MODELS["anthropic"] not in DEPRECATED_MODELS
     assert DEFAULT_MODELS["openai"] in get_args(ChatModel)
+
+
+def test_the_sdks_base_url_variables_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8001/v1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:8002")
+    assert make_provider("openai", parse_config("")).base_url == "http://127.0.0.1:8001/v1"  # type: ignore[attr-defined]
+    assert make_provider("anthropic", parse_config("")).base_url == "http://127.0.0.1:8002"  # type: ignore[attr-defined]
+    # config.toml says more than the environment; other OpenAI-compatible providers keep their own address
+    configured = parse_config('[providers.openai]\nbase_url = "http://gateway/v1"\n')
+    assert make_provider("openai", configured).base_url == "http://gateway/v1"  # type: ignore[attr-defined]
+    monkeypatch.setenv("OPENROUTER_API_KEY", "x")
+    assert make_provider("openrouter", parse_config("")).base_url == "https://openrouter.ai/api/v1"  # type: ignore[attr-defined]
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    assert make_provider("openai", parse_config("")).base_url == "https://api.openai.com/v1"  # type: ignore[attr-defined]
+
+
+def test_the_local_provider_runs_only_models_it_has(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert resolve_provider("local/smollm2-135m").model == "smollm2-135m"
+    with pytest.raises(ConfigError, match="no local model 'nosuch': the embedded models are smollm2-135m"):
+        resolve_provider("local/nosuch")
+    described = parse_config('[models."local/mine"]\ncontext_window = 4096\n')
+    assert resolve_provider("local/mine", config=described).info.context_window == 4096
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert (
+        resolve_provider("local/anything", config=parse_config(f'[local]\nmodel_path = "{gguf}"\n')).model == "anything"
+    )
+    monkeypatch.setenv("TETHER_LOCAL_MODEL", str(gguf))
+    assert resolve_provider("local/other").model == "other"

@@ -71,7 +71,8 @@ async def test_a_message_with_thinking_and_tool_calls_streams_each_part_in_order
     started = [e for e in events if isinstance(e, ToolCallPartStart)]
     assert [(e.id, e.name) for e in started] == [("c1", "ls"), ("c2", "grep")]
     assert (
-        "".join(e.arguments_delta for e in events if isinstance(e, ToolCallPartDelta) and e.id == "c1") == '{"path": "."}'
+        "".join(e.arguments_delta for e in events if isinstance(e, ToolCallPartDelta) and e.id == "c1")
+        == '{"path": "."}'
     )
     ready = [e.part for e in events if isinstance(e, ToolCallPartReady)]
     assert ready[0].arguments == {"path": "."}

@@ -1,15 +1,14 @@
 """The `session_recall` tool through the real tool runner: evidence from this workspace's sessions with
-where it comes from, a session scope, faults with codes, and answer mode through RLM (a scripted model:
-no real model can run here)."""
+where it comes from, a session scope, faults with codes, and answer mode through the answerer it is given
+(the runtime's reads the evidence with RLM: tests/runtime/test_toolset.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tether.errors import SandboxError
 from tether.messages import Message, ToolCallPart
-from tether.providers.scripted import ScriptedProvider
-from tether.recall.tool import SessionRecallTool
-from tether.runtime.toolset import default_registry, rlm_answerer
+from tether.recall.tool import Answer, SessionRecallTool
 from tether.store import Store
 from tether.tools.base import ToolContext, ToolRegistry
 from tether.tools.runner import run_tool_call
@@ -32,7 +31,9 @@ async def workspace(store: Store, tmp_path: Path) -> tuple[ToolContext, str]:
 
 async def call(ctx: ToolContext, registry: ToolRegistry | None = None, **args: object):  # type: ignore[no-untyped-def]
     return await run_tool_call(
-        registry or default_registry(), ToolCallPart(id="r", name="session_recall", arguments=args), ctx
+        registry or ToolRegistry([SessionRecallTool()]),
+        ToolCallPart(id="r", name="session_recall", arguments=args),
+        ctx,
     )
 
 
@@ -84,16 +85,22 @@ async def test_evidence_respects_the_output_budget(store: Store, tmp_path: Path)
     assert result.content.startswith(f"{len(result.metadata['hits'])} of ")
 
 
-async def test_answer_mode_reads_the_evidence_with_rlm(store: Store, tmp_path: Path) -> None:
+async def test_answer_mode_hands_the_evidence_to_the_answerer(store: Store, tmp_path: Path) -> None:
     ctx, _ = await workspace(store, tmp_path)
-    seen: list[str] = []
+    asked: list[tuple[str, str]] = []
 
-    def respond(request):  # type: ignore[no-untyped-def]
-        seen.append(request.messages[0].text if request.messages else "")
-        return "FINAL(Run `make check` [1])"
+    async def answerer(evidence: str, question: str) -> Answer:
+        asked.append((evidence, question))
+        return Answer("Run `make check` [1]", {"by": "test"})
 
-    tool = SessionRecallTool(rlm_answerer(ScriptedProvider(respond), "scripted"))
-    result = await call(ctx, ToolRegistry([tool]), query="how to run the tests", mode="answer")
-    assert not result.is_error, result.content
-    assert result.content == "Run `make check` [1]"
-    assert result.metadata["hits"] and "answer" in result.metadata
+    result = await call(ctx, ToolRegistry([SessionRecallTool(answerer)]), query="how to run the tests", mode="answer")
+    assert not result.is_error and result.content == "Run `make check` [1]"
+    assert result.metadata["answer"] == {"by": "test"} and result.metadata["hits"]
+    ((evidence, question),) = asked
+    assert "[1]" in evidence and "make check" in evidence and question.startswith("how to run the tests")
+
+    async def failing(evidence: str, question: str) -> Answer:
+        raise SandboxError("the sandbox died", reason="crashed")
+
+    result = await call(ctx, ToolRegistry([SessionRecallTool(failing)]), query="make check", mode="answer")
+    assert result.is_error and result.metadata["error"] == "answer_failed" and "sandbox died" in result.content

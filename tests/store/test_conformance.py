@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from tether.errors import (
     InvalidId,
     InvalidInput,
+    LeaseLost,
     NotFound,
     SeqConflict,
+    SessionBusy,
     SessionNotFound,
     StoreClosed,
 )
@@ -921,3 +923,76 @@ async def test_closed_store_refuses_work(store: Store) -> None:
     with pytest.raises(StoreClosed):
         await store.list_sessions()
     await store.close()  # closing twice is harmless
+
+
+# --- leases ----------------------------------------------------------------------------------------------
+
+
+async def test_a_lease_is_held_by_one_holder_until_released(store: Store) -> None:
+    sid = (await store.create_session()).id
+    assert await store.get_lease(sid) is None
+    lease = await store.acquire_lease(sid, "run_a", ttl=30, pid=123, host="box")
+    assert (lease.session_id, lease.holder, lease.pid, lease.host) == (sid, "run_a", 123, "box")
+    assert lease.expires_at - lease.since == pytest.approx(30, abs=1)
+    assert await store.get_lease(sid) == lease
+    with pytest.raises(SessionBusy) as busy:
+        await store.acquire_lease(sid, "run_b", ttl=30)
+    assert (busy.value.holder, busy.value.pid, busy.value.host) == ("run_a", 123, "box")
+    assert "run_a" in str(busy.value) and "pid 123" in str(busy.value)
+    assert not isinstance(busy.value, LeaseLost)
+    assert await store.release_lease(sid, "run_b") is False  # not its lease: nothing changes
+    assert (await store.get_lease(sid)) == lease
+    assert await store.release_lease(sid, "run_a") is True
+    assert await store.get_lease(sid) is None
+    assert (await store.acquire_lease(sid, "run_b", ttl=30)).holder == "run_b"
+
+
+async def test_acquiring_again_renews_and_keeps_since(store: Store) -> None:
+    sid = (await store.create_session()).id
+    first = await store.acquire_lease(sid, "run_a", ttl=5)
+    again = await store.acquire_lease(sid, "run_a", ttl=60)
+    assert again.since == first.since and again.expires_at > first.expires_at
+    renewed = await store.renew_lease(sid, "run_a", ttl=120)
+    assert renewed.since == first.since and renewed.expires_at > again.expires_at
+    assert await store.get_lease(sid) == renewed
+
+
+async def test_an_expired_lease_is_free_and_can_be_taken_over(store: Store) -> None:
+    import asyncio
+
+    sid = (await store.create_session()).id
+    await store.acquire_lease(sid, "dead_run", ttl=0.05, pid=1)
+    await asyncio.sleep(0.1)
+    assert await store.get_lease(sid) is None  # expired: free
+    taken = await store.acquire_lease(sid, "run_b", ttl=30)
+    assert taken.holder == "run_b"
+    with pytest.raises(LeaseLost, match=r"lost .* to run run_b") as lost:
+        await store.renew_lease(sid, "dead_run", ttl=30)  # the old holder finds out when it renews
+    assert lost.value.holder == "run_b"
+    await store.release_lease(sid, "run_b")
+    with pytest.raises(LeaseLost, match="no longer holds"):
+        await store.renew_lease(sid, "run_b", ttl=30)
+
+
+async def test_leases_check_their_input(store: Store) -> None:
+    sid = (await store.create_session()).id
+    for ttl in (0, -1, 10**9, float("nan")):
+        with pytest.raises(InvalidInput, match="lease lasts"):
+            await store.acquire_lease(sid, "run_a", ttl=ttl)
+    for holder in ("", "   ", "x" * 201, "bad \ud800"):
+        with pytest.raises(InvalidInput):
+            await store.acquire_lease(sid, holder, ttl=5)
+    with pytest.raises(SessionNotFound):
+        await store.acquire_lease(new_session_id(), "run_a", ttl=5)
+    with pytest.raises(InvalidId):
+        await store.get_lease("../x")
+    assert await store.get_lease(sid) is None  # nothing was taken by the refused calls
+
+
+async def test_deleting_a_session_frees_its_lease(store: Store) -> None:
+    info = await store.create_session()
+    await store.acquire_lease(info.id, "run_a", ttl=30)
+    await store.delete_session(info.id)
+    again = await store.create_session(id=info.id)
+    assert await store.get_lease(again.id) is None
+    assert (await store.acquire_lease(again.id, "run_b", ttl=30)).holder == "run_b"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.errors import CorruptEntry, InvalidInput, SeqConflict, StoreBusy, StoreError
+from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreBusy, StoreError
 from tether.ids import new_session_id
 from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart, Usage
 from tether.paths import tether_home
@@ -399,3 +399,49 @@ async def test_many_parts_and_a_long_history_in_one_append(
     assert entries[-1].seq == 5_001
     assert (await store.read(info.id, 1, 1))[0].body == wide
     assert [e.seq async for e in store.iter_entries(info.id)] == list(range(1, 5_002))
+
+
+# --- leases across connections and schema 5 ----------------------------------------------------------------
+
+
+async def test_a_lease_holds_across_stores_on_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "leases.db"
+    first, second = SqliteStore(path), SqliteStore(path)
+    try:
+        sid = (await first.create_session()).id
+        await first.acquire_lease(sid, "run_a", ttl=30, pid=4242, host="node-1")
+        with pytest.raises(SessionBusy) as busy:
+            await second.acquire_lease(sid, "run_b", ttl=30)
+        assert (busy.value.holder, busy.value.pid, busy.value.host) == ("run_a", 4242, "node-1")
+        seen = await second.get_lease(sid)
+        assert seen is not None and seen.holder == "run_a"
+        assert await first.release_lease(sid, "run_a")
+        assert (await second.acquire_lease(sid, "run_b", ttl=30)).holder == "run_b"
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_schema_4_file_gets_the_new_leases_table(tmp_path: Path) -> None:
+    """Schema 4's leases table (session_id, owner, expires_at) was never used: 5 makes it anew."""
+    path = tmp_path / "v4.db"
+    store = SqliteStore(path)
+    sid = (await store.create_session()).id
+    await store.append(sid, [Message.user("kept")])
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP TABLE leases")
+    conn.execute("CREATE TABLE leases (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)")
+    conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert [e.seq for e in await store.read(sid)] == [1]
+        assert (await store.acquire_lease(sid, "run_a", ttl=30, pid=1, host="h")).holder == "run_a"
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(leases)")]
+    assert columns == ["session_id", "holder", "pid", "host", "since", "expires_at"]
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    conn.close()

@@ -26,6 +26,8 @@ class SessionHandle:
     def __init__(self, store: Store, info: SessionInfo) -> None:
         self.store = store
         self.info = info
+        self.last_event = 0
+        """The number of the last event a run on this handle emitted (see `tether.events`)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.info.title!r} entries={self.info.entry_count}>"

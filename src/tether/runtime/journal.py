@@ -26,7 +26,10 @@ class RunJournal:
         self.session = session
         self.engine = engine
         self.pending: list[Event] = []
-        self._live = 0  # live events numbered since the last entry
+        # Live events numbered since the last entry: a run that follows another on the same handle with no
+        # entry in between goes on from the handle's last number, so numbers never repeat in a process.
+        base = live_number(self.last_seq, 0)
+        self._live = max(0, session.last_event - base + 1)
 
     @property
     def last_seq(self) -> int:
@@ -42,6 +45,7 @@ class RunJournal:
         for entry in stored:
             self.pending.extend(durable_events(entry, self.session.id))
         self._live = 0
+        self.session.last_event = live_number(self.last_seq, 0) - 1
         return stored
 
     async def append_for_engine(self, bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
@@ -52,6 +56,7 @@ class RunJournal:
         """The number of the next live event."""
         n = live_number(self.last_seq, self._live)
         self._live += 1
+        self.session.last_event = n
         return n
 
     def number(self, event: Event) -> Event:

@@ -1,0 +1,91 @@
+"""`launch`: every option is checked before a session is created or touched, so a bad tool list, a bad
+configuration file, an unknown model or a provider without its key leaves nothing behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether import Message
+from tether.config import parse_config
+from tether.errors import ConfigError, InvalidInput, SessionNotFound, TetherError
+from tether.runtime.launch import RunRequest, launch
+from tether.store import Store
+
+
+async def nothing_written(store: Store) -> bool:
+    return not (await store.list_sessions()).items
+
+
+def write_config(text: str) -> None:
+    import os
+
+    Path(os.environ["TETHER_HOME"]).mkdir(parents=True, exist_ok=True)
+    (Path(os.environ["TETHER_HOME"]) / "config.toml").write_text(text)
+
+
+BAD_OPTIONS: list[tuple[str, dict[str, object], str | None, type[TetherError], str]] = [
+    # (what, request fields, config.toml, error, what the message says)
+    ("tools", {"tools": "read,rm_rf"}, None, InvalidInput, "unknown tool rm_rf; the tools are: read, write"),
+    ("empty tools", {"tools": " , "}, None, InvalidInput, "names no tool"),
+    ("config", {}, "default_model = \n", ConfigError, "not valid TOML"),
+    ("config key", {}, "[providers.openai]\nbase_urll = 'x'\n", ConfigError, "base_urll"),
+    ("context setting", {}, "[context]\ncompact_threshold = 7\n", ConfigError, "[context]"),
+    ("model", {"model": "totally-unknown-model"}, None, ConfigError, "unknown model 'totally-unknown-model'"),
+    (
+        "local model",
+        {"model": "local/nosuch"},
+        None,
+        ConfigError,
+        "no local model 'nosuch': the embedded models are smollm2-135m",
+    ),
+    ("provider key", {"model": "anthropic/claude-sonnet-5-5"}, None, ConfigError, "ANTHROPIC_API_KEY"),
+    ("provider", {"model": "lab/m"}, "[providers.lab]\nkind = 'pigeon'\n", ConfigError, "unknown kind 'pigeon'"),
+    ("compaction model", {}, "[context]\ncompaction_model = 'nope/x'\n", ConfigError, "compaction_model"),
+    ("workspace", {"directory": "/no/such/dir"}, None, InvalidInput, "not a directory"),
+    ("steps", {"max_steps": 0}, None, InvalidInput, "step limit"),
+    ("prompt", {"prompt": "   "}, None, InvalidInput, "prompt is empty"),
+]
+
+
+@pytest.mark.parametrize(("what", "fields", "config", "error", "message"), BAD_OPTIONS, ids=[b[0] for b in BAD_OPTIONS])
+async def test_a_bad_option_creates_nothing(
+    store: Store, tmp_path: Path, what: str, fields: dict[str, object], config: str | None, error: type, message: str
+) -> None:
+    if config is not None:
+        write_config(config)
+    request = RunRequest(**{"prompt": "hello", "directory": tmp_path, **fields})  # type: ignore[arg-type]
+    with pytest.raises(error) as caught:
+        await launch(store, request)
+    assert message in str(caught.value)
+    assert await nothing_written(store)
+
+
+async def test_a_bad_option_leaves_a_named_session_untouched(store: Store, tmp_path: Path) -> None:
+    info = await store.create_session(directory=str(tmp_path), model="local/smollm2-135m")
+    await store.append(info.id, [Message.user("earlier")])
+    before = await store.get_session(info.id)
+    for fields in ({"tools": "nope"}, {"model": "local/nosuch"}):
+        with pytest.raises(TetherError):
+            await launch(store, RunRequest("more", session=info.id, **fields))  # type: ignore[arg-type]
+    assert await store.get_session(info.id) == before
+
+
+async def test_a_good_request_opens_or_creates_the_session(store: Store, tmp_path: Path) -> None:
+    launched = await launch(store, RunRequest("hello", directory=tmp_path, tools="read,grep"))
+    assert launched.created and launched.resolved.id == "local/smollm2-135m"
+    assert launched.session.info.model == "local/smollm2-135m" and launched.session.info.directory == str(tmp_path)
+    assert launched.options.tools.names() == ["read", "grep"]
+    again = await launch(store, RunRequest(None, continue_last=True, directory=tmp_path))
+    assert not again.created and again.session.id == launched.session.id
+    named = await launch(store, RunRequest("x", session=launched.session.id[-8:]))
+    assert named.session.id == launched.session.id
+    with pytest.raises(SessionNotFound, match="no earlier session"):
+        await launch(store, RunRequest(None, continue_last=True, directory=tmp_path / ".."))
+
+
+async def test_the_configuration_passed_in_is_what_the_run_gets(store: Store, tmp_path: Path) -> None:
+    config = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    launched = await launch(store, RunRequest("hi", directory=tmp_path, model="lab/qwen"), config=config)
+    assert launched.resolved.provider.name == "lab" and launched.options.config is config

@@ -1,0 +1,44 @@
+"""`open_store`: URL schemes to backends, each backend imported only when a URL names it, and a scheme that
+this version does not have named with the extra that will bring it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.errors import InvalidInput
+from tether.store import MemoryStore, SqliteStore, open_store
+
+
+def loaded_after(code: str) -> set[str]:
+    """The tether modules a fresh interpreter has loaded after running `code`."""
+    probe = f"import sys\n{code}\nprint(' '.join(m for m in sys.modules if m.startswith('tether')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_a_url_imports_only_its_backend(tmp_path: Path) -> None:
+    memory = loaded_after("from tether.store import open_store; open_store('memory://')")
+    assert "tether.store.memory" in memory and "tether.store.sqlite" not in memory
+    sqlite = loaded_after(f"from tether.store import open_store; open_store('sqlite:///{tmp_path / 'x.db'}')")
+    assert "tether.store.sqlite" in sqlite and "tether.store.memory" not in sqlite
+    assert "tether.store.sqlite" not in loaded_after("import tether.store")
+
+
+async def test_schemes_map_to_backends(tmp_path: Path) -> None:
+    store = open_store("memory://")
+    assert isinstance(store, MemoryStore)
+    await store.close()
+    for url in (f"sqlite:///{tmp_path / 'a.db'}", str(tmp_path / "b.db")):
+        store = open_store(url)
+        assert isinstance(store, SqliteStore)
+        await store.close()
+
+
+@pytest.mark.parametrize("url", ["postgresql://user@db.example/tether", "postgres://db/tether"])
+def test_postgres_is_named_with_its_extra_not_run(url: str) -> None:
+    with pytest.raises(InvalidInput, match=r"tether\[postgres\]"):
+        open_store(url)
