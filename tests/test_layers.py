@@ -88,7 +88,7 @@ def test_no_circles_between_modules() -> None:
         stack.append(node)
         for nxt in sorted(edges[node]):
             if state.get(nxt) == 1:
-                circles.append(stack[stack.index(nxt) :] + [nxt])
+                circles.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
