@@ -6,16 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import msgspec
 
-from ..context import CompactionEvent, CompactionResult, CompactionStarted, ContextEngine, compute_budget
+from ..context import CompactionEvent, CompactionResult, CompactionStarted
 from ..context.compaction import undo_compaction
-from ..errors import ConfigError
 from ..messages import Entry, Revert, to_builtins
-from ..runtime.configuration import context_settings, load_config
+from ..runtime.configuration import load_config
+from ..runtime.operations import compact_now
 from ..store import Store
 from .common import console, echo_json, find_session, wants_json, with_store
-from .context import model_limits
 
 
 @click.command("compact")
@@ -61,25 +59,14 @@ def compact(
 
     async def run_compact(store: Store) -> CompactionResult:
         info = await find_session(store, session_ref)
-        config = load_config()
-        engine = ContextEngine(store, settings=context_settings(config))
-        settings = await engine.settings_for(info.id, info=info)
-        if keep_tokens is not None:
-            settings = msgspec.structs.replace(settings, keep_recent_tokens=keep_tokens)
-        model_id, window, max_output = model_limits(model_spec or settings.compaction_model, info)
-        budget = compute_budget(window, max_output, settings)
-        provider = None
-        model = None
-        if not mechanical:
-            from ..providers.registry import resolve_provider
-
-            try:
-                resolved = resolve_provider(model_id, config=config)
-            except ConfigError as exc:
-                raise ConfigError(f"{exc} (or compact without a model: --mechanical)") from exc
-            provider, model = resolved.provider, resolved.model
-        return await engine.compact(
-            info.id, budget=budget, provider=provider, model=model, emit=show, settings=settings
+        return await compact_now(
+            store,
+            info.id,
+            config=load_config(),
+            model=model_spec,
+            mechanical=mechanical,
+            keep_tokens=keep_tokens,
+            emit=show,
         )
 
     if undo:

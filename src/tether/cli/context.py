@@ -4,62 +4,16 @@ tokens), the budget they are fitted to, and what was summarized, pruned, dropped
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from ..context import Budget, ContextEngine, ContextSettings, DerivedContext, compute_budget, pin
-from ..context.tokens import count_message, get_counter
+from ..context import pin
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, to_builtins
-from ..runtime.configuration import context_settings, load_config
+from ..runtime.configuration import load_config
+from ..runtime.operations import ContextView, context_view
 from ..store import Store
-from ..store.records import SessionInfo
 from .common import console, echo_json, find_session, human_count, wants_json, with_store
-
-
-@dataclass
-class ContextView:
-    info: SessionInfo
-    model: str
-    budget: Budget
-    settings: ContextSettings
-    derived: DerivedContext
-    tokens: list[int]
-
-
-def model_limits(spec: str | None, info: SessionInfo) -> tuple[str, int, int]:
-    """``(provider/model, context window, max output)`` for `spec`, else the session's model, else the
-    default one, from the catalog (no provider is built, so no key is needed)."""
-    from ..providers.catalog import Catalog
-    from ..providers.registry import choose_model
-
-    config = load_config()
-    catalog = Catalog.from_config(config)
-    provider, model = choose_model(spec or info.model, config=config, catalog=catalog)
-    entry = catalog.info(provider, model)
-    return f"{provider}/{model}", entry.context_window, entry.max_output_tokens
-
-
-def session_tools() -> list[Any]:
-    """The tool definitions a run sends by default (they count against the budget)."""
-    from ..runtime.toolset import default_registry
-
-    return list(default_registry().specs())
-
-
-async def build_view(store: Store, ref: str, model_spec: str | None) -> ContextView:
-    info = await find_session(store, ref)
-    engine = ContextEngine(store, settings=context_settings(load_config()))  # the settings a run would have
-    settings = await engine.settings_for(info.id, info=info)
-    model, window, max_output = model_limits(model_spec, info)
-    budget = compute_budget(window, max_output, settings)
-    counter = get_counter(model=model)
-    derived = await engine.derive(
-        info.id, budget=budget, system=info.system_prompt, tools=session_tools(), model=model, settings=settings
-    )
-    tokens = [count_message(m, counter) for m in derived.messages]
-    return ContextView(info, model, budget, settings, derived, tokens)
 
 
 def preview(message: Message, width: int = 100) -> str:
@@ -182,13 +136,12 @@ def context(
     """
 
     async def main(store: Store) -> ContextView:
-        if pin_seq is not None or unpin_seq is not None:
-            info = await find_session(store, session_ref)
-            if pin_seq is not None:
-                await pin(store, info.id, pin_seq)
-            if unpin_seq is not None:
-                await pin(store, info.id, unpin_seq, pinned=False)
-        return await build_view(store, session_ref, model_spec)
+        info = await find_session(store, session_ref)
+        if pin_seq is not None:
+            await pin(store, info.id, pin_seq)
+        if unpin_seq is not None:
+            await pin(store, info.id, unpin_seq, pinned=False)
+        return await context_view(store, info.id, config=load_config(), model=model_spec)
 
     view = with_store(main)
     if wants_json(json_flag):

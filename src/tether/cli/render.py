@@ -201,5 +201,3 @@ def terminal_ask(console: Console) -> AskFn:
         return await asyncio.to_thread(input, "answer› ")
 
     return ask
-
-

@@ -1,0 +1,106 @@
+"""What a face asks of a stored session besides a run, so that the CLI and a server do the same: the context
+the model would see at its next step (`context_view`), and compacting it now (`compact_now`), each with the
+settings and models a run of that session would get from the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from ..config import Config
+from ..context.budget import Budget, ContextSettings, compute_budget
+from ..context.compaction import CompactionResult, EventSink
+from ..context.derive import DerivedContext
+from ..context.engine import ContextEngine
+from ..context.tokens import count_message, get_counter
+from ..errors import ConfigError
+from ..messages import Entry, EntryBody
+from ..providers.catalog import Catalog
+from ..providers.registry import choose_model, resolve_provider
+from ..store.protocols import Store
+from ..store.records import SessionInfo
+from .configuration import context_settings
+from .handle import SessionHandle
+from .toolset import default_registry
+
+
+@dataclass
+class ContextView:
+    """What the model would see at a session's next step: the derived context, fitted to the budget of
+    `model` under `settings`, and the tokens of each of its messages."""
+
+    info: SessionInfo
+    model: str
+    budget: Budget
+    settings: ContextSettings
+    derived: DerivedContext
+    tokens: list[int]
+
+
+def model_limits(spec: str | None, info: SessionInfo, config: Config) -> tuple[str, int, int]:
+    """``(provider/model, context window, max output)`` for `spec`, else the session's model, else the
+    default one, from the catalog (no provider is built, so no key is needed)."""
+    catalog = Catalog.from_config(config)
+    provider, model = choose_model(spec or info.model, config=config, catalog=catalog)
+    entry = catalog.info(provider, model)
+    return f"{provider}/{model}", entry.context_window, entry.max_output_tokens
+
+
+async def context_view(store: Store, session_id: str, *, config: Config, model: str | None = None) -> ContextView:
+    """The context of the session's next step as a run would derive it: the configuration's settings under
+    the session's own, the default tools' definitions in the budget. Nothing is written."""
+    info = await store.get_session(session_id)
+    engine = ContextEngine(store, settings=context_settings(config))
+    settings = await engine.settings_for(session_id, info=info)
+    model_id, window, max_output = model_limits(model, info, config)
+    budget = compute_budget(window, max_output, settings)
+    counter = get_counter(model=model_id)
+    derived = await engine.derive(
+        session_id,
+        budget=budget,
+        system=info.system_prompt,
+        tools=default_registry().specs(),
+        model=model_id,
+        settings=settings,
+        last_seq=info.entry_count,
+    )
+    return ContextView(info, model_id, budget, settings, derived, [count_message(m, counter) for m in derived.messages])
+
+
+async def compact_now(
+    store: Store,
+    session_id: str,
+    *,
+    config: Config,
+    model: str | None = None,
+    mechanical: bool = False,
+    keep_tokens: int | None = None,
+    emit: EventSink | None = None,
+) -> CompactionResult:
+    """Compact the session now, whatever ``auto_compact`` says: a model writes the summary (`model`, else
+    the context setting ``compaction_model``, else the session's own model), or nobody does (`mechanical`).
+    The compaction is journaled through the session handle. A summarizer that cannot be used is a
+    `ConfigError` that says how to compact without one."""
+    session = await SessionHandle.open(store, session_id)
+    engine = ContextEngine(store, settings=context_settings(config))
+    settings = await engine.settings_for(session_id, info=session.info)
+    if keep_tokens is not None:
+        settings = msgspec.structs.replace(settings, keep_recent_tokens=keep_tokens)
+    model_id, window, max_output = model_limits(model or settings.compaction_model, session.info, config)
+    budget = compute_budget(window, max_output, settings)
+    provider = summarizer = None
+    if not mechanical:
+        try:
+            resolved = resolve_provider(model_id, config=config)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (or compact without a model: --mechanical)") from exc
+        provider, summarizer = resolved.provider, resolved.model
+
+    async def append(bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
+        return await session.append(*bodies, expect_seq=expect_seq)
+
+    return await engine.compact(
+        session_id, budget=budget, provider=provider, model=summarizer, emit=emit, settings=settings, append=append
+    )
