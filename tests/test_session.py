@@ -142,3 +142,12 @@ async def test_update_and_delete(store: Store, tmp_path: Path) -> None:
         await s.refresh()
     with pytest.raises(SessionNotFound):
         await child.append(Message.user("orphan"))
+
+
+async def test_a_handle_that_was_overtaken_reads_its_row_again(store: Store, tmp_path: Path) -> None:
+    a = await Session.create(store, directory=tmp_path)
+    b = await Session.open(store, a.id)
+    await b.append(Message.user("one"), Message.assistant("two"))
+    await a.set_title("mine")  # lands after b's entries: a's own counting would miss them
+    assert a.info.entry_count == 3 and a.info.message_count == 2 and a.title == "mine"
+    assert a.info == await store.get_session(a.id)

@@ -11,9 +11,9 @@ two kinds:
   journal after any number, by anyone who can read it, with the same numbers;
 - **live** events (deltas, progress, the start and end of a run, compaction attempts) exist only while the
   run streams; those that follow entry s are numbered from ``s * EVENT_SPAN + LIVE_OFFSET`` on. A run that
-  follows another on the same session handle with no entry between them numbers on from where the other
-  stopped, so numbers never repeat within a process. Only durable events reach other processes (through
-  the journal), and theirs come from the journal.
+  follows another with no entry between them numbers on from where the other stopped, so numbers never
+  repeat within a process. Only durable events reach other processes (through the journal), and theirs
+  come from the journal.
 
 Numbers read as the journal position they follow: 12000002 is the third event of entry 12, 12500000 the
 first live event after it."""
@@ -29,9 +29,9 @@ from .messages import Checkpoint, Compaction, Entry, Message, ThinkingPart, Usag
 EVENT_SPAN = 1_000_000
 """Event numbers per journal entry: the durable events of entry s, then the live events after it."""
 LIVE_OFFSET = EVENT_SPAN // 2
-"""Where the live events after an entry start numbering. An entry gives far fewer durable events (a
-message with more tool calls than this is refused by the loop); past the end of its span, live events keep
-the span's last number."""
+"""Where the live events after an entry start numbering. An entry gives far fewer durable events (three
+plus one per tool call: no model answers with half a million calls); half a million live events after one
+entry fill its span, and any more keep the span's last number (they repeat it, never go back)."""
 
 
 class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -150,6 +150,7 @@ class Progress(_Event, tag="progress"):
 
 
 RlmStage = Literal[
+    "input",  # an input too large for the window goes to RLM; `detail` says what and how large
     "started",  # the REPL is up; `detail` lists the sandbox layers that hold
     "iteration",  # the root model is asked for its next step
     "block",  # a code block runs in the REPL

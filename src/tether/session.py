@@ -15,6 +15,7 @@ from .messages import Message, Usage
 from .providers.registry import resolve_provider
 from .runtime.configuration import load_config
 from .runtime.handle import SessionHandle
+from .runtime.launch import run_options
 from .runtime.loop import AgentRun
 from .runtime.state import RunOptions
 
@@ -54,8 +55,7 @@ class Session(SessionHandle):
             options["config"] = load_config()
         if provider is None:
             resolved = resolve_provider(model or self.info.model, config=options["config"])
-            options.setdefault("model_info", resolved.info)
-            provider, model = resolved.provider, resolved.model
+            return AgentRun(self, resolved.provider, run_options(resolved, **options)).events(prompt)
         run = AgentRun(self, provider, RunOptions(model=model or self.info.model or "default", **options))
         return run.events(prompt)
 

@@ -110,3 +110,31 @@ async def test_a_steady_step_costs_one_append_per_entry_and_no_reads(
     for before, after in itertools.pairwise(marks[1:]):
         # between two model calls: the answer with its call, then the call's result; nothing read back
         assert after - before == Counter({"append": 2})
+
+
+async def test_runs_on_new_handles_never_repeat_a_number(store: Store, tmp_path: Path) -> None:
+    """The CLI and a server open a new handle per run; a run that appends nothing before its events (a
+    continue with nothing to do) still numbers after the last run of this process."""
+    first = await Session.create(store, directory=tmp_path)
+    ran = [e async for e in first.stream("hi", provider=ScriptedProvider(["one"]), model="m", tools=ToolRegistry())]
+    seen = [e.n for e in ran]
+    for _ in range(2):
+        again = await Session.open(store, first.id)
+        events = [e async for e in again.stream(None, provider=ScriptedProvider([]), model="m", tools=ToolRegistry())]
+        assert isinstance(events[-1], Done) and events[-1].reason == "nothing_to_do"
+        assert min(e.n for e in events) > max(seen)
+        seen += [e.n for e in events]
+
+
+async def test_a_compaction_after_another_writer_is_a_conflict(store: Store, tmp_path: Path) -> None:
+    from tether.errors import SeqConflict
+    from tether.runtime.handle import SessionHandle
+    from tether.runtime.journal import RunJournal
+
+    handle = await SessionHandle.create(store, directory=tmp_path)
+    journal = RunJournal(handle)
+    await journal.append(Message.user("mine"))
+    await store.append(handle.id, [Message.user("another writer's")])
+    with pytest.raises(SeqConflict):  # the engine read the session after the intruder: it may not cut there
+        await journal.append_for_engine([Message.assistant("summary")], expect_seq=3)
+    assert (await store.get_session(handle.id)).entry_count == 2

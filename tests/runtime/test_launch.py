@@ -89,3 +89,23 @@ async def test_the_configuration_passed_in_is_what_the_run_gets(store: Store, tm
     config = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
     launched = await launch(store, RunRequest("hi", directory=tmp_path, model="lab/qwen"), config=config)
     assert launched.resolved.provider.name == "lab" and launched.options.config is config
+
+
+async def test_the_run_options_carry_the_catalog_temperature_and_the_permission_check(tmp_path: Path) -> None:
+    from tether.runtime.launch import check_request, run_options
+    from tether.runtime.permission import Permission
+
+    async def deny(call: object, ctx: object) -> Permission:
+        return Permission(False, "no")
+
+    plan = check_request(RunRequest("hi", directory=tmp_path, permission=deny), parse_config(""))
+    assert plan.options.permission is deny and plan.options.temperature == 0.2  # smollm2's catalog default
+    assert plan.options.model_info is plan.resolved.info
+    assert run_options(plan.resolved, parse_config(""), temperature=0.7).temperature == 0.7
+
+
+def test_checking_a_request_needs_no_store(tmp_path: Path) -> None:
+    from tether.runtime.launch import check_request
+
+    with pytest.raises(ConfigError, match="no local model"):
+        check_request(RunRequest("hi", directory=tmp_path, model="local/nosuch"), parse_config(""))

@@ -499,7 +499,7 @@ async def test_a_failing_summarizer_does_not_loop(session: Session) -> None:
 # --- oversized inputs go through RLM ------------------------------------------------------------------
 
 from tether.context.derive import CONDENSED_MARKER  # noqa: E402
-from tether.events import Progress, RlmFinished  # noqa: E402
+from tether.events import Progress, RlmFinished, RlmProgress  # noqa: E402
 from tether.messages import Marker  # noqa: E402
 
 
@@ -520,7 +520,7 @@ async def test_an_oversized_user_message_is_condensed_and_kept_whole(session: Se
     provider = ScriptedProvider(rlm_or_answer("It is swordfish."))
     events = await run(session, prompt, provider, tools=notes_registry([]), model_info=SMALL)
     assert isinstance(events[-1], Done) and events[-1].text == "It is swordfish."
-    assert any(isinstance(e, Progress) and e.what == "rlm" for e in events)
+    assert any(isinstance(e, RlmProgress) and e.stage == "input" for e in events)
     assert sum(isinstance(e, RlmFinished) for e in events) == 1
     entries = await session.entries()
     assert entries[0].message is not None and entries[0].message.text == prompt  # the history keeps it whole
@@ -534,7 +534,7 @@ async def test_an_oversized_user_message_is_condensed_and_kept_whole(session: Se
 async def test_a_small_message_is_not_condensed(session: Session) -> None:
     provider = ScriptedProvider(rlm_or_answer("hi"))
     events = await run(session, "hello", provider, tools=notes_registry([]), model_info=SMALL)
-    assert not any(isinstance(e, Progress) for e in events)
+    assert not any(isinstance(e, Progress | RlmProgress) for e in events)
     assert len(provider.requests) == 1
 
 
@@ -575,7 +575,7 @@ async def test_read_is_never_condensed_even_when_huge(session: Session, tmp_path
 
     events = await run(session, "read big.txt", provider, tools=default_registry(), model_info=SMALL)
     assert isinstance(events[-1], Done)
-    assert not any(isinstance(e, Progress) for e in events)
+    assert not any(isinstance(e, Progress | RlmProgress) for e in events)
     assert not [e for e in await session.entries() if isinstance(e.body, Marker)]
 
 

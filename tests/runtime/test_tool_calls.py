@@ -75,3 +75,28 @@ async def test_without_a_check_every_call_runs(store: Store, tmp_path: Path) -> 
     )
     events = [e async for e in session.stream("go", provider=provider, model="m", tools=ToolRegistry([note]))]
     assert isinstance(events[-1], Done) and ran == ["a"]
+
+
+async def test_a_permission_check_that_fails_refuses_the_call(store: Store, tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    @function_tool
+    async def note(text: str) -> str:
+        """Write a note."""
+        ran.append(text)
+        return "ok"
+
+    async def broken(call: ToolCallPart, ctx: ToolContext) -> Permission:
+        raise RuntimeError("rules file unreadable")
+
+    session = await Session.create(store, directory=tmp_path)
+    provider = ScriptedProvider(
+        [Message.assistant(tool_calls=[ToolCallPart(id="c1", name="note", arguments={"text": "a"})]), "done"]
+    )
+    events = [
+        e
+        async for e in session.stream("go", provider=provider, model="m", tools=ToolRegistry([note]), permission=broken)
+    ]
+    assert isinstance(events[-1], Done) and ran == []  # the run goes on; the call never ran
+    (result,) = [r for m in await session.messages() for r in m.tool_results]
+    assert result.is_error and "permission check failed (RuntimeError: rules file unreadable)" in result.content

@@ -996,3 +996,15 @@ async def test_deleting_a_session_frees_its_lease(store: Store) -> None:
     again = await store.create_session(id=info.id)
     assert await store.get_lease(again.id) is None
     assert (await store.acquire_lease(again.id, "run_b", ttl=30)).holder == "run_b"
+
+
+async def test_an_expired_lease_taken_again_by_its_holder_starts_anew(store: Store) -> None:
+    import asyncio
+
+    sid = (await store.create_session()).id
+    first = await store.acquire_lease(sid, "run_a", ttl=0.05)
+    await asyncio.sleep(0.1)
+    with pytest.raises(LeaseLost, match="no longer holds"):
+        await store.renew_lease(sid, "run_a", ttl=30)  # expired, though nobody took it
+    again = await store.acquire_lease(sid, "run_a", ttl=30)
+    assert again.since > first.since  # the same on every backend

@@ -15,7 +15,7 @@ from ..events import Done
 from ..paths import canonical_directory
 from ..runtime.launch import RunRequest
 from .render import TerminalRenderer, terminal_ask
-from .run import launched_events
+from .run import checked, launched_events
 from .state import cli_state
 
 HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
@@ -89,7 +89,7 @@ def chat(
                 ask=terminal_ask(err),
             )
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
-            async for event in launched_events(store, request, notice):
+            async for event in launched_events(store, checked(request), notice):
                 current = event.session_id or current
                 renderer.handle(event)
                 if isinstance(event, Done):

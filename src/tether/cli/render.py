@@ -78,7 +78,10 @@ class TerminalRenderer:
             self._write("\n")
 
     def _spin(self) -> None:
-        label = ", ".join(self.running.values())
+        # The calls of a step start in the model's order; the first not yet complete is the one at work
+        # (or the first of a batch of reads running together).
+        labels = list(self.running.values())
+        label = labels[0] + (f" (+{len(labels) - 1} more)" if len(labels) > 1 else "")
         if not self.err.is_terminal:
             return
         if self.status is None:
@@ -174,6 +177,8 @@ class TerminalRenderer:
 
 def rlm_progress_line(event: RlmProgress) -> str | None:
     tokens = f"{event.input_tokens:,} in / {event.output_tokens:,} out"
+    if event.stage == "input":
+        return f"rlm: processing {event.detail}"
     if event.stage == "started":
         return f"rlm: {event.detail}"
     if event.stage == "iteration":

@@ -13,18 +13,26 @@ from rich.console import Console
 
 from ..errors import ConfigError, InvalidInput, MissingExtra, NotFound
 from ..events import Done, Error, Event, RunStarted, event_json
-from ..runtime.launch import RunRequest, launch
+from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
 from .render import LOCAL_NOTICE, TerminalRenderer, terminal_ask
 from .state import OptionError, cli_state, wants_json
 
 
-async def launched_events(store: Store, request: RunRequest, notice: Callable[[str], None]) -> AsyncIterator[Event]:
-    """Launch `request` (every option checked before a session is touched) and run it. An option that
-    cannot be used is an `OptionError` (exit 2)."""
+def checked(request: RunRequest) -> LaunchPlan:
+    """`request` checked before any store is opened: an option that cannot be used is an `OptionError`
+    (exit 2), and leaves nothing behind, not even an empty database."""
     try:
-        launched = await launch(store, request)
-    except (InvalidInput, ConfigError, NotFound, MissingExtra) as exc:
+        return check_request(request)
+    except (InvalidInput, ConfigError, MissingExtra) as exc:
+        raise OptionError(" ".join(str(exc).split())) from exc
+
+
+async def launched_events(store: Store, plan: LaunchPlan, notice: Callable[[str], None]) -> AsyncIterator[Event]:
+    """Open or create the session of a checked request and run it (a session that is not there: exit 2)."""
+    try:
+        launched = await open_run(store, plan)
+    except (InvalidInput, NotFound) as exc:
         raise OptionError(" ".join(str(exc).split())) from exc
     if launched.resolved.provider.name == "local":
         notice(LOCAL_NOTICE)
@@ -91,6 +99,20 @@ def run(
 
     from ..store import open_store
 
+    plan = checked(
+        RunRequest(
+            prompt,
+            session=session_ref,
+            continue_last=cont,
+            model=model_spec,
+            max_steps=max_steps,
+            directory=directory,
+            system_prompt=system_prompt,
+            tools=tools,
+            ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
+        )
+    )
+
     async def main() -> int:
         store = open_store(cli_state().store_url)
         last_session = ""
@@ -110,18 +132,7 @@ def run(
             pass
         code = 1
         try:
-            request = RunRequest(
-                prompt,
-                session=session_ref,
-                continue_last=cont,
-                model=model_spec,
-                max_steps=max_steps,
-                directory=directory,
-                system_prompt=system_prompt,
-                tools=tools,
-                ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
-            )
-            async for event in launched_events(store, request, notice):
+            async for event in launched_events(store, plan, notice):
                 if isinstance(event, RunStarted):
                     last_session = event.session_id
                 if as_json:

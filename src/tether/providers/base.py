@@ -95,7 +95,15 @@ class StreamDone(_Event, tag="done"):
     finish_reason: FinishReason
 
 
-StreamEvent = TextPartDelta | ThinkingPartDelta | ToolCallPartStart | ToolCallPartDelta | ToolCallPartReady | UsageUpdate | StreamDone
+StreamEvent = (
+    TextPartDelta
+    | ThinkingPartDelta
+    | ToolCallPartStart
+    | ToolCallPartDelta
+    | ToolCallPartReady
+    | UsageUpdate
+    | StreamDone
+)
 EventStream = AsyncGenerator[StreamEvent, None]
 """What `Provider.stream` returns: an async generator, so that callers can ``aclose()`` it."""
 

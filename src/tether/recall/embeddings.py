@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-
     Vectors = npt.NDArray[np.float32]
 
 CONTEXT_CHARS = 300

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .configuration import context_settings, load_config
     from .handle import SessionHandle
     from .journal import RunJournal, replay_events
-    from .launch import LaunchedRun, RunRequest
+    from .launch import LaunchedRun, LaunchPlan, RunRequest, check_request, open_run, run_options
     from .lookup import find_session
     from .loop import AgentRun
     from .permission import Permission, PermissionCheck
@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AgentRun": "loop",
+    "LaunchPlan": "launch",
     "LaunchedRun": "launch",
+    "check_request": "launch",
+    "open_run": "launch",
+    "run_options": "launch",
     "Permission": "permission",
     "PermissionCheck": "permission",
     "RunJournal": "journal",
@@ -39,6 +43,7 @@ _EXPORTS = {
 
 __all__ = [
     "AgentRun",
+    "LaunchPlan",
     "LaunchedRun",
     "Permission",
     "PermissionCheck",
@@ -46,11 +51,14 @@ __all__ = [
     "RunOptions",
     "RunRequest",
     "SessionHandle",
+    "check_request",
     "context_settings",
     "default_registry",
     "find_session",
     "load_config",
+    "open_run",
     "replay_events",
+    "run_options",
     "select_tools",
 ]
 

@@ -11,7 +11,7 @@ from typing import Any
 from ..context.derive import CONDENSED_MARKER
 from ..context.engine import ModelLimits
 from ..context.tokens import get_counter
-from ..events import Event, Progress, RlmEvent
+from ..events import Event, RlmEvent, RlmProgress
 from ..messages import Marker, ToolCallPart, ToolResultPart
 from ..rlm.engine import RlmLimits
 from ..rlm.policy import RLM_SHARE, condense, needs_rlm, tool_output_needs_rlm, tool_output_question
@@ -80,11 +80,11 @@ async def condense_text(
             **kwargs,
         )
     )
-    yield Progress(
+    yield RlmProgress(
         session_id=state.session_id,
         n=journal.next_number(),
-        what="rlm",
-        detail=f"processing an oversized {what} ({len(text):,} characters)",
+        stage="input",
+        detail=f"an oversized {what} ({len(text):,} characters)",
     )
     try:
         while True:

@@ -26,8 +26,6 @@ class SessionHandle:
     def __init__(self, store: Store, info: SessionInfo) -> None:
         self.store = store
         self.info = info
-        self.last_event = 0
-        """The number of the last event a run on this handle emitted (see `tether.events`)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.info.title!r} entries={self.info.entry_count}>"
@@ -89,7 +87,10 @@ class SessionHandle:
         `expect_seq` (the seq the first one must get) another writer that got there first is a `SeqConflict`
         and nothing is written. The handle's counters follow, as the store computes them."""
         entries = await self.store.append(self.id, bodies, expect_seq=expect_seq)
-        self._count(bodies, entries)
+        if entries[0].seq == self.info.entry_count + 1:
+            self._count(bodies, entries)
+        else:  # another writer appended since this handle last did: its counters are in the row only
+            await self.refresh()
         return entries
 
     async def append_many(self, bodies: Sequence[EntryBody], *, expect_seq: int | None = None) -> list[Entry]:
@@ -117,9 +118,10 @@ class SessionHandle:
         )
 
     async def tail(self, n: int = 200, *, active: bool = True) -> list[Entry]:
-        """The last `n` entries: of the active history (reverted spans left out) or of the raw journal."""
+        """The last `n` entries: of the active history (reverted spans left out) or of the raw journal, with
+        what every writer appended."""
         if active:
-            return await active_tail(self.store, self.id, n, last_seq=self.info.entry_count)
+            return await active_tail(self.store, self.id, n)
         return await self.store.tail(self.id, n)
 
     async def read(self, start: int = 1, end: int | None = None) -> list[Entry]:
@@ -127,7 +129,7 @@ class SessionHandle:
         return await self.store.read(self.id, start, end)
 
     async def entries(self) -> list[Entry]:
-        """The whole active history."""
+        """The whole active history, with what every writer appended."""
         return await active_entries(self.store, self.id)
 
     async def messages(self) -> list[Message]:

@@ -5,17 +5,34 @@ a session after any number, from the journal, with the numbers the run gave them
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
 
 from ..context.engine import ContextEngine
+from ..errors import SeqConflict
 from ..events import EVENT_SPAN, Event, durable_events, live_number
 from ..messages import Entry, EntryBody
 from ..store.protocols import Store
 from .handle import SessionHandle
 
 EventHook = Callable[[Event], None]
+
+REMEMBERED_SESSIONS = 10_000
+"""Sessions whose last live event number this process remembers (the least recently used are forgotten)."""
+
+_last_live: OrderedDict[str, int] = OrderedDict()
+"""The last live event number this process gave each session: a run that follows another with no entry in
+between (a `--continue` with nothing to do, a chat turn, a server's next run on a new handle) numbers on from
+there, so live numbers never repeat within a process. Live events never leave the process that made them."""
+
+
+def _remember(session_id: str, n: int) -> None:
+    _last_live[session_id] = n
+    _last_live.move_to_end(session_id)
+    if len(_last_live) > REMEMBERED_SESSIONS:
+        _last_live.popitem(last=False)
 
 
 class RunJournal:
@@ -26,10 +43,8 @@ class RunJournal:
         self.session = session
         self.engine = engine
         self.pending: list[Event] = []
-        # Live events numbered since the last entry: a run that follows another on the same handle with no
-        # entry in between goes on from the handle's last number, so numbers never repeat in a process.
-        base = live_number(self.last_seq, 0)
-        self._live = max(0, session.last_event - base + 1)
+        # live events numbered since the last entry, counting those of earlier runs in this process
+        self._live = max(0, _last_live.get(session.id, 0) - live_number(self.last_seq, 0) + 1)
 
     @property
     def last_seq(self) -> int:
@@ -45,18 +60,21 @@ class RunJournal:
         for entry in stored:
             self.pending.extend(durable_events(entry, self.session.id))
         self._live = 0
-        self.session.last_event = live_number(self.last_seq, 0) - 1
         return stored
 
     async def append_for_engine(self, bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
-        """The append the context engine makes (a compaction), through the same path."""
+        """The append the context engine makes (a compaction), through the same path. The engine read the
+        session to decide; if that is not where this run stands, another writer came between them: a
+        `SeqConflict`, and the engine appends nothing."""
+        if expect_seq != self.last_seq + 1:
+            raise SeqConflict(self.session.id, self.last_seq + 1, expect_seq)
         return await self.append(*bodies, expect_seq=expect_seq)
 
     def next_number(self) -> int:
         """The number of the next live event."""
         n = live_number(self.last_seq, self._live)
         self._live += 1
-        self.session.last_event = n
+        _remember(self.session.id, n)
         return n
 
     def number(self, event: Event) -> Event:

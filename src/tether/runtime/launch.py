@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import Config
 from ..errors import ConfigError, InvalidInput, SessionNotFound
@@ -20,6 +21,7 @@ from .configuration import context_settings, load_config
 from .handle import SessionHandle
 from .lookup import find_session
 from .loop import AgentRun
+from .permission import PermissionCheck
 from .state import DEFAULT_MAX_STEPS, RunOptions
 from .toolset import select_tools
 
@@ -40,6 +42,8 @@ class RunRequest:
     system_prompt: str | None = None
     tools: str | None = None
     ask: AskFn | None = None
+    permission: PermissionCheck | None = None
+    """Decides whether each tool call may run (see `permission`); None: every call runs."""
 
 
 @dataclass
@@ -57,11 +61,31 @@ class LaunchedRun:
         return AgentRun(self.session, self.resolved.provider, self.options).events(self.request.prompt)
 
 
-async def launch(store: Store, request: RunRequest, *, config: Config | None = None) -> LaunchedRun:
-    """Check everything `request` asks for, then open or create its session. Raises `InvalidInput` (a bad
-    prompt, tool list, step limit or workspace), `ConfigError` (a bad configuration file, an unknown model,
-    a provider without its key, a context setting that cannot be used) or `SessionNotFound`, in each case
-    before any session is created or touched."""
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A request checked and resolved, before any store is touched: what `open_run` needs."""
+
+    request: RunRequest
+    config: Config
+    workspace: str
+    resolved: ResolvedModel
+    options: RunOptions
+
+
+def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOptions:
+    """The options of a run on `resolved`: its catalog entry (the context budget is the model's own window,
+    not a guess), its default temperature, the configuration; `fields` are other `RunOptions` fields (they
+    win over these)."""
+    options = RunOptions(**{"model": resolved.model, "model_info": resolved.info, "config": config, **fields})
+    if options.temperature is None and resolved.info.temperature is not None and resolved.info.supports_temperature:
+        options.temperature = resolved.info.temperature
+    return options
+
+
+def check_request(request: RunRequest, config: Config | None = None) -> LaunchPlan:
+    """Check everything `request` asks for, without a store: the prompt, the step limit, the workspace, the
+    tools, the configuration (read now unless given), the model and its provider, the summarizer. Raises
+    `InvalidInput` or `ConfigError` saying what is wrong."""
     if isinstance(request.prompt, str) and not request.prompt.strip():
         raise InvalidInput("the prompt is empty")
     if request.prompt is None and not request.continue_last and request.session is None:
@@ -82,19 +106,31 @@ async def launch(store: Store, request: RunRequest, *, config: Config | None = N
             raise ConfigError(
                 f"the context setting compaction_model = {settings.compaction_model!r} cannot be used: {exc}"
             ) from exc
-    session, created = await _open_session(store, request, workspace, resolved)
-    options = RunOptions(
-        model=resolved.model,
+    options = run_options(
+        resolved,
+        config,
         max_steps=request.max_steps,
         system_prompt=request.system_prompt,
         tools=tools,
         ask=request.ask,
-        model_info=resolved.info,  # the context budget is the model's own window, not a guess
-        config=config,
+        permission=request.permission,
     )
-    if resolved.info.temperature is not None and resolved.info.supports_temperature:
-        options.temperature = resolved.info.temperature
-    return LaunchedRun(request, session, created, resolved, options)
+    return LaunchPlan(request, config, workspace, resolved, options)
+
+
+async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
+    """Open or create the session of a checked request (`SessionNotFound` when the one it names, or the
+    last of its workspace, is not there)."""
+    session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved)
+    return LaunchedRun(plan.request, session, created, plan.resolved, plan.options)
+
+
+async def launch(store: Store, request: RunRequest, *, config: Config | None = None) -> LaunchedRun:
+    """`check_request`, then `open_run`: every option is checked before any session is created or
+    touched. Raises `InvalidInput` (a bad prompt, tool list, step limit or workspace), `ConfigError` (a bad
+    configuration file, an unknown model, a provider without its key, a context setting that cannot be
+    used) or `SessionNotFound`."""
+    return await open_run(store, check_request(request, config))
 
 
 async def _open_session(

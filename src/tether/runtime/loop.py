@@ -151,6 +151,9 @@ class AgentRun:
                     yield event
                 assert call.done is not None and call.prepared is not None
                 message = call.done.message
+                # what the journal and its events say about the answer: the model that gave it, what it cost
+                message.model = message.model or opts.model
+                message.usage = message.usage or call.done.usage
                 if call.prepared.derived is not None:
                     # our count of what was sent, next to the provider's: the calibration of the next estimate
                     message.metadata["context_tokens"] = call.prepared.derived.estimate.counted

@@ -6,6 +6,7 @@ the calls in flight. A call that repeats the one before it is flagged where the 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 
 import msgspec
@@ -15,8 +16,10 @@ from ..messages import Message, ToolCallPart, ToolResultPart
 from ..tools.base import ToolContext
 from ..tools.runner import run_tool_call
 from .condense import condense_tool_output
-from .permission import ALLOWED
+from .permission import ALLOWED, Permission
 from .state import RunState
+
+log = logging.getLogger("tether.runtime")
 
 REPEAT_LIMIT = 3
 REPEAT_NOTE = (
@@ -41,7 +44,13 @@ def repeated_call(state: RunState, calls: Sequence[ToolCallPart]) -> str | None:
 
 async def _decide_and_run(state: RunState, call: ToolCallPart, ctx: ToolContext) -> ToolResultPart:
     check = state.options.permission
-    permission = ALLOWED if check is None else await check(call, ctx)
+    try:
+        permission = ALLOWED if check is None else await check(call, ctx)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a broken check refuses: a tool never runs without a decision
+        log.warning("the permission check failed on %s", call.name, exc_info=True)
+        permission = Permission(False, f"the permission check failed ({type(exc).__name__}: {exc})")
     if not permission.allowed:
         return ToolResultPart(
             call_id=call.id,

@@ -165,13 +165,14 @@ class Leases(Protocol):
     async def acquire_lease(
         self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
     ) -> Lease:
-        """Take the session's lease for `holder`: when it is free, expired, or already `holder`'s (then it is
-        renewed). Held by another holder: `SessionBusy`, which names it. Raises `SessionNotFound`."""
+        """Take the session's lease for `holder`: when it is free, expired, or already `holder`'s (a live one
+        is then renewed and keeps its `since`; an expired one starts anew). Held by another holder:
+        `SessionBusy`, which names it. Raises `SessionNotFound`."""
         ...
 
     async def renew_lease(self, session_id: str, holder: str, *, ttl: float) -> Lease:
-        """Extend `holder`'s lease to `ttl` seconds from now. `LeaseLost` when it is no longer `holder`'s
-        (it expired and another holder took it, or it was released)."""
+        """Extend `holder`'s live lease to `ttl` seconds from now. `LeaseLost` when it is not: it expired
+        (whether or not another holder took it since), or it was released."""
         ...
 
     async def release_lease(self, session_id: str, holder: str) -> bool:

@@ -841,7 +841,8 @@ class SqliteStore:
             current = self._lease_row(conn, session_id)
             if current is not None and current.holder != holder and current.expires_at > now:
                 raise current.busy()
-            since = current.since if current is not None and current.holder == holder else now
+            renewing = current is not None and current.holder == holder and current.expires_at > now
+            since = current.since if renewing and current is not None else now
             conn.execute(
                 "INSERT OR REPLACE INTO leases (session_id, holder, pid, host, since, expires_at) VALUES (?,?,?,?,?,?)",
                 (session_id, holder, pid, host, since, now + ttl),
