@@ -147,6 +147,11 @@ _APPEND_SQL = {
 }
 _APPEND_IF_AT_SQL = {key: sql + " AND entry_count = ?" for key, sql in _APPEND_SQL.items()}
 _INSERT_SQL = "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)"
+CHECKPOINT_EVERY = 256
+"""Commits of a store between its background checkpoints (see _Checkpointer)."""
+CHECKPOINT_LOCKED_ROWS = 4096
+"""The most rows a store may write beside a checkpoint's first pass for the second to follow, holding its lock:
+what ~2,000 appends write. A fork or an import of more entries is left to the next checkpoint's first pass."""
 
 
 class _Busy(Exception):
@@ -198,10 +203,10 @@ class SqliteStore:
         # (entry_count, updated_at) of sessions this store appended to, and the latest updated_at it wrote
         self._positions: dict[str, tuple[int, float]] = {}
         self._newest = 0.0
-        self._checkpointer = _Checkpointer(self.path) if self.path != ":memory:" else None
+        self._checkpointer = _Checkpointer(self.path, self._lock) if self.path != ":memory:" else None
         if self._checkpointer is not None:
             # Checkpoints copy WAL pages into the database and fsync it: done inside a commit they made every
-            # few hundredth append slow. A background thread does them instead (PASSIVE: writers never wait).
+            # few hundredth append slow. A background thread does them instead (see _Checkpointer).
             self._conn.execute("PRAGMA wal_autocheckpoint = 0")
 
     # --- connection and transactions ---------------------------------------------------------------
@@ -255,7 +260,7 @@ class SqliteStore:
                 result = fn(conn)
                 conn.execute("COMMIT")
                 if self._checkpointer is not None:
-                    self._checkpointer.committed()
+                    self._checkpointer.committed(conn.total_changes)
                 return result
             except BaseException as e:
                 if conn.in_transaction:
@@ -836,18 +841,34 @@ class SqliteStore:
 
 
 class _Checkpointer:
-    """A daemon thread with its own connection that runs a PASSIVE WAL checkpoint after every
-    `every` commits, so that the WAL stays small without any append paying for a checkpoint."""
+    """A daemon thread with its own connection that checkpoints the WAL after every `every` commits of the
+    store, so that the WAL stays small without any append paying for a whole checkpoint.
 
-    def __init__(self, path: str, every: int = 256) -> None:
+    A checkpoint bounds the WAL only if the next write then starts it over from the beginning, and SQLite
+    does that only when a write begins while every frame of the WAL is in the database. A PASSIVE
+    checkpoint beside a writer that keeps appending never gets there: it copies the frames it saw while new
+    ones arrive, and the WAL grew by every append (255 MiB after bench/store.py's 20,000, each append
+    writing to a longer file). So the bulk is copied PASSIVE, beside the writer; then what the store wrote
+    meanwhile is copied holding the store's lock, and the store's next write finds the WAL all copied and
+    starts it over, writing over pages the file already has. The store's writes wait for that second, short
+    checkpoint only: a few hundred pages and their fsyncs (on a slow disk, while appends keep coming, more:
+    the wait then paces the writer to the disk). When more than CHECKPOINT_LOCKED_ROWS rows were written
+    beside the first (a fork, an import, a delete), there is no second: the next checkpoint tries again.
+    Other processes' writers never wait for either."""
+
+    def __init__(self, path: str, lock: threading.RLock, every: int = CHECKPOINT_EVERY) -> None:
         self.path = path
         self.every = every
+        self._lock = lock
         self._count = 0
+        self._changes = 0  # the store connection's total_changes after its latest commit
         self._kick = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def committed(self) -> None:
+    def committed(self, total_changes: int) -> None:
+        """After each commit of the store, under its lock, with its connection's `total_changes`."""
+        self._changes = total_changes
         self._count += 1
         if self._count % self.every == 0:
             if self._thread is None:
@@ -865,11 +886,18 @@ class _Checkpointer:
                 if self._stopping:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoint(conn)
                 except sqlite3.Error:
                     pass  # busy or locked: the next kick tries again
         finally:
             conn.close()
+
+    def checkpoint(self, conn: sqlite3.Connection) -> None:
+        before = self._changes
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        with self._lock:
+            if self._changes - before <= CHECKPOINT_LOCKED_ROWS:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def stop(self) -> None:
         self._stopping = True
