@@ -1,5 +1,7 @@
 """The SQLite append path's upkeep: the background checkpointer keeps the WAL bounded while a writer appends
-back to back (the WAL is started over, not grown). No timings are asserted."""
+back to back (the WAL is started over, not grown), and a fork's counters are those of the entries it holds
+whichever way they are found (copied from a whole source, read from a short head, or the source's less a
+short tail). No timings are asserted."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ import sqlite3
 import struct
 from collections.abc import Callable
 from contextlib import closing
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from tether.messages import Message
+from tether.messages import EntryBody, Marker, Message, TextPart, Usage
 from tether.store import SqliteStore
 from tether.store import sqlite as sqlite_module
+from tether.store.base import message_counters
 
 
 def wal_restarts(db: Path) -> int:
@@ -25,6 +29,18 @@ def wal_restarts(db: Path) -> int:
 
 def wal_bytes(db: Path) -> int:
     return Path(f"{db}-wal").stat().st_size
+
+
+def reply(i: int) -> Message:
+    usage = Usage(input_tokens=10 * i, output_tokens=i, cost=Decimal(i) / 1000 if i % 3 else None)
+    return Message(role="assistant", parts=[TextPart(text=f"reply {i} " + "x" * (i % 7) * 300)], usage=usage)
+
+
+def history(n: int) -> list[EntryBody]:
+    out: list[EntryBody] = []
+    for i in range(1, n + 1):
+        out.append(Marker(name=f"m{i}") if i % 5 == 0 else (Message.user(f"ask {i}") if i % 2 else reply(i)))
+    return out
 
 
 # --- the WAL stays bounded ---------------------------------------------------------------------------------
@@ -112,3 +128,59 @@ async def test_the_locked_checkpoint_only_follows_little_written_beside_the_firs
             recording = Recording(other, checkpointer, beside=beside)
             checkpointer.checkpoint(recording)  # type: ignore[arg-type]
         assert recording.statements == ["PRAGMA wal_checkpoint(PASSIVE)"] * passes
+
+
+# --- fork counters --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split", [False, True])
+async def test_fork_counters_at_every_position(sqlite_store: SqliteStore, split: bool) -> None:
+    bodies = history(23)
+    sid = (await sqlite_store.create_session()).id
+    if split:
+        await sqlite_store.append(sid, bodies[:7])
+        for body in bodies[7:]:
+            await sqlite_store.append(sid, [body])
+    else:
+        await sqlite_store.append(sid, bodies)
+    src = await sqlite_store.get_session(sid)
+    for at in range(len(bodies) + 1):
+        fork = await sqlite_store.fork(sid, at)
+        messages, t_in, t_out, cost = message_counters(bodies[:at])
+        assert (fork.entry_count, fork.message_count, fork.input_tokens, fork.output_tokens, fork.cost) == (
+            at,
+            messages,
+            t_in,
+            t_out,
+            cost,
+        ), at
+        assert [e.body for e in await sqlite_store.read(fork.id)] == bodies[:at]
+        assert await sqlite_store.get_session(fork.id) == fork
+    assert await sqlite_store.get_session(sid) == src
+
+
+async def test_a_whole_fork_has_the_source_counters_even_past_a_damaged_entry(tmp_path: Path) -> None:
+    """A fork of everything copies every row, a damaged one too, and the source's counters with them."""
+    db = tmp_path / "tether.db"
+    async with SqliteStore(db, on_corrupt=lambda error: None) as store:
+        sid = (await store.create_session()).id
+        await store.append(sid, [reply(1), reply(2), Message.user("q"), reply(4)])
+        with closing(sqlite3.connect(db, isolation_level=None)) as other:
+            other.execute("UPDATE entries SET payload = '{not json' WHERE session_id = ? AND seq = 2", (sid,))
+        src = await store.get_session(sid)
+        fork = await store.fork(sid)
+        assert (fork.message_count, fork.input_tokens, fork.output_tokens, fork.cost) == (
+            src.message_count,
+            src.input_tokens,
+            src.output_tokens,
+            src.cost,
+        )
+        assert [e.seq for e in await store.read(fork.id)] == [1, 3, 4]  # the damaged row was copied too
+
+
+async def test_a_fork_is_indexed_for_search(sqlite_store: SqliteStore) -> None:
+    sid = (await sqlite_store.create_session()).id
+    await sqlite_store.append(sid, [Message.user("the zebra question"), reply(2)])
+    whole = await sqlite_store.fork(sid)
+    hits = await sqlite_store.search("zebra")
+    assert {(h.session_id, h.seq) for h in hits} == {(sid, 1), (whole.id, 1)}
