@@ -153,6 +153,11 @@ _APPEND_SQL = {
 }
 _APPEND_IF_AT_SQL = {key: sql + " AND entry_count = ?" for key, sql in _APPEND_SQL.items()}
 _INSERT_SQL = "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)"
+CHECKPOINT_EVERY = 256
+"""Commits of a store between its background checkpoints (see _Checkpointer)."""
+CHECKPOINT_LOCKED_ROWS = 4096
+"""The most rows a store may write beside a checkpoint's first pass for the second to follow, holding its lock:
+what ~2,000 appends write. A fork or an import of more entries is left to the next checkpoint's first pass."""
 
 
 class _Busy(Exception):
@@ -204,10 +209,10 @@ class SqliteStore:
         # (entry_count, updated_at) of sessions this store appended to, and the latest updated_at it wrote
         self._positions: dict[str, tuple[int, float]] = {}
         self._newest = 0.0
-        self._checkpointer = _Checkpointer(self.path) if self.path != ":memory:" else None
+        self._checkpointer = _Checkpointer(self.path, self._lock) if self.path != ":memory:" else None
         if self._checkpointer is not None:
             # Checkpoints copy WAL pages into the database and fsync it: done inside a commit they made every
-            # few hundredth append slow. A background thread does them instead (PASSIVE: writers never wait).
+            # few hundredth append slow. A background thread does them instead (see _Checkpointer).
             self._conn.execute("PRAGMA wal_autocheckpoint = 0")
 
     # --- connection and transactions ---------------------------------------------------------------
@@ -263,7 +268,7 @@ class SqliteStore:
                 result = fn(conn)
                 conn.execute("COMMIT")
                 if self._checkpointer is not None:
-                    self._checkpointer.committed()
+                    self._checkpointer.committed(conn.total_changes)
                 return result
             except BaseException as e:
                 if conn.in_transaction:
@@ -675,18 +680,18 @@ class SqliteStore:
                 " ORDER BY seq",
                 (new_id, session_id, at),
             )
-            messages, t_in, t_out, cost = 0, 0, 0, 0
-            for usage_in, usage_out, usage_cost in conn.execute(
-                "SELECT json_extract(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.output_tokens'),"
-                " json_extract(payload, '$.usage.cost') FROM entries"
-                " WHERE session_id = ? AND seq <= ? AND kind = 'message' AND json_valid(payload)",
-                (session_id, at),
-            ):
-                messages += 1
-                t_in += usage_in or 0
-                t_out += usage_out or 0
-                if usage_cost is not None:
-                    cost += decimal_to_pico(Decimal(str(usage_cost)))
+            # The source's counters are those of all its entries: a fork of the whole history copies them,
+            # and one of a part reads the usage of whichever side of `at` is shorter (reading the usage of all
+            # 10,000 entries was 20 of the 58 ms that bench/store.py's fork took). A damaged entry, which
+            # reading skips, stays counted in the source's counters as it was when appended.
+            total = (src.message_count, src.input_tokens, src.output_tokens, decimal_to_pico(src.cost))
+            if at == src.entry_count:
+                messages, t_in, t_out, cost = total
+            elif at <= src.entry_count - at:
+                messages, t_in, t_out, cost = _usage(conn, session_id, 1, at)
+            else:
+                after = _usage(conn, session_id, at + 1, src.entry_count)
+                messages, t_in, t_out, cost = (whole - part for whole, part in zip(total, after, strict=True))
             conn.execute(
                 "UPDATE sessions SET message_count = ?, input_tokens = ?, output_tokens = ?, cost_pico = ? WHERE id = ?",
                 (messages, t_in, t_out, cost, new_id),
@@ -886,18 +891,36 @@ class SqliteStore:
 
 
 class _Checkpointer:
-    """A daemon thread with its own connection that runs a PASSIVE WAL checkpoint after every
-    `every` commits, so that the WAL stays small without any append paying for a checkpoint."""
+    """A daemon thread with its own connection that checkpoints the WAL after every `every` commits of the
+    store, so that the WAL stays small without any append paying for a whole checkpoint.
 
-    def __init__(self, path: str, every: int = 256) -> None:
+    A checkpoint bounds the WAL only if the next write then starts it over from the beginning, and SQLite
+    does that only when a write begins while every frame of the WAL is in the database. A PASSIVE
+    checkpoint beside a writer that keeps appending never gets there: it copies the frames it saw while new
+    ones arrive, and the WAL grew by every append (255 MiB after bench/store.py's 20,000, each append
+    writing to a longer file). So the bulk is copied PASSIVE, beside the writer; then what the store wrote
+    meanwhile is copied holding the store's lock, and the store's next write finds the WAL all copied and
+    starts it over, writing over pages the file already has. The store's writes and reads wait for that
+    second, short checkpoint only: a few hundred pages and their fsyncs, ~1.5 ms here, once per `every`
+    commits (the append that meets it, and the one that starts the WAL over with an fsync of its header,
+    are the slowest ~1% of a run of back-to-back appends). On a slow disk, while appends keep coming, it is
+    longer: the wait then paces the writer to the disk. When more than CHECKPOINT_LOCKED_ROWS rows were
+    written beside the first (a fork, an import, a delete), there is no second: the next checkpoint tries
+    again. Other processes' writers never wait for either."""
+
+    def __init__(self, path: str, lock: threading.RLock, every: int = CHECKPOINT_EVERY) -> None:
         self.path = path
         self.every = every
+        self._lock = lock
         self._count = 0
+        self._changes = 0  # the store connection's total_changes after its latest commit
         self._kick = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def committed(self) -> None:
+    def committed(self, total_changes: int) -> None:
+        """After each commit of the store, under its lock, with its connection's `total_changes`."""
+        self._changes = total_changes
         self._count += 1
         if self._count % self.every == 0:
             if self._thread is None:
@@ -915,11 +938,18 @@ class _Checkpointer:
                 if self._stopping:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoint(conn)
                 except sqlite3.Error:
                     pass  # busy or locked: the next kick tries again
         finally:
             conn.close()
+
+    def checkpoint(self, conn: sqlite3.Connection) -> None:
+        before = self._changes
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        with self._lock:
+            if self._changes - before <= CHECKPOINT_LOCKED_ROWS:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def stop(self) -> None:
         self._stopping = True
@@ -927,6 +957,24 @@ class _Checkpointer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+def _usage(conn: sqlite3.Connection, session_id: str, first: int, last: int) -> tuple[int, int, int, int]:
+    """(messages, input tokens, output tokens, cost in picodollars) of entries first..last of a session, as
+    `append` counted them (`message_counters`); an entry that is not valid JSON counts for nothing."""
+    messages, t_in, t_out, cost = 0, 0, 0, 0
+    for usage_in, usage_out, usage_cost in conn.execute(
+        "SELECT json_extract(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.output_tokens'),"
+        " json_extract(payload, '$.usage.cost') FROM entries"
+        " WHERE session_id = ? AND seq BETWEEN ? AND ? AND kind = 'message' AND json_valid(payload)",
+        (session_id, first, last),
+    ):
+        messages += 1
+        t_in += usage_in or 0
+        t_out += usage_out or 0
+        if usage_cost is not None:
+            cost += decimal_to_pico(Decimal(str(usage_cost)))
+    return messages, t_in, t_out, cost
 
 
 def _statements(script: str) -> list[str]:
