@@ -275,6 +275,10 @@ class OpencodeServer:
         self.root = root
         self.project = root / "project"
         self.project.mkdir(parents=True, exist_ok=True)
+        if shutil.which("git"):
+            # A repository of its own: opencode's project root is then this directory, not the checkout
+            # that holds the scratch directory (whose files it would otherwise scan, watch and snapshot).
+            subprocess.run(["git", "init", "-q", str(self.project)], check=False, capture_output=True)
         self.port = free_port()
         config = {
             "$schema": "https://opencode.ai/config.json",
