@@ -31,6 +31,7 @@ import functools
 import http.client
 import inspect
 import json
+import math
 import os
 import shutil
 import signal
@@ -394,13 +395,19 @@ class OpencodeServer:
     def stop(self) -> None:
         if self.conn is not None:
             self.conn.close()
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        if self.proc is None:
+            return
+        # The whole process group: opencode starts helpers (git, npm) of its own.
+        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
             try:
-                self.proc.wait(timeout=10)
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                continue
 
 
 def opencode_version(binary: str) -> str:
@@ -422,13 +429,20 @@ def opencode_turns(server: OpencodeServer, prompts: list[str]) -> list[float]:
 
 def report_turns(report: Report, who: str, prefix: str, times: list[float]) -> None:
     """`{prefix}_ms_10`: median of the first ten turns; `{prefix}_ms_{n}`: of the last ten; `{prefix}_growth_ms`:
-    the least-squares slope of turn time over turn number, all `n` turns."""
+    the least-squares slope of turn time over turn number, all `n` turns, and `{prefix}_growth_ms_se` its
+    standard error."""
     n = len(times)
-    _, slope = linear_fit(range(1, n + 1), times)
+    xs = range(1, n + 1)
+    intercept, slope = linear_fit(xs, times)
+    # The slope's standard error: how far apart two runs' slopes may fall from noise alone.
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, times, strict=True)) / (n - 2)
+    spread = sum((x - (n + 1) / 2) ** 2 for x in xs)
+    slope_se = math.sqrt(residual / spread)
     report.row(f"{who}: median turn, turns 1-10", f"{prefix}_ms_10", median(times[:10]), "ms", digits=2)
     report.row(f"{who}: median turn, turns {n - 9}-{n}", f"{prefix}_ms_{n}", median(times[-10:]), "ms", digits=2)
     report.row(f"{who}: median turn, all {n}", f"{prefix}_ms_median", median(times), "ms", digits=2)
     report.row(f"{who}: growth (least-squares slope over {n} turns)", f"{prefix}_growth_ms", slope, "ms/turn", digits=4)
+    report.row(f"{who}: growth, its standard error", f"{prefix}_growth_ms_se", slope_se, "ms/turn", digits=4)
     report.note(f"{who}: median of each tenth, ms: " + ", ".join(f"{x:.1f}" for x in tenths(times)))
 
 
