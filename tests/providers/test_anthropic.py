@@ -332,3 +332,58 @@ def test_forcing_a_tool_turns_extended_thinking_off() -> None:
     assert body["tool_choice"] == {"type": "any"} and "thinking" not in body
     assert body["extra_body"] == {"temperature": 0.2}
     assert provider.request_body(first_request(thinking_budget=100))["thinking"]["budget_tokens"] == 1024
+
+
+@pytest.mark.parametrize("serialized", [True, False], ids=["content-bytes", "dict-body"])
+async def test_the_request_goes_out_exactly_as_request_body_built_it(
+    server: Any, monkeypatch: pytest.MonkeyPatch, serialized: bool
+) -> None:
+    """`messages.create` hands its dict body to the SDK, which walks (copies) all of it on every call; the
+    adapter posts its body as built instead, with `extra_body` merged in as `create` would. Both ways of
+    posting (serialized bytes, and a dict body for SDKs without `content=`) must send the same request."""
+    prepare = pytest.importorskip("anthropic._utils._prepare")
+    walked: list[Any] = []
+    original = prepare.copy_tree
+
+    def spy(data: Any, **kw: Any) -> Any:
+        if isinstance(data, dict) and "messages" in data:
+            walked.append(data)
+        return original(data, **kw)
+
+    monkeypatch.setattr(prepare, "copy_tree", spy)
+    server.answer_sse(fixture("redacted_thinking_text.sse"))
+    server.answer_sse(fixture("redacted_thinking_text.sse"))
+    provider = provider_for(server, headers={"x-team": "bench"})
+    client = provider._sdk()
+    assert provider._sends_bytes  # this SDK's `post` takes `content=`
+    if not serialized:
+        provider._sends_bytes = False  # as on an SDK whose `post` has none
+    request = ModelRequest(
+        model="claude-haiku-4-5",
+        system="You are a careful coding agent.",
+        messages=[Message.user("Répare les tests ✓")],
+        tools=[READ_FILE],
+        temperature=0.3,
+        stop=["\nEND"],
+    )
+    response = await complete(provider, request)
+    assert response.message.text.startswith("The test expected 3")
+
+    sent = server.requests[0]
+    assert (sent.method, sent.path) == ("POST", "/v1/messages")
+    assert sent.headers["content-type"] == "application/json"
+    assert sent.headers["x-team"] == "bench"
+    body = provider.request_body(request)
+    extra = body.pop("extra_body")
+    assert extra == {"temperature": 0.3}
+    assert sent.json() == {**body, **extra}
+    if serialized:
+        # (This SDK walks a dict body too; the dict path is for older SDKs, whose `post` only encodes it.)
+        assert walked == []
+
+    # The spy does see the SDK's own path: were the adapter to go back to `create`, this test would know.
+    stream = await client.messages.create(**provider.request_body(request))
+    async for _ in stream:
+        pass
+    assert walked and server.requests[1].json() == {**body, **extra}
+    await provider.aclose()

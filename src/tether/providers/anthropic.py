@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import json
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..errors import ConfigError, MissingExtra, ProviderError, TransientError
 from ..messages import FilePart, ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, Usage
@@ -19,7 +22,7 @@ from .catalog import Catalog
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
-    from anthropic import AsyncAnthropic
+    from anthropic import AsyncAnthropic, AsyncStream
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_OUTPUT = 16_384
@@ -61,6 +64,7 @@ class AnthropicProvider:
         self._headers = dict(headers or {})
         self.catalog = catalog or Catalog()
         self._client: AsyncAnthropic | None = None
+        self._sends_bytes = False  # whether this SDK's `post` takes a serialized body (`content=`)
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, base_url={self.base_url!r})"
@@ -78,6 +82,7 @@ class AnthropicProvider:
                 max_retries=0,
                 default_headers=self._headers or None,
             )
+            self._sends_bytes = "content" in inspect.signature(self._client.post).parameters
         return self._client
 
     async def aclose(self) -> None:
@@ -137,7 +142,7 @@ class AnthropicProvider:
 
         body = self.request_body(request)
         try:
-            sdk_stream = await client.messages.create(**body)
+            sdk_stream = await self._send(client, body)
         except anthropic.AnthropicError as exc:
             raise classify_anthropic_error(exc, self.name) from exc
         builder = ResponseBuilder(provider=self.name, model=request.model)
@@ -201,6 +206,32 @@ class AnthropicProvider:
         final = with_cost(usage, cost)
         finish = _FINISH.get(stop_reason or "end_turn", stop_reason or "stop")
         yield builder.done(usage=final, finish_reason=finish)
+
+    # Events as Any, as `messages.create(**body)` gave them: the loop above tells them apart by `event.type`
+    # read into a variable, which mypy does not narrow on.
+    async def _send(self, client: AsyncAnthropic, body: dict[str, Any]) -> AsyncStream[Any]:
+        """POST `body` (its `extra_body` merged in, as `messages.create` would) through the client: its auth,
+        headers, timeout, error types and stream.
+
+        Not `messages.create`: the SDK walks a dict body in Python on every call (copying it to strip
+        omitted fields and find file inputs; older SDKs ran a typed transform), which does nothing to a body
+        already in wire form and grows with the history. Serializing once here is all a request costs."""
+        from anthropic import AsyncStream
+        from anthropic.types import Message as AnthropicMessage
+        from anthropic.types import RawMessageStreamEvent
+
+        wire = {k: v for k, v in body.items() if k != "extra_body"}
+        wire.update(body.get("extra_body") or {})
+        stream_cls = AsyncStream[RawMessageStreamEvent]
+        if self._sends_bytes:
+            content = msgspec.json.encode(wire)
+            return await client.post(
+                "/v1/messages", cast_to=AnthropicMessage, content=content, stream=True, stream_cls=stream_cls
+            )
+        # Older SDKs have no `content=`; a plain dict `body` is only JSON-encoded there, never transformed.
+        return await client.post(
+            "/v1/messages", cast_to=AnthropicMessage, body=wire, stream=True, stream_cls=stream_cls
+        )
 
 
 def _merge_usage(usage: Usage, raw: Any) -> Usage:

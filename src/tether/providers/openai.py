@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..errors import ConfigError, MissingExtra, ProviderError, TransientError
 from ..ids import new_id
@@ -27,7 +30,7 @@ from .catalog import Catalog
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, AsyncStream
     from openai.types.chat import ChatCompletionChunk
 
 
@@ -100,6 +103,7 @@ class OpenAIProvider:
         self._headers = dict(headers or {})
         self.catalog = catalog or Catalog()
         self._client: AsyncOpenAI | None = None
+        self._sends_bytes = False  # whether this SDK's `post` takes a serialized body (`content=`)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self.base_url!r})"
@@ -117,6 +121,7 @@ class OpenAIProvider:
                 max_retries=0,
                 default_headers=self._headers or None,
             )
+            self._sends_bytes = "content" in inspect.signature(self._client.post).parameters
         return self._client
 
     async def aclose(self) -> None:
@@ -170,7 +175,7 @@ class OpenAIProvider:
 
         body = self.request_body(request)
         try:
-            sdk_stream = await client.chat.completions.create(**body)
+            sdk_stream = await self._send(client, body)
         except openai.OpenAIError as exc:
             raise classify_openai_error(exc, self.name) from exc
         builder = ResponseBuilder(provider=self.name, model=request.model)
@@ -202,6 +207,26 @@ class OpenAIProvider:
             # Some servers say "stop" after a tool call; the loop goes by what the message holds.
             finish = "tool_calls"
         yield builder.done(usage=usage or Usage(), finish_reason=finish)
+
+    async def _send(self, client: AsyncOpenAI, body: dict[str, Any]) -> AsyncStream[ChatCompletionChunk]:
+        """POST `body` as it is, through the client (its auth, headers, timeout, error types and stream).
+
+        Not `chat.completions.create`: that first walks every message through the SDK's typed transform,
+        which does nothing to a body already in wire form but costs ~0.2 ms a message, on every call, so
+        a turn grew by 0.75 ms per turn of history. Serializing once here is all a request costs."""
+        from openai import AsyncStream
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        stream_cls = AsyncStream[ChatCompletionChunk]
+        if self._sends_bytes:
+            content = msgspec.json.encode(body)
+            return await client.post(
+                "/chat/completions", cast_to=ChatCompletion, content=content, stream=True, stream_cls=stream_cls
+            )
+        # Older SDKs have no `content=`; a plain dict `body` is only JSON-encoded there, never transformed.
+        return await client.post(
+            "/chat/completions", cast_to=ChatCompletion, body=body, stream=True, stream_cls=stream_cls
+        )
 
     def _deltas(self, builder: ResponseBuilder, delta: Any, calls: list[Any]) -> list[StreamEvent]:
         events: list[StreamEvent] = []
