@@ -9,7 +9,9 @@ window is the catalog's guess for an unknown model (32k tokens), so 10,000 messa
 compacts them once (reported apart, as first_step_ms), and the steady steps that follow are the per-step
 figure, as in any long session. Each step adds two entries, so runs are short (10 steps) for the history to
 stay near its nominal size; many runs make the median. One more run per size goes through a store wrapper
-that counts the calls of each store method: store_calls_per_step.
+that counts the calls of each store method: store_calls_per_step is what a steady step costs (from the run's
+first model call to its last, divided by the steps between them); what the run costs once (start-up and the
+checkpoint at its end) is reported beside it.
 
 SDK turns: one session of 200 turns (the data's user messages as prompts), each `session.stream(prompt,
 provider=OpenAIProvider(...))` through the real `openai` client against bench/_openai_stub.py, which streams
@@ -81,12 +83,17 @@ async def noop(n: int) -> str:
 class TimedProvider:
     """Wraps a provider and adds up the time spent waiting on its stream: the model's own time."""
 
-    def __init__(self, inner: ScriptedProvider) -> None:
+    def __init__(
+        self, inner: ScriptedProvider, marks: list[Counter[str]] | None = None, calls: Counter[str] | None = None
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.ns = 0
+        self.marks, self.calls = marks, calls
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if self.marks is not None and self.calls is not None:
+            self.marks.append(Counter(self.calls))
         t0 = time.perf_counter_ns()
         it = self.inner.stream(request).__aiter__()
         self.ns += time.perf_counter_ns() - t0
@@ -140,10 +147,13 @@ def respond(request: ModelRequest) -> Message:
     )
 
 
-async def run_once(session: Session, steps: int, calls: Counter[str] | None = None) -> tuple[float, float, float]:
-    """(framework ms per step, start-up ms, total ms) of one run of `steps` steps. `calls`, when given, is
-    cleared when the run has started, so that it ends up holding the store calls of the steps alone."""
-    provider = TimedProvider(ScriptedProvider(respond))
+async def run_once(
+    session: Session, steps: int, marks: list[Counter[str]] | None = None, calls: Counter[str] | None = None
+) -> tuple[float, float, float]:
+    """(framework ms per step, start-up ms, total ms) of one run of `steps` steps. With `calls` (a counting
+    store's tally) and `marks`, a copy of the tally is kept as each model call starts: what the steps between
+    them cost the store."""
+    provider = TimedProvider(ScriptedProvider(respond), marks=marks, calls=calls)
     t0 = time.perf_counter_ns()
     started = 0
     async for event in session.stream(
@@ -151,8 +161,6 @@ async def run_once(session: Session, steps: int, calls: Counter[str] | None = No
     ):
         if isinstance(event, RunStarted):
             started = time.perf_counter_ns() - t0
-            if calls is not None:
-                calls.clear()
         elif isinstance(event, Done):
             assert event.reason == "step_limit" and event.steps == steps, event
     total = time.perf_counter_ns() - t0
@@ -179,14 +187,22 @@ async def measure(
     return per_step, startup, first_ms
 
 
-async def count_store_calls(store: SqliteStore, history: list[Message], steps: int, directory: Path) -> Counter[str]:
-    """The store calls of `steps` steady steps (after the first step, as in `measure`), by method. A run of
-    its own: the timed runs go to the store directly, untouched by the wrapper."""
+async def count_store_calls(
+    store: SqliteStore, history: list[Message], steps: int, directory: Path
+) -> tuple[Counter[str], Counter[str]]:
+    """The store calls of a run of `steps` steps after a first one (as in `measure`), by method: those of its
+    steady steps (from its first model call to its last, per step), and those of the whole run (start-up: the
+    session's row, the tail it resumes from, the prompt; end: the checkpoint at the step limit). A run of its
+    own: the timed runs go to the store directly, untouched by the wrapper."""
     counting = CountingStore(store)
     session = await new_session(counting, history, directory)
     await run_once(session, 1)
-    await run_once(session, steps, counting.calls)
-    return Counter(counting.calls)
+    counting.calls.clear()
+    marks: list[Counter[str]] = []
+    await run_once(session, steps, marks, counting.calls)
+    steady = marks[-1] - marks[0]
+    per_step = Counter({name: n / (len(marks) - 1) for name, n in steady.items()})
+    return per_step, Counter(counting.calls)
 
 
 # --- turns through the real SDK, and opencode's --------------------------------------------------------
@@ -473,17 +489,23 @@ async def step_section(report: Report, args: argparse.Namespace, history_data: A
                 median(first),
                 "ms",
             )
-            calls = await count_store_calls(store, history, args.steps, scratch)
-            per_method = {name: n / args.steps for name, n in sorted(calls.items())}
+            per_step_calls, run_calls = await count_store_calls(store, history, args.steps, scratch)
+            per_method = {name: n for name, n in sorted(per_step_calls.items())}
             report.row(
-                f"store calls per step, {size:,} messages",
+                f"store calls per steady step, {size:,} messages",
                 f"store_calls_per_step_{size}",
-                sum(calls.values()) / args.steps,
+                sum(per_method.values()),
                 "calls",
                 digits=2,
             )
             report.note("  by method: " + (", ".join(f"{k} {v:.2f}" for k, v in per_method.items()) or "none"))
+            report.note(
+                f"  the whole run of {args.steps} steps: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(run_calls.items()))
+                + " (start-up: the row, the tail, the prompt; end: the checkpoint)"
+            )
             report.set(f"store_calls_by_method_{size}", {k: round(v, 3) for k, v in per_method.items()})
+            report.set(f"store_calls_per_run_{size}", dict(sorted(run_calls.items())))
     finally:
         await store.close()
 
