@@ -7,17 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import json
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from ..errors import ConfigError, MissingExtra, ProviderError, TransientError
 from ..messages import FilePart, ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart, Usage
-from .base import EventStream, ModelRequest, ResponseBuilder, UsageUpdate, aclose_quietly, with_cost
+from .base import (
+    EventStream,
+    ModelRequest,
+    ResponseBuilder,
+    UsageUpdate,
+    aclose_quietly,
+    post_stream,
+    takes_serialized_body,
+    with_cost,
+)
 from .catalog import Catalog
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
@@ -82,7 +88,7 @@ class AnthropicProvider:
                 max_retries=0,
                 default_headers=self._headers or None,
             )
-            self._sends_bytes = "content" in inspect.signature(self._client.post).parameters
+            self._sends_bytes = takes_serialized_body(self._client)
         return self._client
 
     async def aclose(self) -> None:
@@ -222,15 +228,13 @@ class AnthropicProvider:
 
         wire = {k: v for k, v in body.items() if k != "extra_body"}
         wire.update(body.get("extra_body") or {})
-        stream_cls = AsyncStream[RawMessageStreamEvent]
-        if self._sends_bytes:
-            content = msgspec.json.encode(wire)
-            return await client.post(
-                "/v1/messages", cast_to=AnthropicMessage, content=content, stream=True, stream_cls=stream_cls
-            )
-        # Older SDKs have no `content=`; a plain dict `body` is only JSON-encoded there, never transformed.
-        return await client.post(
-            "/v1/messages", cast_to=AnthropicMessage, body=wire, stream=True, stream_cls=stream_cls
+        return await post_stream(  # type: ignore[no-any-return]
+            client,
+            "/v1/messages",
+            wire,
+            cast_to=AnthropicMessage,
+            stream_cls=AsyncStream[RawMessageStreamEvent],
+            serialized=self._sends_bytes,
         )
 
 

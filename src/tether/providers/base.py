@@ -288,3 +288,24 @@ async def aclose_quietly(stream: object) -> None:
         result = close()
         if hasattr(result, "__await__"):
             await result
+
+
+def takes_serialized_body(client: Any) -> bool:
+    """Whether an SDK client's `post` takes a body already serialized (``content=``): the newer `openai`
+    and `anthropic` SDKs do."""
+    import inspect
+
+    return "content" in inspect.signature(client.post).parameters
+
+
+async def post_stream(
+    client: Any, path: str, body: dict[str, Any], *, cast_to: type, stream_cls: type, serialized: bool
+) -> Any:
+    """POST `body` as it is through an SDK client (its auth, headers, timeout, error types and stream
+    parsing), serialized once with msgspec when the SDK takes bytes; an older SDK gets the dict, which it
+    only JSON-encodes. Not the SDK's typed `create`: that walks the whole body in Python on every call,
+    which does nothing to a body already in wire form and grows with the history."""
+    if serialized:
+        content = msgspec.json.encode(body)
+        return await client.post(path, cast_to=cast_to, content=content, stream=True, stream_cls=stream_cls)
+    return await client.post(path, cast_to=cast_to, body=body, stream=True, stream_cls=stream_cls)

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import msgspec
 
 from ..errors import ConfigError, MissingExtra, ProviderError, TransientError
 from ..ids import new_id
@@ -25,7 +22,17 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from .base import EventStream, ModelRequest, ResponseBuilder, StreamEvent, UsageUpdate, aclose_quietly, with_cost
+from .base import (
+    EventStream,
+    ModelRequest,
+    ResponseBuilder,
+    StreamEvent,
+    UsageUpdate,
+    aclose_quietly,
+    post_stream,
+    takes_serialized_body,
+    with_cost,
+)
 from .catalog import Catalog
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
@@ -121,7 +128,7 @@ class OpenAIProvider:
                 max_retries=0,
                 default_headers=self._headers or None,
             )
-            self._sends_bytes = "content" in inspect.signature(self._client.post).parameters
+            self._sends_bytes = takes_serialized_body(self._client)
         return self._client
 
     async def aclose(self) -> None:
@@ -217,15 +224,13 @@ class OpenAIProvider:
         from openai import AsyncStream
         from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-        stream_cls = AsyncStream[ChatCompletionChunk]
-        if self._sends_bytes:
-            content = msgspec.json.encode(body)
-            return await client.post(
-                "/chat/completions", cast_to=ChatCompletion, content=content, stream=True, stream_cls=stream_cls
-            )
-        # Older SDKs have no `content=`; a plain dict `body` is only JSON-encoded there, never transformed.
-        return await client.post(
-            "/chat/completions", cast_to=ChatCompletion, body=body, stream=True, stream_cls=stream_cls
+        return await post_stream(  # type: ignore[no-any-return]
+            client,
+            "/chat/completions",
+            body,
+            cast_to=ChatCompletion,
+            stream_cls=AsyncStream[ChatCompletionChunk],
+            serialized=self._sends_bytes,
         )
 
     def _deltas(self, builder: ResponseBuilder, delta: Any, calls: list[Any]) -> list[StreamEvent]:
