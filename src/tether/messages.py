@@ -221,6 +221,11 @@ class Marker(_Body, tag="marker"):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+INTERRUPTED_MARKER = "interrupted"
+"""``Marker(name="interrupted", data={"seq": N})``: user message N got no answer (the run stopped before the
+model replied, and the next prompt came). Derived contexts show the model a short note in its place."""
+
+
 EntryBody = Message | Revert | TitleChange | Checkpoint | Compaction | Marker
 ENTRY_KINDS: frozenset[str] = frozenset({"message", "revert", "title", "checkpoint", "compaction", "marker"})
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from .messages import (
+    INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
     Entry,
@@ -200,6 +201,8 @@ def _md_marker(entry: Entry, spans: Sequence[RevertSpan]) -> list[str]:
             "</details>",
             "",
         ]
+    if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
+        return [f"> ⚡ Turn interrupted: entry {body.data.get('seq', '?')} got no answer", ""]
     if isinstance(body, Marker):
         data = f" `{_clip(json.dumps(body.data, ensure_ascii=False, default=str), 200)}`" if body.data else ""
         return [f"> • {body.name}{data}", ""]

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 from click.testing import CliRunner, Result
 
-from tether import Message, Session, SqliteStore, ThinkingPart, ToolCallPart, ToolResultPart
+from tether import Marker, Message, Session, SqliteStore, ThinkingPart, ToolCallPart, ToolResultPart
 from tether.cli.main import cli
 from tether.store import Store
 
@@ -178,6 +178,24 @@ def test_show_transcript(db: Path) -> None:
 
     raw = ok(tether(db, "sessions", "show", "--raw", session.id))
     assert "a detour that gets reverted" in raw and "[reverted]" in raw
+
+
+def test_show_marks_an_interrupted_turn(db: Path) -> None:
+    async def interrupted(store: Store) -> Session:
+        session = await Session.create(store, directory="/work/calc")
+        await session.append(
+            Message.user("summarize the logs"),
+            Marker(name="interrupted", data={"seq": 1}),
+            Message.user("only the errors"),
+            Message.assistant("Two errors."),
+        )
+        return session
+
+    session = with_db(db, interrupted)
+    out = ok(tether(db, "sessions", "show", session.id))
+    assert "⚡ turn interrupted: entry 1 got no answer" in out
+    markdown = ok(tether(db, "sessions", "export", session.id, "-f", "markdown"))
+    assert "> ⚡ Turn interrupted: entry 1 got no answer" in markdown
 
 
 def test_show_json(db: Path) -> None:

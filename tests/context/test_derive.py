@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tether.context.derive import ContextPolicy, DerivedContext, derive_context
+from tether.context.derive import INTERRUPTED_MARKER, INTERRUPTED_NOTE, ContextPolicy, DerivedContext, derive_context
 from tether.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCache, get_counter
 from tether.errors import InvalidInput
 from tether.messages import (
@@ -123,7 +123,8 @@ def test_only_the_latest_compaction_counts() -> None:
         Compaction(summary="S2", first_kept_seq=4),
         Message.user("d"),
     )
-    assert texts(derive_context(history, counter=Chars())) == ["S2", "c", "d"]
+    # c got no answer before d came: the model is told so (and the turns alternate)
+    assert texts(derive_context(history, counter=Chars())) == ["S2", "c", INTERRUPTED_NOTE, "d"]
 
 
 def test_history_is_never_changed() -> None:
@@ -472,3 +473,22 @@ def test_derived_context_serializes() -> None:
     d = derive_context(journal(Message.user("hi")), ContextPolicy(budget=1_000), counter=Chars())
     data = msgspec.json.encode(d)
     assert b'"mode":"compacted"' in data
+
+
+def test_an_unanswered_user_message_gets_a_note_and_the_turns_alternate() -> None:
+    history = journal(
+        Message.user("first request"),
+        Marker(name=INTERRUPTED_MARKER, data={"seq": 1}),
+        Message.user("second request"),
+        Message.assistant("done"),
+        Message.user("third"),
+        Message.user("fourth, from a history without the marker"),
+    )
+    derived = derive_context(history, counter=Chars())
+    roles = [m.role for m in derived.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert texts(derived)[1] == INTERRUPTED_NOTE and texts(derived)[5] == INTERRUPTED_NOTE
+    assert derived.seqs[1] == 2  # the marker's own entry; the note without a marker has none
+    assert derived.seqs[5] is None
+    summary_first = journal(Message.user("a"), Compaction(summary="S", first_kept_seq=3), Message.user("b"))
+    assert texts(derive_context(summary_first, counter=Chars())) == ["S", "b"]  # a summary is not a turn

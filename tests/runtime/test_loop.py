@@ -28,7 +28,7 @@ from tether.events import (
     ToolCallStart,
     UsageReport,
 )
-from tether.messages import Checkpoint
+from tether.messages import Checkpoint, Marker
 from tether.providers.scripted import ScriptedProvider, ScriptedResponse
 from tether.runtime.loop import ABORTED, INTERRUPTED
 from tether.runtime.tool_calls import REPEAT_NOTE
@@ -395,6 +395,73 @@ async def test_kill_9_mid_tool_then_continue_reports_interrupted(tmp_path: Path)
         await store.close()
 
 
+THINKER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from tether import Session
+    from tether.providers.scripted import ScriptedProvider
+    from tether.store import SqliteStore
+    from tether.tools.base import ToolRegistry
+
+    db, flag, sid = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+
+    def think(request):
+        flag.write_text("thinking")
+        time.sleep(3600)  # killed here, before any answer
+        return "never"
+
+    async def main():
+        store = SqliteStore(db)
+        session = await Session.open(store, sid)
+        provider = ScriptedProvider(think)
+        async for _ in session.stream("summarize the logs", provider=provider, model="m", tools=ToolRegistry()):
+            pass
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+async def test_kill_9_before_the_answer_marks_the_turn_interrupted(tmp_path: Path) -> None:
+    """A run killed between its prompt and the first answer left two user messages in a row, and nothing said
+    a turn was cut off. The next run journals an `interrupted` marker, and the model sees a note in its place."""
+    db = tmp_path / "t.db"
+    store = SqliteStore(db)
+    session = await Session.create(store, directory=tmp_path)
+    await store.close()
+    script, flag = tmp_path / "thinker.py", tmp_path / "thinking"
+    script.write_text(THINKER)
+    child = subprocess.Popen([sys.executable, str(script), str(db), str(flag), session.id], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not flag.exists():
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert time.monotonic() < deadline, "the child never asked the model"
+        await asyncio.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+
+    store = SqliteStore(db)
+    try:
+        session = await Session.open(store, session.id)
+        assert [m.role for m in await session.messages()] == ["user"]  # the prompt, and no answer
+        provider = ScriptedProvider(["Here is the summary of the errors."])
+        events = await run(session, "only the errors, please", provider, tools=ToolRegistry())
+        assert isinstance(events[-1], Done)
+        entries = await session.entries()
+        markers = [e.body for e in entries if isinstance(e.body, Marker)]
+        assert [(m.name, m.data) for m in markers] == [("interrupted", {"seq": 1})]
+        sent = provider.requests[0].messages
+        assert [m.role for m in sent] == ["user", "assistant", "user"]  # alternating, as every provider takes
+        assert "No answer was given" in sent[1].text and sent[2].text == "only the errors, please"
+        # a second prompt after an answered turn adds no marker
+        await run(session, "thanks", ScriptedProvider(["You're welcome."]), tools=ToolRegistry())
+        assert sum(isinstance(e.body, Marker) for e in await session.entries()) == 1
+    finally:
+        await store.close()
+
+
 async def test_text_complete_points_at_the_journaled_message(session: Session) -> None:
     events = await run(session, "hi", ScriptedProvider(["hello there"]))
     complete = next(e for e in events if isinstance(e, TextComplete))
@@ -500,7 +567,6 @@ async def test_a_failing_summarizer_does_not_loop(session: Session) -> None:
 
 from tether.context.derive import CONDENSED_MARKER  # noqa: E402
 from tether.events import Progress, RlmFinished, RlmProgress  # noqa: E402
-from tether.messages import Marker  # noqa: E402
 
 
 def rlm_or_answer(answer: str) -> object:

@@ -16,6 +16,7 @@ import click
 
 from ..importers.tether_json import export_json, import_file, import_json, parse_export, session_record
 from ..messages import (
+    INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
     Entry,
@@ -258,6 +259,8 @@ def _entry_lines(
         return [
             head.append(f"⧉ compaction: entries before #{body.first_kept_seq} summarized ({size})", style="magenta")
         ]
+    if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
+        return [head.append(f"⚡ turn interrupted: entry {body.data.get('seq', '?')} got no answer", style="yellow")]
     if isinstance(body, Marker):
         return [head.append(f"• {body.name}", style="dim")]
     return []

@@ -16,6 +16,7 @@ import msgspec
 
 from ..errors import InvalidInput
 from ..messages import (
+    INTERRUPTED_MARKER,
     Compaction,
     Entry,
     FilePart,
@@ -60,6 +61,9 @@ CONDENSED_MARKER = "condensed"
 """``Marker(name="condensed", data={"seq": N, "text": ..., "call_id": ...})``: message N (a user message too
 large for the window, or with `call_id` one result of a bulk tool) is shown to the model as `text`, the RLM
 result with the original's head. The history keeps the original; this only changes what is derived."""
+INTERRUPTED_NOTE = "[No answer was given to the message above: the run stopped before the model replied.]"
+"""What the model sees for an unanswered user message: the note keeps the turns alternating, which some
+providers require, and tells the model that the earlier request is still open."""
 
 
 class Omission(msgspec.Struct, frozen=True, kw_only=True):
@@ -303,6 +307,10 @@ def derive_context(
             items.append(_Item(entry.seq, body, counts))
             if body.metadata.get("pinned") is True:
                 pinned_seqs.add(entry.seq)
+        elif isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
+            if items and items[-1].message.role == "user":
+                note = Message.assistant(INTERRUPTED_NOTE)
+                items.append(_Item(entry.seq, note, part_counts(note, counter)))
         elif isinstance(body, Marker) and body.name in (PIN_MARKER, UNPIN_MARKER):
             seq = body.data.get("seq")
             if isinstance(seq, int):
@@ -310,6 +318,7 @@ def derive_context(
                     pinned_seqs.add(seq)
                 else:
                     pinned_seqs.discard(seq)
+    items = _answer_unanswered(items, counter)
     for item in items:
         item.pinned = item.seq is not None and item.seq in pinned_seqs
 
@@ -416,6 +425,25 @@ def unit_starts(messages: Sequence[Entry]) -> list[int]:
         for i, entry in enumerate(messages)
         if not (isinstance(entry.body, Message) and entry.body.tool_results and not entry.body.tool_calls) or i == 0
     ]
+
+
+def _answer_unanswered(items: list[_Item], counter: TokenCounter) -> list[_Item]:
+    """`items` with the interrupted note after every user message that another user message follows (a
+    history from before the `interrupted` marker, or an import): what the marker gives, without it. The
+    compaction summary, a user message of its own kind, is left as it is."""
+    out: list[_Item] = []
+    for item in items:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.seq is not None
+            and last.message.role == "user"
+            and item.message.role == "user"
+        ):
+            note = Message.assistant(INTERRUPTED_NOTE)
+            out.append(_Item(None, note, part_counts(note, counter), ref=last.seq))
+        out.append(item)
+    return out
 
 
 def _first_kept(entry: Entry | None) -> int | None:

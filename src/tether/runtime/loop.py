@@ -22,7 +22,7 @@ from ..errors import (
     SeqConflict,
 )
 from ..events import Done, Error, Event, RunStarted
-from ..messages import Checkpoint, Message, ToolCallPart, ToolResultPart
+from ..messages import INTERRUPTED_MARKER, Checkpoint, EntryBody, Marker, Message, ToolCallPart, ToolResultPart
 from ..providers.base import Provider
 from ..providers.catalog import unknown_model
 from ..providers.registry import ResolvedModel, resolve_provider
@@ -126,7 +126,12 @@ class AgentRun:
             for event in journal.drain():
                 yield event
             if prompt is not None:
-                (user_entry,) = await state.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+                bodies: list[EntryBody] = []
+                unanswered = state.unanswered_prompt()
+                if unanswered is not None:  # the last prompt got no answer: say so before the next one
+                    bodies.append(Marker(name=INTERRUPTED_MARKER, data={"seq": unanswered}))
+                bodies.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+                user_entry = (await state.append(*bodies))[-1]
                 text = user_entry.body.text if isinstance(user_entry.body, Message) else ""
                 if oversized(state, text):
                     async for event in condense_text(

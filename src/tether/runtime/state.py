@@ -126,6 +126,13 @@ class RunState:
                 return entry.body.text.strip()
         return ""
 
+    def unanswered_prompt(self) -> int | None:
+        """The seq of the last user message when nothing answered it (a run stopped before the model did)."""
+        for entry in reversed(self.entries):
+            if isinstance(entry.body, Message) and entry.body.role != "system":
+                return entry.seq if entry.body.role == "user" else None
+        return None
+
     def unanswered_calls(self) -> list[ToolCallPart]:
         """Tool calls of the last assistant message that have no result after them."""
         answered: set[str] = set()
