@@ -23,7 +23,8 @@ TetherError
 │   └── OutsideWorkspace
 ├── SandboxError            the RLM code sandbox could not start, crashed, timed out or broke its protocol
 ├── ConfigError             configuration is missing or wrong
-└── MissingExtra            an optional dependency is not installed; names the extra
+├── MissingExtra            an optional dependency is not installed; names the extra
+└── ConfirmationRequired    a run that needs a person's yes first (an imported session); says what to show
 """
 
 from __future__ import annotations
@@ -196,3 +197,14 @@ class MissingExtra(TetherError, ImportError):
         )
         self.extra = extra
         self.module = module
+
+
+class ConfirmationRequired(TetherError):
+    """A run that needs a person's yes before it starts: an imported session would run its own system
+    prompt in its own directory. Carries what to show them."""
+
+    def __init__(self, message: str, *, session_id: str, directory: str | None, system_prompt: str | None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.directory = directory
+        self.system_prompt = system_prompt

@@ -177,7 +177,11 @@ async def test_import_of_an_existing_id_is_refused_unless_new_id(store: Store) -
         await import_json(store, data)
     copy = await import_json(store, data, new_id=True)
     assert copy.id != session.id
-    assert copy.metadata == {**session.info.metadata, "imported_from": session.id}
+    assert copy.metadata["imported"]["source"] == "input" and copy.metadata["imported"]["format"] == "tether.session"
+    assert {k: v for k, v in copy.metadata.items() if k != "imported"} == {
+        **session.info.metadata,
+        "imported_from": session.id,
+    }
     assert [e.body for e in await store.read(copy.id)] == [e.body for e in await store.read(session.id)]
     assert (await store.get_session(session.id)).entry_count == session.info.entry_count
 

@@ -15,7 +15,7 @@ from ..events import Done
 from ..paths import canonical_directory
 from ..runtime.launch import RunRequest
 from .render import TerminalRenderer, terminal_ask
-from .run import checked, launched_events
+from .run import checked, launched_events, terminal_confirm
 from .state import cli_state
 
 HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
@@ -57,6 +57,7 @@ def read_message(prompt: str = "› ") -> str | None:
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="The workspace (default: here).")
 @click.option("--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list, or none.")
+@click.option("--yes", "-y", "yes", is_flag=True, help="Chat in an imported session without asking first.")
 def chat(
     session_ref: str | None,
     cont: bool,
@@ -64,6 +65,7 @@ def chat(
     max_steps: int,
     directory: str | None,
     tools: str | None,
+    yes: bool,
 ) -> None:
     """Talk with the agent, one run per message, all in one session."""
     from ..store import open_store
@@ -84,12 +86,14 @@ def chat(
                 continue_last=cont and first and current is None,
                 model=model_spec,
                 max_steps=max_steps,
-                directory=workspace,
+                directory=directory,
                 tools=tools,
                 ask=terminal_ask(err),
+                confirmed=yes,
             )
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
-            async for event in launched_events(store, checked(request), notice):
+            confirm = terminal_confirm(err) if sys.stdin.isatty() else None
+            async for event in launched_events(store, checked(request), notice, confirm):
                 current = event.session_id or current
                 renderer.handle(event)
                 if isinstance(event, Done):

@@ -6,17 +6,37 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
-from ..errors import ConfigError, InvalidInput, MissingExtra, NotFound
+from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound
 from ..events import Done, Error, Event, RunStarted, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
 from .render import LOCAL_NOTICE, TerminalRenderer, terminal_ask
 from .state import OptionError, cli_state, wants_json
+
+Confirm = Callable[[ConfirmationRequired], Awaitable[bool]]
+"""Asks a person whether a run that needs their yes may start."""
+
+
+def terminal_confirm(console: Console) -> Confirm:
+    """Show what an imported session would run with, and ask at the terminal."""
+
+    async def confirm(needed: ConfirmationRequired) -> bool:
+        console.print(f"[yellow]{escape(str(needed))}.[/yellow]")
+        console.print(f"  directory: {escape(needed.directory or '(none)')}")
+        if needed.system_prompt:
+            prompt = needed.system_prompt if len(needed.system_prompt) <= 600 else needed.system_prompt[:600] + " [...]"
+            console.print(f"  system prompt: {escape(prompt)}")
+        answer = await asyncio.to_thread(input, "Run it? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    return confirm
 
 
 def checked(request: RunRequest) -> LaunchPlan:
@@ -28,10 +48,18 @@ def checked(request: RunRequest) -> LaunchPlan:
         raise OptionError(" ".join(str(exc).split())) from exc
 
 
-async def launched_events(store: Store, plan: LaunchPlan, notice: Callable[[str], None]) -> AsyncIterator[Event]:
-    """Open or create the session of a checked request and run it (a session that is not there: exit 2)."""
+async def launched_events(
+    store: Store, plan: LaunchPlan, notice: Callable[[str], None], ask: Confirm | None = None
+) -> AsyncIterator[Event]:
+    """Open or create the session of a checked request and run it (a session that is not there: exit 2). An
+    imported session runs once `ask` (a person at a terminal) says yes; without one, `--yes` is needed."""
     try:
-        launched = await open_run(store, plan)
+        try:
+            launched = await open_run(store, plan)
+        except ConfirmationRequired as exc:
+            if ask is None or not await ask(exc):
+                raise OptionError(f"{exc}; not run (pass --yes to run it, or --dir to run it elsewhere)") from exc
+            launched = await open_run(store, replace(plan, request=replace(plan.request, confirmed=True)))
     except (InvalidInput, NotFound) as exc:
         raise OptionError(" ".join(str(exc).split())) from exc
     if launched.resolved.provider.name == "local":
@@ -52,12 +80,14 @@ async def launched_events(store: Store, plan: LaunchPlan, notice: Callable[[str]
     "--dir",
     "directory",
     type=click.Path(file_okay=False),
-    help="The workspace the tools work in (default: the current directory).",
+    help="The workspace the tools work in (default: the current directory; with --session, the session's own, "
+    "and a --dir moves the session there).",
 )
 @click.option("--system", "system_prompt", metavar="TEXT", help="A system prompt for this run.")
 @click.option(
     "--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list (read,grep,glob), or none."
 )
+@click.option("--yes", "-y", "yes", is_flag=True, help="Run an imported session without asking first.")
 @click.option("--json", "json_flag", is_flag=True, help="One JSON object per event per line.")
 def run(
     prompt: str | None,
@@ -68,6 +98,7 @@ def run(
     directory: str | None,
     system_prompt: str | None,
     tools: str | None,
+    yes: bool,
     json_flag: bool,
 ) -> None:
     """Run the agent on PROMPT until it is done (or the step limit is reached).
@@ -110,6 +141,7 @@ def run(
             system_prompt=system_prompt,
             tools=tools,
             ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
+            confirmed=yes,
         )
     )
 
@@ -132,7 +164,8 @@ def run(
             pass
         code = 1
         try:
-            async for event in launched_events(store, plan, notice):
+            confirm = terminal_confirm(err) if sys.stdin.isatty() and not as_json else None
+            async for event in launched_events(store, plan, notice, confirm):
                 if isinstance(event, RunStarted):
                     last_session = event.session_id
                 if as_json:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,7 +16,7 @@ from ..errors import CorruptEntry, ImportFormatError, InvalidId, InvalidInput, S
 from ..ids import check_id, new_session_id
 from ..messages import Entry, decode_body, encode_json
 from ..store.protocols import Store
-from ..store.records import SessionInfo
+from ..store.records import IMPORTED, SessionInfo
 from ..store.validate import validate_bodies
 
 FORMAT = "tether.session"
@@ -57,7 +58,9 @@ async def export_json(store: Store, session_id: str, out: IO[bytes]) -> SessionI
     batches so that a long session is never held in memory whole. Entries appended while this runs are left
     out: the export is the session as it was when it started. Returns that session row."""
     info = await store.get_session(session_id)
-    head = {"format": FORMAT, "version": VERSION, "session": session_record(info)}
+    record = session_record(info)
+    record["metadata"].pop(IMPORTED, None)  # this store's note of where it got the session, not the session's
+    head = {"format": FORMAT, "version": VERSION, "session": record}
     # The document is written by hand around the entry stream: the header object without its closing brace,
     # then the entries array one line at a time. Output stays valid JSON and diffs line by line.
     out.write(encode_json(head)[:-1] + b',\n"entries":[')
@@ -218,9 +221,13 @@ async def import_json(
     """Import a tether export, keeping its id, timestamps and entries exactly, so that exporting it again
     gives the same document. With `new_id` the session gets a fresh id and `metadata["imported_from"]` names
     the original. A parent session that is not in this store is dropped (kept as `imported_parent_id`).
-    The file is validated in full first and written in one transaction: a bad file writes nothing."""
+    The session is marked as imported (`metadata["imported"]`: from where, when), so that running it asks
+    first (`tether.runtime.launch`); an export leaves the mark out. The file is validated in full first and
+    written in one transaction: a bad file writes nothing."""
     export = data if isinstance(data, SessionExport) else parse_export(data, source=source)
     info = export.session
+    mark = {"source": source, "format": FORMAT, "at": time.time()}
+    info = msgspec.structs.replace(info, metadata={**info.metadata, IMPORTED: mark})
     if new_id:
         info = msgspec.structs.replace(info, id=new_session_id(), metadata={**info.metadata, "imported_from": info.id})
     elif await _exists(store, info.id):

@@ -5,17 +5,19 @@ session, so that a bad option leaves nothing behind: no empty session, no droppe
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
-from ..errors import ConfigError, InvalidInput, SessionNotFound
+from ..errors import ConfigError, ConfirmationRequired, InvalidInput, SessionNotFound
 from ..events import Event
 from ..messages import Message
 from ..paths import canonical_directory
 from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
+from ..store.records import IMPORTED
 from ..tools.base import AskFn
 from .configuration import context_settings, load_config
 from .handle import SessionHandle
@@ -44,6 +46,8 @@ class RunRequest:
     ask: AskFn | None = None
     permission: PermissionCheck | None = None
     """Decides whether each tool call may run (see `permission`); None: every call runs."""
+    confirmed: bool = False
+    """Run an imported session without asking (``--yes``); the yes is recorded with the session."""
 
 
 @dataclass
@@ -136,7 +140,10 @@ async def launch(store: Store, request: RunRequest, *, config: Config | None = N
 async def _open_session(
     store: Store, request: RunRequest, workspace: str, resolved: ResolvedModel
 ) -> tuple[SessionHandle, bool]:
-    """The session a run works in: the one named, the last of the workspace (continue), or a new one."""
+    """The session a run works in: the one named, the last of the workspace (continue), or a new one. An
+    existing session runs in its own directory unless the request names another (`--dir`: it is then filed
+    there); one whose directory is gone, or an imported one whose directory is `/` or the home directory,
+    is refused without one. An imported session runs only once a person said yes (`ConfirmationRequired`)."""
     if request.session is not None:
         session = SessionHandle(store, await find_session(store, request.session))
     elif request.continue_last:
@@ -146,6 +153,42 @@ async def _open_session(
         session = last
     else:
         return await SessionHandle.create(store, directory=workspace, model=resolved.id), True
-    if request.model is not None and session.info.model != resolved.id:
-        await session.update(model=resolved.id)
+    info = session.info
+    imported = info.metadata.get(IMPORTED)
+    updates: dict[str, Any] = {}
+    if request.directory is not None and workspace != info.directory:
+        updates["directory"] = workspace
+    else:
+        problem = _unusable_directory(info.directory, imported is not None)
+        if problem:
+            raise InvalidInput(
+                f"session {info.id} would run in {info.directory or 'no directory'}, which {problem}; "
+                "name where to run it with --dir"
+            )
+    if isinstance(imported, dict) and not imported.get("confirmed"):
+        if not request.confirmed:
+            where = updates.get("directory", info.directory)
+            raise ConfirmationRequired(
+                f"session {info.id} was imported (from {imported.get('source', 'a file')}): it would run in "
+                f"{where}" + (" with its own system prompt" if info.system_prompt else ""),
+                session_id=info.id,
+                directory=where,
+                system_prompt=info.system_prompt,
+            )
+        updates["metadata"] = {**info.metadata, IMPORTED: {**imported, "confirmed": time.time()}}
+    if request.model is not None and info.model != resolved.id:
+        updates["model"] = resolved.id
+    if updates:
+        await session.update(**updates)
     return session, False
+
+
+def _unusable_directory(directory: str | None, imported: bool) -> str | None:
+    """Why a session cannot run in its own directory, or None."""
+    if not directory or not os.path.isdir(directory):
+        return "does not exist here"
+    if imported and directory == os.path.sep:
+        return "is the root of the file system"
+    if imported and os.path.realpath(directory) == os.path.realpath(os.path.expanduser("~")):
+        return "is the home directory"
+    return None

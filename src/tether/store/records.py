@@ -67,6 +67,10 @@ class SessionInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
         return self.entry_count
 
 
+IMPORTED = "imported"
+"""The metadata key that marks a session a store imported (from a file, another agent): ``{"source": ...,
+"format": ..., "at": ...}``, and ``"confirmed"`` once a person agreed to run it here."""
+
 UPDATABLE_FIELDS = ("title", "directory", "agent", "model", "state", "system_prompt", "metadata")
 
 
