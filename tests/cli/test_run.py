@@ -356,3 +356,11 @@ def test_an_imported_session_says_where_it_would_run_and_asks(tmp_path: Path, sc
     scripted.add("Again, here.")
     code, out, err = invoke(tmp_path, "run", "--session", sid, "and again")  # the yes was asked for once
     assert code == 0 and "Again, here." in out, err
+
+
+def test_continue_with_nothing_to_do_says_so_without_a_run_summary(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    scripted.add("Done.")
+    assert invoke(tmp_path, "run", "--dir", str(tmp_path), "hello")[0] == 0
+    code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--continue")
+    assert code == 0 and "Nothing to continue: the last run of session ses_" in err
+    assert "0 steps" not in err and "cost unknown" not in err

@@ -31,7 +31,7 @@ def _summary(result: RlmResult) -> str:
 @click.command("rlm")
 @click.argument("file", type=click.File("r", encoding="utf-8", errors="replace"))
 @click.argument("question")
-@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="e.g. openai/gpt-5.5, local/smollm2.")
+@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="e.g. openai/gpt-5.5, local/smollm2-135m.")
 @click.option(
     "--sub-model", metavar="MODEL", help="Model id (same provider) that answers llm_query. [default: --model]"
 )

@@ -74,7 +74,7 @@ async def launched_events(
 @click.option(
     "--continue", "-c", "cont", is_flag=True, help="Continue the last session of this directory (or --session)."
 )
-@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="e.g. openai/gpt-5.5, local/smollm2.")
+@click.option("--model", "-m", "model_spec", metavar="PROVIDER/MODEL", help="e.g. openai/gpt-5.5, local/smollm2-135m.")
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 10_000), help="Model steps at most.")
 @click.option(
     "--dir",
@@ -175,10 +175,12 @@ def run(
                     assert renderer is not None
                     renderer.handle(event)
                 if isinstance(event, Done):
-                    if renderer is not None:
+                    if renderer is not None and event.reason == "nothing_to_do":
+                        err.print(
+                            f"[dim]Nothing to continue: the last run of session {event.session_id} had finished.[/dim]"
+                        )
+                    elif renderer is not None:
                         renderer.summary(event.session_id, event.steps, event.usage)
-                        if event.reason == "nothing_to_do":
-                            err.print("[dim]Nothing to continue: the last run had finished.[/dim]")
                     code = 0
                 elif isinstance(event, Error):
                     code = 1

@@ -12,6 +12,7 @@ closing the stream stops generation at the next token.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import re
@@ -76,8 +77,22 @@ def _load(path: Path, n_ctx: int, threads: int | None) -> _LoadedModel:
             except ImportError as exc:
                 raise MissingExtra("local", "llama_cpp") from exc
             llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+            if not _models:
+                atexit.register(_close_all)
             loaded = _models[key] = _LoadedModel(llama)
         return loaded
+
+
+def _close_all() -> None:
+    """Free the loaded models while the interpreter still has what llama.cpp's destructor needs: left to
+    the end of the process, each printed a TypeError traceback on the way out."""
+    with _models_lock:
+        for loaded in _models.values():
+            try:
+                loaded.llama.close()
+            except Exception:  # the process is ending: nothing to do about a model that will not close
+                pass
+        _models.clear()
 
 
 # --- prompt -------------------------------------------------------------------------------------------
