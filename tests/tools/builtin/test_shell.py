@@ -12,7 +12,9 @@ import psutil
 import pytest
 
 from tether.messages import ToolCallPart
-from tether.tools import ToolContext, ToolRegistry, run_tool_call
+from tether.redaction import Redactor, SecretPolicy
+from tether.tools import ToolContext, ToolRegistry, open_artifact, read_artifact_bytes, run_tool_call
+from tether.tools.base import ToolLimits
 
 from ..conftest import Call
 
@@ -186,3 +188,60 @@ async def test_100_mb_of_output_is_cut_saved_and_readable_in_bounded_memory(call
     assert last.content == f"{lines:>6}\t000999999 " + "x" * 89
     found = await call("grep", pattern="^000543210 ", path=f"artifact://{aid}")
     assert found.content == f"artifact://{aid}:\n  543211: 000543210 " + "x" * 89
+
+
+# --- secrets, floods of output, and commands that would outlive tether ----------------------------------
+
+
+async def test_a_command_gets_the_environment_without_its_secrets(
+    registry: ToolRegistry, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_test0123456789abcdef")
+    monkeypatch.setenv("LAB_KEY", "lab-key-0123456789")
+    monkeypatch.setenv("H12_PLAIN", "kept")
+    command = ToolCallPart(id="1", name="bash", arguments={"command": "env | cut -d= -f1 | sort"})
+    names = (await run_tool_call(registry, command, ctx)).content.split("\n")
+    assert "H12_PLAIN" in names and "PATH" in names
+    assert not {"OPENAI_API_KEY", "GITHUB_TOKEN"} & set(names)
+    assert "LAB_KEY" in names  # not a secret by its name: only a policy that names it hides it
+
+    ctx.secrets = SecretPolicy(names=frozenset({"LAB_KEY"}), allow=frozenset({"GITHUB_TOKEN"}))
+    names = (await run_tool_call(registry, command, ctx)).content.split("\n")
+    assert "GITHUB_TOKEN" in names and "LAB_KEY" not in names and "OPENAI_API_KEY" not in names
+
+
+async def test_a_flood_of_output_keeps_a_bounded_result_and_artifact(registry: ToolRegistry, ctx: ToolContext) -> None:
+    """200 MB printed: the command runs to its end, the result stays within its limit, and only the first
+    `bash_output_bytes` are saved (memory is the benchmark's: bench/tools.py)."""
+    ctx.limits = ToolLimits(bash_output_bytes=16 * 1024 * 1024)
+    flood = "head -c 198000000 /dev/zero | tr '\\0' x | fold -w 99; echo; echo the end"  # 2,000,000 lines
+    result = await run_tool_call(registry, ToolCallPart(id="1", name="bash", arguments={"command": flood}), ctx)
+    assert result.metadata["exit_code"] == 0 and not result.is_error  # it finished
+    assert result.metadata["original_bytes"] == 200_000_008
+    assert result.metadata["original_lines"] == 2_000_001
+    assert len(result.content) <= ctx.limits.output_chars
+    assert result.content.endswith("x\nthe end\n[exit code 0]")
+    assert result.metadata["saved_bytes"] == 16 * 1024 * 1024
+    aid = result.metadata["artifact"]
+    assert f"the first 16,777,216 bytes of the {result.metadata['original_bytes']:,}" in result.content
+    view = await open_artifact(ctx.store, aid)
+    assert view.size == 16 * 1024 * 1024
+    saved_lines = view.lines
+    page = await run_tool_call(
+        registry,
+        ToolCallPart(id="2", name="read", arguments={"path": f"artifact://{aid}", "offset": saved_lines - 1}),
+        ctx,
+    )
+    assert page.content.split("\n")[0] == f"{saved_lines - 1:>6}\t" + "x" * 99
+
+
+async def test_the_saved_output_is_redacted_as_it_is_stored(registry: ToolRegistry, ctx: ToolContext) -> None:
+    secret = "ghp_0123456789abcdefABCDEF"
+    ctx.redactor = Redactor({"GITHUB_TOKEN": secret})
+    ctx.limits = ToolLimits(output_chars=2_000, output_lines=50)
+    # 2 MB with the secret everywhere, across every boundary the spool and the chunks make
+    command = f"for i in $(seq 1 60000); do printf '%s %s\\n' $i {secret}; done"
+    result = await run_tool_call(registry, ToolCallPart(id="1", name="bash", arguments={"command": command}), ctx)
+    data = await read_artifact_bytes(ctx.store, result.metadata["artifact"])
+    assert secret.encode() not in data and data.count(b" [redacted:GITHUB_TOKEN]\n") == 60000

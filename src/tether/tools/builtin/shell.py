@@ -1,8 +1,10 @@
-"""The `bash` tool: one command in a fresh shell in the workspace, stdin closed, stdout and stderr merged
-and streamed into a bounded spool, killed with its whole process group on timeout, abort or cancel.
+"""The `bash` tool: one command in a fresh shell in the workspace, without the environment's secrets, stdin
+closed, stdout and stderr merged and streamed into a bounded spool, killed with its whole process group on
+timeout, abort or cancel.
 
 It is not a sandbox: the working directory is the workspace, but a command can reach any path the user
-running tether can. Confinement of the other tools' path arguments does not apply to what a command does."""
+running tether can (a key in a file is not hidden from it). Confinement of the other tools' path arguments
+does not apply to what a command does."""
 
 from __future__ import annotations
 
@@ -35,9 +37,10 @@ class BashTool:
         "Run a shell command with bash in the workspace directory and return its output (stdout and stderr "
         "together) and exit code. stdin is closed, so interactive programs get end-of-file. timeout is in "
         "seconds (default 120, at most 600); on timeout the command and every process it started are killed. "
-        "Long output is cut to its head and tail, and the whole of it saved for read. Background jobs "
-        "(`cmd &`) keep running after the call: redirect their output (`cmd > log 2>&1 &`) or the call waits "
-        "a moment for it. This runs with your permissions: it is not a sandbox."
+        "Long output is cut to its head and tail, and the whole of it (its start, if huge) saved for read. "
+        "Background jobs (`cmd &`) keep running after the call: redirect their output (`cmd > log 2>&1 &`) "
+        "or the call waits a moment for it. Environment variables that hold secrets (API keys, tokens, "
+        "passwords) are not passed to the command. This runs with your permissions: it is not a sandbox."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -61,10 +64,12 @@ class BashTool:
         if not 0 < timeout <= ctx.limits.bash_max_timeout:
             raise ToolError(f"timeout must be more than 0 and at most {ctx.limits.bash_max_timeout:g} seconds")
         shell = shutil.which("bash") or "/bin/sh"
-        env = {**os.environ, **_ENV_OVERRIDES}
+        env = {**ctx.secrets.child_environment(os.environ), **_ENV_OVERRIDES}
         spool = OutputSpool(
             limit=max(ctx.limits.output_chars - FOOTER_RESERVE, MIN_LIMIT),
             max_lines=max(ctx.limits.output_lines - 5, 10),
+            max_bytes=ctx.limits.bash_output_bytes,
+            redactor=ctx.redactor,
         )
         # Our own pipe rather than asyncio's: closing our end when we stop reading is then ours to do, so a
         # background job that still writes gets EPIPE instead of filling a pipe nobody reads.
