@@ -3,7 +3,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from tether.messages import ToolCallPart
 from tether.redaction import Redactor, SecretPolicy
 from tether.tools import ToolContext, ToolRegistry, open_artifact, read_artifact_bytes, run_tool_call
 from tether.tools.base import ToolLimits
+from tether.tools.builtin.shell import WATCHER
 
 from ..conftest import Call
 
@@ -245,3 +248,94 @@ async def test_the_saved_output_is_redacted_as_it_is_stored(registry: ToolRegist
     result = await run_tool_call(registry, ToolCallPart(id="1", name="bash", arguments={"command": command}), ctx)
     data = await read_artifact_bytes(ctx.store, result.metadata["artifact"])
     assert secret.encode() not in data and data.count(b" [redacted:GITHUB_TOKEN]\n") == 60000
+
+
+DRIVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from tether import Message, Session, ToolCallPart
+    from tether.providers.scripted import ScriptedProvider
+    from tether.store import SqliteStore
+
+    async def main():
+        store = SqliteStore(sys.argv[1])
+        session = await Session.create(store, directory=sys.argv[2])
+        command = (
+            "(sleep 1001 &); "                                   # an orphan in the group
+            "sh -c 'echo $$ > inner.pid; exec sleep 1002' & "     # a grandchild through another shell
+            "echo $$ > shell.pid; touch ready; sleep 1003"        # the shell's own foreground child
+        )
+        provider = ScriptedProvider([
+            Message.assistant("", tool_calls=[ToolCallPart(id="c1", name="bash", arguments={"command": command})]),
+            "never reached",
+        ])
+        async for event in session.stream("go", provider=provider, model="m"):
+            print(type(event).__name__, flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def group_members(group: int) -> list[int]:
+    """Processes (zombies excepted) whose process group is `group`, from /proc."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == group and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return found
+
+
+@pytest.mark.slow
+async def test_commands_die_with_tether_even_by_sigkill(tmp_path: Path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "t.db"), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(3000):
+            if (tmp_path / "ready").exists() and (tmp_path / "inner.pid").exists():
+                break
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the command never started")
+        group = int((tmp_path / "shell.pid").read_text())
+        inner = int((tmp_path / "inner.pid").read_text())
+        # the orphan, the grandchild, and the foreground sleep (bash execs its last command, so it is the shell)
+        for _ in range(1000):
+            if len(group_members(group)) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert len(group_members(group)) == 3
+    finally:
+        child.kill()
+        child.wait(10)
+    for _ in range(1000):  # the watcher acts as soon as it reads end-of-file; init reaps asynchronously
+        if not group_members(group) and gone(inner):
+            break
+        await asyncio.sleep(0.01)
+    left = group_members(group)
+    for pid in left:  # leave nothing behind on a failure either
+        os.kill(pid, signal.SIGKILL)
+    assert left == [] and gone(inner)
+
+
+async def test_a_watcher_that_died_is_replaced(call: Call, workspace: Path) -> None:
+    await call("bash", command="true")
+    first = WATCHER.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    os.waitpid(first, 0)
+    result = await call("bash", command="sleep 30 > /dev/null 2>&1 & echo $! > bg.pid")
+    assert result.metadata["exit_code"] == 0
+    assert WATCHER.pid not in (None, first) and not gone(WATCHER.pid)
+    # the new watcher has the group of the background job that is still alive
+    os.kill(int((workspace / "bg.pid").read_text()), signal.SIGKILL)
