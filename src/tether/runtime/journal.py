@@ -1,7 +1,8 @@
 """`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it, with the known
 secrets redacted, to the session handle (stating the seq it expects), into the context engine's view of the
-history, and out again as the entry's durable events; every live event gets its number here. `replay_events` gives the durable events of
-a session after any number, from the journal, with the numbers the run gave them."""
+history, and out again as the entry's durable events; every live event gets its number here.
+`replay_events` gives the durable events of a session after any number, from the journal, with the numbers
+the run gave them."""
 
 from __future__ import annotations
 

@@ -43,9 +43,10 @@ class BashTool:
         "together) and exit code. stdin is closed, so interactive programs get end-of-file. timeout is in "
         "seconds (default 120, at most 600); on timeout the command and every process it started are killed. "
         "Long output is cut to its head and tail, and the whole of it (its start, if huge) saved for read. "
-        "Background jobs (`cmd &`) keep running after the call (until tether exits): redirect their output (`cmd > log 2>&1 &`) "
-        "or the call waits a moment for it. Environment variables that hold secrets (API keys, tokens, "
-        "passwords) are not passed to the command. This runs with your permissions: it is not a sandbox."
+        "Background jobs (`cmd &`) keep running after the call, until tether exits: redirect their output "
+        "(`cmd > log 2>&1 &`) or the call waits a moment for it. Environment variables that hold secrets (API "
+        "keys, tokens, passwords) are not passed to the command. This runs with your permissions: it is not a "
+        "sandbox."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
