@@ -36,3 +36,19 @@ def test_mistakes_are_config_errors_that_say_where(text: str, fragment: str) -> 
     with pytest.raises(ConfigError, match=fragment) as caught:
         parse_config(text, source="/home/u/config.toml")
     assert "/home/u/config.toml" in str(caught.value)
+
+
+def test_the_bash_tool_s_environment_settings() -> None:
+    config = parse_config('[tools.bash]\nallow_env = ["GITHUB_TOKEN"]\ndeny_env = ["DATABASE_URL", "CORP_*"]\n')
+    assert config.tools.bash.allow_env == ["GITHUB_TOKEN"]
+    assert config.tools.bash.deny_env == ["DATABASE_URL", "CORP_*"]
+    assert parse_config("").tools.bash.allow_env == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['[tools.bash]\nallow_env = ["NOT A NAME"]\n', "[tools.bash]\nallow_env = 'GITHUB_TOKEN'\n", "[tools.zsh]\n"],
+)
+def test_bad_bash_settings_are_config_errors(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"tools"):
+        parse_config(text, source="config.toml")

@@ -24,6 +24,10 @@ which passes the parsed `Config` to whatever needs it.
     auto_compact = false
     compact_threshold = 0.8
 
+    [tools.bash]                       # what a command's environment keeps (see `tether.redaction`)
+    allow_env = ["GITHUB_TOKEN"]       # secrets a command may still see (their values are never journaled)
+    deny_env = ["DATABASE_URL", "CORP_*"]  # more variables to keep from commands and out of the journal
+
 Keys belong in the environment; `api_key` is accepted here for people who keep their config private, and is
 never shown by `repr`.
 """
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import tomllib
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -81,6 +85,23 @@ class LocalConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     threads: int | None = None
 
 
+EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_*][A-Za-z0-9_*]*$")]
+"""An environment variable's name, or a pattern of them with ``*`` (``AWS_*``)."""
+
+
+class BashConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[tools.bash]``. A command runs without the environment variables that are secrets (provider keys,
+    the ``api_key_env`` of configured providers, names such as ``*_API_KEY``, ``*_TOKEN``, ``*PASSWORD*``:
+    `tether.redaction.SECRET_NAME_PATTERNS`) and without `deny_env`, except `allow_env`."""
+
+    allow_env: list[EnvName] = msgspec.field(default_factory=list)
+    deny_env: list[EnvName] = msgspec.field(default_factory=list)
+
+
+class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    bash: BashConfig = msgspec.field(default_factory=BashConfig)
+
+
 class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     default_model: str | None = None
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
@@ -89,6 +110,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     context: dict[str, Any] = msgspec.field(default_factory=dict)
     """``[context]``: the context engine's settings (`tether.context.ContextSettings` fields, such as
     ``auto_compact = false`` or ``compact_threshold = 0.8``); checked where the engine reads them."""
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

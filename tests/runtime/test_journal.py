@@ -4,7 +4,9 @@ append per entry and nothing else."""
 
 from __future__ import annotations
 
+import io
 import itertools
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -13,12 +15,17 @@ from typing import Any
 import pytest
 
 from tether import Message, Session, ToolCallPart
+from tether.config import parse_config
 from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
+from tether.importers.tether_json import export_json
 from tether.providers.base import ModelRequest
 from tether.providers.scripted import ScriptedProvider
-from tether.runtime.journal import replay_events
-from tether.store import Store
+from tether.redaction import Redactor
+from tether.runtime.handle import SessionHandle
+from tether.runtime.journal import RunJournal, replay_events
+from tether.store import SqliteStore, Store
 from tether.tools.base import ToolRegistry, function_tool
+from tether.tools.output import read_artifact_bytes
 
 
 @function_tool(read_only=True)
@@ -138,3 +145,134 @@ async def test_a_compaction_after_another_writer_is_a_conflict(store: Store, tmp
     with pytest.raises(SeqConflict):  # the engine read the session after the intruder: it may not cut there
         await journal.append_for_engine([Message.assistant("summary")], expect_seq=3)
     assert (await store.get_session(handle.id)).entry_count == 2
+
+
+# --- secrets: kept from commands, redacted from everything journaled -------------------------------------
+
+OPENAI_KEY = "sk-proj-h12-4f9a8b7c6d5e4f3a2b1c0d"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYh12EXAMPLEKEY"
+DB_PASSWORD = "correct-horse-battery-staple-h12"
+DATABASE_URL = "postgres://app:Tr0ub4dor-h12-pw@db.internal:5432/app"
+GITHUB_TOKEN = "ghp_h12AllowedTokenABCDEFGHIJKLMNOP0123"
+LAB_KEY = "lab-gateway-key-h12-0123456789"
+INLINE_KEY = "inline-config-key-h12-zyxwvut"
+
+ENV_DUMP = "import os\nfor k, v in sorted(os.environ.items()):\n    print(f'{k}={v}')\n"
+
+
+def store_bytes(db: Path) -> bytes:
+    """Everything SQLite keeps of the store: the database, its WAL and shared memory."""
+    return b"".join(p.read_bytes() for p in sorted(db.parent.glob(db.name + "*")))
+
+
+async def export_bytes(db: Path, session_id: str) -> bytes:
+    out = io.BytesIO()
+    store = SqliteStore(db)
+    try:
+        await export_json(store, session_id, out)
+    finally:
+        await store.close()
+    return out.getvalue()
+
+
+def bash(id: str, command: str) -> ToolCallPart:
+    return ToolCallPart(id=id, name="bash", arguments={"command": command})
+
+
+async def run_bash_session(tmp_path: Path, script: list[Message | str], **options: Any) -> tuple[Path, str, list[Any]]:
+    """A real run on a SQLite file with the real bash tool; returns the file, the session id and the
+    tool results the journal holds."""
+    db = tmp_path / "secrets.db"
+    store = SqliteStore(db)
+    try:
+        session = await Session.create(store, directory=tmp_path)
+        (tmp_path / "show_env.py").write_text(ENV_DUMP)
+        provider = ScriptedProvider(script)
+        events = [e async for e in session.stream("look around", provider=provider, model="m", **options)]
+        assert isinstance(events[-1], Done), events[-1]
+        results = [r for m in await session.messages() for r in m.tool_results]
+    finally:
+        await store.close()
+    return db, session.id, results
+
+
+async def test_a_run_s_commands_never_see_the_environment_s_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    monkeypatch.setenv("MY_SERVICE_PASSWORD", DB_PASSWORD)
+    monkeypatch.setenv("DATABASE_URL", DATABASE_URL)
+    monkeypatch.setenv("H12_VISIBLE", "an-ordinary-setting")
+    calls = [
+        bash("c1", "env"),
+        bash("c2", 'printenv OPENAI_API_KEY; echo "status=$?"'),
+        bash("c3", f"{sys.executable} show_env.py"),
+    ]
+    db, sid, results = await run_bash_session(tmp_path, [Message.assistant("", tool_calls=calls), "done"])
+    by_id = {r.call_id: r for r in results}
+    assert "H12_VISIBLE=an-ordinary-setting" in by_id["c1"].content  # the rest of the environment is there
+    assert "H12_VISIBLE=an-ordinary-setting" in by_id["c3"].content
+    for name in ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "MY_SERVICE_PASSWORD", "DATABASE_URL"):
+        assert f"{name}=" not in by_id["c1"].content and f"{name}=" not in by_id["c3"].content
+    assert by_id["c2"].content == "status=1\n[exit code 0]"
+    everything = store_bytes(db) + await export_bytes(db, sid)
+    for secret in (OPENAI_KEY, AWS_SECRET, DB_PASSWORD, DATABASE_URL, "Tr0ub4dor-h12-pw"):
+        assert secret.encode() not in everything
+
+
+async def test_secrets_that_reach_the_journal_anyway_are_redacted_from_the_store_and_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command allowed a token prints it (in a short result, and in an output long enough to be saved as an
+    artifact); the model puts a key from a config-named variable into a call's arguments and echoes the
+    inline key of the configuration: none of it is stored."""
+    monkeypatch.setenv("GITHUB_TOKEN", GITHUB_TOKEN)
+    monkeypatch.setenv("LAB_KEY", LAB_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    config = parse_config(
+        '[providers.lab]\nkind = "openai"\napi_key_env = "LAB_KEY"\n'
+        f'[providers.other]\nkind = "openai"\napi_key = "{INLINE_KEY}"\n'
+        '[tools.bash]\nallow_env = ["GITHUB_TOKEN"]\n'
+    )
+    calls = [
+        bash("c1", "printenv GITHUB_TOKEN; printenv LAB_KEY; echo status=$?"),
+        bash("c2", 'for i in $(seq 1 5000); do echo "line $i $GITHUB_TOKEN"; done'),
+        bash("c3", f"echo {LAB_KEY} | wc -c"),
+    ]
+    script: list[Message | str] = [
+        Message.assistant(f"Checking with {OPENAI_KEY}.", tool_calls=calls),
+        f"Done. The inline key is {INLINE_KEY}.",
+    ]
+    db, sid, results = await run_bash_session(tmp_path, script, config=config)
+    by_id = {r.call_id: r for r in results}
+    assert by_id["c1"].content == "[redacted:GITHUB_TOKEN]\nstatus=1\n[exit code 0]"  # allowed, then redacted
+    assert by_id["c2"].metadata["truncated"] is True and "[redacted:GITHUB_TOKEN]" in by_id["c2"].content
+    store = SqliteStore(db)
+    try:
+        artifact = await read_artifact_bytes(store, by_id["c2"].metadata["artifact"])
+        session = await Session.open(store, sid)
+        messages = await session.messages()
+    finally:
+        await store.close()
+    assert artifact.count(b"[redacted:GITHUB_TOKEN]") == 5000
+    assert messages[1].tool_calls[2].arguments == {"command": "echo [redacted:LAB_KEY] | wc -c"}
+    assert messages[1].text == "Checking with [redacted:OPENAI_API_KEY]."
+    assert messages[-1].text == "Done. The inline key is [redacted:providers.other.api_key]."
+    everything = store_bytes(db) + await export_bytes(db, sid)
+    for secret in (GITHUB_TOKEN, LAB_KEY, OPENAI_KEY, INLINE_KEY):
+        assert secret.encode() not in everything
+
+
+async def test_the_journal_redacts_before_it_writes_and_costs_nothing_without_secrets(
+    store: Store, tmp_path: Path
+) -> None:
+    handle = await SessionHandle.create(store, directory=str(tmp_path))
+    journal = RunJournal(handle, redactor=Redactor({"OPENAI_API_KEY": OPENAI_KEY}))
+    plain = Message.user("nothing secret")
+    (first, second) = await journal.append(plain, Message.user(f"key {OPENAI_KEY}"))
+    assert first.body == plain
+    assert second.body == Message.user("key [redacted:OPENAI_API_KEY]")
+    stored = [e.body async for e in store.iter_entries(handle.id, 1)]
+    assert stored == [plain, Message.user("key [redacted:OPENAI_API_KEY]")]
+    assert not RunJournal(handle).redactor  # none given: nothing to do

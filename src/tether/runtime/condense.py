@@ -14,7 +14,7 @@ from ..context.tokens import get_counter
 from ..events import Event, RlmEvent, RlmProgress
 from ..messages import Marker, ToolCallPart, ToolResultPart
 from ..rlm.engine import RlmLimits
-from ..rlm.policy import RLM_SHARE, condense, needs_rlm, tool_output_needs_rlm, tool_output_question
+from ..rlm.policy import NEVER_CONDENSED, RLM_SHARE, condense, needs_rlm, tool_output_needs_rlm, tool_output_question
 from ..tools.output import read_artifact_bytes
 from .state import RunState
 
@@ -36,6 +36,10 @@ async def condense_tool_output(
     info = state.model_info
     size = int(result.metadata.get("original_chars") or len(result.content))
     if tool is None or result.is_error or state.options.context is not None or size <= RLM_SHARE * info.context_window:
+        return
+    if not tool.bulk or tool.name in NEVER_CONDENSED:
+        # decided before the artifact is read back: reading a command's 2 GB output whole, only to learn
+        # that bash is never condensed, is what made a flood of output cost gigabytes of memory
         return
     artifact = result.metadata.get("artifact")
     full = (

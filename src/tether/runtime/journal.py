@@ -1,7 +1,8 @@
-"""`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it to the session
-handle (stating the seq it expects), into the context engine's view of the history, and out again as the
-entry's durable events; every live event gets its number here. `replay_events` gives the durable events of
-a session after any number, from the journal, with the numbers the run gave them."""
+"""`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it, with the known
+secrets redacted, to the session handle (stating the seq it expects), into the context engine's view of the
+history, and out again as the entry's durable events; every live event gets its number here.
+`replay_events` gives the durable events of a session after any number, from the journal, with the numbers
+the run gave them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..context.engine import ContextEngine
 from ..errors import SeqConflict
 from ..events import EVENT_SPAN, Event, durable_events, live_number
 from ..messages import Entry, EntryBody
+from ..redaction import Redactor
 from ..store.protocols import Store
 from .handle import SessionHandle
 
@@ -37,11 +39,16 @@ def _remember(session_id: str, n: int) -> None:
 
 class RunJournal:
     """The one append path of a run (see the module docstring). Durable events of what it appends, and the
-    live events given to `note`, wait in `pending` until the loop yields them, in the order they happened."""
+    live events given to `note`, wait in `pending` until the loop yields them, in the order they happened.
+    `redactor` replaces the values of known secrets in every body (text, tool calls' arguments, tool
+    results, marker data) before it is written: what a command printed or a model echoed is never stored."""
 
-    def __init__(self, session: SessionHandle, engine: ContextEngine | None = None) -> None:
+    def __init__(
+        self, session: SessionHandle, engine: ContextEngine | None = None, *, redactor: Redactor | None = None
+    ) -> None:
         self.session = session
         self.engine = engine
+        self.redactor = redactor or Redactor()
         self.pending: list[Event] = []
         # live events numbered since the last entry, counting those of earlier runs in this process
         self._live = max(0, _last_live.get(session.id, 0) - live_number(self.last_seq, 0) + 1)
@@ -54,6 +61,8 @@ class RunJournal:
         """Journal `bodies` after the last entry this run knows of (or at `expect_seq`): another writer that
         got there first is a `SeqConflict`, never an interleaving."""
         expect = self.last_seq + 1 if expect_seq is None else expect_seq
+        if self.redactor:
+            bodies = tuple(self.redactor.value(body) for body in bodies)
         stored = await self.session.append(*bodies, expect_seq=expect)
         if self.engine is not None:
             self.engine.observe(self.session.id, stored)

@@ -1,9 +1,10 @@
 """What one run is told (`RunOptions`) and what it knows as it goes (`RunState`): the session handle, the
-provider, the journal it writes through, the context engine, its tools, what it has spent. Every phase of
-the loop (`prepare`, `model_call`, `tool_calls`, `condense`) works on a `RunState`."""
+provider, the journal it writes through, the context engine, its tools, its secrets, what it has spent.
+Every phase of the loop (`prepare`, `model_call`, `tool_calls`, `condense`) works on a `RunState`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from ..context.engine import ContextEngine, ModelLimits
 from ..ids import new_id
 from ..messages import Entry, EntryBody, Message, ToolCallPart, ToolSpec, Usage
 from ..providers.base import Provider
+from ..providers.registry import KEY_ENVS
+from ..redaction import SecretPolicy, config_secrets
 from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
 from .handle import SessionHandle
 from .journal import RunJournal
@@ -64,6 +67,15 @@ class RunOptions:
     `resolve_provider` with `config`, as for ``--model``."""
     permission: PermissionCheck | None = None
     """Decides whether each tool call may run (see `permission`); None: every call runs."""
+    secrets: SecretPolicy | None = None
+    """Which environment variables are kept from commands and whose values are kept out of the journal;
+    None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""
+
+
+def run_secrets(config: Config | None) -> SecretPolicy:
+    """The secret policy of a run under `config`: every built-in provider's key variable, the configured
+    providers' ``api_key_env``, and the ``[tools.bash]`` lists."""
+    return SecretPolicy.from_config(config or Config(), KEY_ENVS.values())
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,15 @@ class RunState:
     steps: int = 0
     recent_calls: list[str] = field(default_factory=list)
     repeats: set[str] = field(default_factory=set)
+    secrets: SecretPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        # read once, as the run starts: the secrets of the environment tether runs in, and those that the
+        # configuration holds itself; the journal redacts them from everything the run writes
+        self.secrets = self.options.secrets or run_secrets(self.options.config)
+        if not self.journal.redactor:
+            config = self.options.config or Config()
+            self.journal.redactor = self.secrets.redactor(os.environ, config_secrets(config))
 
     @property
     def session_id(self) -> str:
@@ -117,6 +138,8 @@ class RunState:
             confine_to_workspace=self.options.confine_to_workspace,
             ask=self.options.ask,
             limits=self.options.tool_limits,
+            secrets=self.secrets,
+            redactor=self.journal.redactor,
         )
 
     def objective(self) -> str:

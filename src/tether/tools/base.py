@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, Union, get_args, get_origin, overload
 
 from ..errors import InvalidInput, OutsideWorkspace, ToolError
 from ..messages import ToolSpec
+from ..redaction import Redactor, SecretPolicy
 from ..store.protocols import Store
 from .output import MIN_LIMIT, MIN_LINES
 
@@ -35,6 +36,9 @@ class ToolLimits:
     """A result longer than this is cut to head + tail; the whole of it goes to an artifact."""
     output_lines: int = 2_000
     """The same, counted in lines."""
+    bash_output_bytes: int = 128 * 1024 * 1024
+    """Bytes of a command's output saved for `read`; past them its output is counted and its tail kept for
+    the result, but not saved, so a command that prints without end costs bounded memory and disk."""
     read_lines: int = 2_000
     """Lines `read` returns when the call gives no limit."""
     line_chars: int = 2_000
@@ -52,7 +56,7 @@ class ToolLimits:
             raise InvalidInput(f"output_lines must be at least {MIN_LINES}, not {self.output_lines}")
         if not 0 < self.bash_timeout <= self.bash_max_timeout:
             raise InvalidInput("bash_timeout must be more than 0 and at most bash_max_timeout")
-        for name in ("read_lines", "line_chars", "glob_results", "grep_results", "list_entries"):
+        for name in ("bash_output_bytes", "read_lines", "line_chars", "glob_results", "grep_results", "list_entries"):
             if getattr(self, name) < 1:
                 raise InvalidInput(f"{name} must be at least 1")
 
@@ -63,7 +67,9 @@ class ToolContext:
 
     `workspace` is made canonical (symlinks resolved) once here, so that confinement checks compare like
     with like. `ask` is how the `question` tool reaches a human; None means nobody can answer. `abort` is
-    set by whoever cancels the run; long tools (bash, grep) stop early when it is set."""
+    set by whoever cancels the run; long tools (bash, grep) stop early when it is set. `secrets` says which
+    environment variables a command must not see; `redactor` takes known secret values out of what a tool
+    saves in the store itself (an oversized output's artifact), as the run's journal does for the rest."""
 
     workspace: Path
     session_id: str
@@ -72,6 +78,8 @@ class ToolContext:
     ask: AskFn | None = None
     limits: ToolLimits = field(default_factory=ToolLimits)
     abort: asyncio.Event = field(default_factory=asyncio.Event)
+    secrets: SecretPolicy = field(default_factory=SecretPolicy)
+    redactor: Redactor = field(default_factory=Redactor)
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()

@@ -1,6 +1,7 @@
 """Oversized tool output: the transcript keeps a head, a marker and a tail; the whole output goes to the
 store as an artifact that `read(path="artifact://...")` pages through. `OutputSpool` collects a stream
-(a command's stdout) in bounded memory; `fit_output` does the same for a string already in hand.
+(a command's stdout) in bounded memory, saving at most `max_bytes` of it; `fit_output` does the same for a
+string already in hand. Both take a `Redactor`: what they save bypasses the run's journal, which redacts the rest.
 
 Outputs up to `CHUNK_BYTES` are one plain artifact. Larger ones are stored as chunks plus a small manifest
 artifact (its id is the one shown to the model), because `Store.put_artifact` takes the payload whole and a
@@ -18,6 +19,7 @@ from typing import IO, Any
 import msgspec
 
 from ..errors import InvalidInput
+from ..redaction import Redactor
 from ..store.protocols import Store
 
 DEFAULT_LIMIT = 30_000
@@ -67,7 +69,8 @@ _manifest_decoder = msgspec.json.Decoder(ChunkedArtifact)
 class FittedOutput:
     """A tool result's content as the model will see it. `metadata` is empty when nothing was cut; else
     it holds truncated (True), artifact (the id, absent if the store failed, with artifact_error saying
-    why), session_id, original_chars, original_lines, original_bytes and cut_lines ([first, last])."""
+    why), session_id, original_chars, original_lines, original_bytes and cut_lines ([first, last]), and
+    saved_bytes when only the first part of the output could be kept (see `OutputSpool`)."""
 
     content: str
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -92,11 +95,12 @@ def count_lines(data: bytes | str) -> int:
 
 
 class OutputSpool:
-    """Collects output bytes in bounded memory, whatever their size.
+    """Collects output bytes in bounded memory and disk, whatever their size.
 
-    Everything stays in memory up to `spill_bytes`; past that the bytes go to an anonymous temporary file.
-    A head and a rolling tail are always kept in memory for the cut view, and a hash, byte, character and
-    line counts are kept as the bytes arrive, so `finish` never has to read the whole output back at once.
+    The first `max_bytes` are kept for the artifact: in memory up to `spill_bytes`, then in an anonymous
+    temporary file. Past `max_bytes` the bytes are only counted. A head and a rolling tail are always kept in
+    memory for the cut view, and byte, character and line counts as the bytes arrive, so `finish` never has
+    to read the whole output back at once. `redactor` is applied to the artifact as it is saved.
     """
 
     def __init__(
@@ -105,6 +109,8 @@ class OutputSpool:
         limit: int = DEFAULT_LIMIT,
         max_lines: int = DEFAULT_MAX_LINES,
         spill_bytes: int = SPILL_BYTES,
+        max_bytes: int | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         _check_limits(limit, max_lines)
         self.limit = limit
@@ -112,14 +118,20 @@ class OutputSpool:
         self._spill_bytes = spill_bytes
         # head and tail need at most `limit` characters each; a character is at most 4 bytes
         self._keep = 4 * limit
+        # never less than an output that fits needs, so that one is always whole
+        self.max_bytes = max(max_bytes, self._keep) if max_bytes is not None else None
+        self._redactor = redactor
         self._mem = bytearray()
         self._file: IO[bytes] | None = None
         self._head = bytearray()
         self._tail = bytearray()
-        self._sha = hashlib.sha256()
         self.size = 0
+        self.saved = 0
+        """Bytes kept for the artifact (all of them, unless past `max_bytes`)."""
         self.chars = 0
         self.newlines = 0
+        self._saved_newlines = 0
+        self._saved_last = b""
         self._last = b""
 
     def write(self, data: bytes) -> None:
@@ -129,12 +141,18 @@ class OutputSpool:
         self.chars += count_chars(data)
         self.newlines += data.count(b"\n")
         self._last = data[-1:]
-        self._sha.update(data)
         if len(self._head) < self._keep:
             self._head += data[: self._keep - len(self._head)]
         self._tail += data
         if len(self._tail) > 2 * self._keep:
             del self._tail[: len(self._tail) - self._keep]
+        if self.max_bytes is not None and self.saved + len(data) > self.max_bytes:
+            data = data[: self.max_bytes - self.saved]
+            if not data:
+                return
+        self.saved += len(data)
+        self._saved_newlines += data.count(b"\n")
+        self._saved_last = data[-1:]
         if self._file is None:
             self._mem += data
             if len(self._mem) > self._spill_bytes:
@@ -164,6 +182,13 @@ class OutputSpool:
         self._file.seek(0)
         return self._file.read().decode("utf-8", "replace")
 
+    @property
+    def saved_lines(self) -> int:
+        """Lines of the output that the artifact holds, the last maybe in part."""
+        if self.saved == self.size:
+            return self.lines
+        return self._saved_newlines + (0 if self._saved_last == b"\n" else 1)
+
     async def finish(self, store: Store, session_id: str) -> FittedOutput:
         """The output as the model should see it: whole if it fits, else head + marker + tail with the full
         output saved to `store`. Closes the spool."""
@@ -188,20 +213,23 @@ class OutputSpool:
                 artifact=aid,
                 session_id=session_id if aid else None,
                 unsaved_reason=failure,
+                saved=(self.saved, self.saved_lines) if self.saved < self.size else None,
             )
         finally:
             self.close()
 
     async def _save(self, store: Store) -> str:
         if self._file is None:
-            return await put_output_artifact(store, bytes(self._mem))
+            return await put_output_artifact(store, bytes(self._mem), redactor=self._redactor)
         self._file.flush()
         self._file.seek(0)
-        if self.size <= CHUNK_BYTES:
-            return await store.put_artifact(self._file.read(), "text/plain")
+        if self.saved <= CHUNK_BYTES:
+            return await put_output_artifact(store, self._file.read(), redactor=self._redactor)
         file = self._file
-        blocks = iter(lambda: file.read(CHUNK_BYTES), b"")
-        return await _put_chunked(store, blocks, size=self.size, lines=self.lines, sha256=self._sha.hexdigest())
+        blocks: Iterator[bytes] = iter(lambda: file.read(CHUNK_BYTES), b"")
+        if self._redactor:
+            blocks = self._redactor.stream(blocks)
+        return await _put_chunked(store, blocks)
 
     def close(self) -> None:
         if self._file is not None:
@@ -210,27 +238,35 @@ class OutputSpool:
         self._mem = bytearray()
 
 
-async def put_output_artifact(store: Store, data: bytes) -> str:
-    """Save a tool output in `store`, in chunks when it is large; returns the id to show the model."""
+async def put_output_artifact(store: Store, data: bytes, *, redactor: Redactor | None = None) -> str:
+    """Save a tool output in `store` (known secrets redacted), in chunks when it is large; returns the id to
+    show the model."""
+    if redactor:
+        data = redactor.data(data)
     if len(data) <= CHUNK_BYTES:
         return await store.put_artifact(data, "text/plain")
     view = memoryview(data)
     blocks = (bytes(view[i : i + CHUNK_BYTES]) for i in range(0, len(data), CHUNK_BYTES))
-    return await _put_chunked(
-        store, blocks, size=len(data), lines=count_lines(data), sha256=hashlib.sha256(data).hexdigest()
-    )
+    return await _put_chunked(store, blocks)
 
 
-async def _put_chunked(store: Store, blocks: Iterator[bytes], *, size: int, lines: int, sha256: str) -> str:
+async def _put_chunked(store: Store, blocks: Iterator[bytes]) -> str:
     """Store `blocks` one artifact each (one in memory at a time), then their manifest; returns its id."""
     chunks: list[ChunkRef] = []
     line = 1
+    size = 0
+    last = b""
+    sha = hashlib.sha256()
     for block in blocks:
         newlines = block.count(b"\n")
         aid = await store.put_artifact(block, "text/plain")
         chunks.append(ChunkRef(id=aid, bytes=len(block), first_line=line, newlines=newlines))
         line += newlines
-    manifest = ChunkedArtifact(bytes=size, lines=lines, sha256=sha256, chunks=chunks)
+        size += len(block)
+        sha.update(block)
+        last = block[-1:] or last
+    lines = 0 if size == 0 else line - 1 if last == b"\n" else line
+    manifest = ChunkedArtifact(bytes=size, lines=lines, sha256=sha.hexdigest(), chunks=chunks)
     return await store.put_artifact(_manifest_encoder.encode(manifest), CHUNKED_MEDIA_TYPE)
 
 
@@ -241,11 +277,13 @@ async def fit_output(
     session_id: str,
     limit: int = DEFAULT_LIMIT,
     max_lines: int = DEFAULT_MAX_LINES,
+    redactor: Redactor | None = None,
 ) -> FittedOutput:
     """`text` unchanged if it has at most `limit` characters and `max_lines` lines. Otherwise the full text
     is saved as an artifact and the content becomes head + a marker naming the artifact and the cut line
     range + tail, within both limits. `session_id` is carried in the metadata so that a later garbage
-    collection of artifacts can tell which session refers to which.
+    collection of artifacts can tell which session refers to which. `redactor` takes known secrets out of
+    the artifact (the content returned is redacted by whoever journals it).
 
     If the store fails, the result is still cut, and the marker says the rest could not be saved: a tool
     that ran must not lose its result to a storage hiccup."""
@@ -256,7 +294,7 @@ async def fit_output(
     aid: str | None = None
     failure: str | None = None
     try:
-        aid = await put_output_artifact(store, data)
+        aid = await put_output_artifact(store, data, redactor=redactor)
     except Exception as e:
         failure = f"{type(e).__name__}: {e}"
     keep = 4 * limit
@@ -295,9 +333,11 @@ def _cut_view(
     artifact: str | None,
     session_id: str | None,
     unsaved_reason: str | None = None,
+    saved: tuple[int, int] | None = None,
 ) -> FittedOutput:
     """Head + marker + tail of an output known to exceed a limit. Head and tail each get half of what the
-    marker leaves, in characters and in lines, and end (start) at a line boundary when one is near."""
+    marker leaves, in characters and in lines, and end (start) at a line boundary when one is near.
+    `saved`: (bytes, lines) when the artifact holds only the start of the output."""
     half_chars = (limit - MARKER_RESERVE) // 2
     line_budget = max_lines - 4  # the marker and the blank lines around it
     head_lines = line_budget // 2
@@ -328,7 +368,13 @@ def _cut_view(
     last_cut = max(last_cut, first_cut)
     cut_chars = max(total_chars - len(head) - len(tail), 0)
 
-    if artifact is not None:
+    if artifact is not None and saved is not None:
+        how = (
+            f"the first {saved[0]:,} bytes of the {total_bytes:,} (lines 1-{saved[1]:,}) saved as artifact "
+            f'{artifact}, the rest not kept. Read it with read(path="artifact://{artifact}", '
+            f'offset={first_cut}, limit=...) or search it with grep(pattern=..., path="artifact://{artifact}")'
+        )
+    elif artifact is not None:
         how = (
             f'full output saved as artifact {artifact}. Read the cut part with read(path="artifact://{artifact}", '
             f'offset={first_cut}, limit=...) or search it with grep(pattern=..., path="artifact://{artifact}")'
@@ -348,6 +394,8 @@ def _cut_view(
     }
     if artifact is not None:
         metadata["artifact"] = artifact
+        if saved is not None:
+            metadata["saved_bytes"] = saved[0]
     if session_id is not None:
         metadata["session_id"] = session_id
     if unsaved_reason is not None:

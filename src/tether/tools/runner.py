@@ -36,6 +36,7 @@ async def run_tool_call(registry: ToolRegistry, call: ToolCallPart, ctx: ToolCon
         session_id=ctx.session_id,
         limit=ctx.limits.output_chars,
         max_lines=ctx.limits.output_lines,
+        redactor=ctx.redactor,
     )
     metadata.update(fitted.metadata)
     metadata["duration"] = round(time.monotonic() - started, 6)

@@ -3,7 +3,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -12,7 +14,10 @@ import psutil
 import pytest
 
 from tether.messages import ToolCallPart
-from tether.tools import ToolContext, ToolRegistry, run_tool_call
+from tether.redaction import Redactor, SecretPolicy
+from tether.tools import ToolContext, ToolRegistry, open_artifact, read_artifact_bytes, run_tool_call
+from tether.tools.base import ToolLimits
+from tether.tools.builtin.shell import WATCHER
 
 from ..conftest import Call
 
@@ -186,3 +191,151 @@ async def test_100_mb_of_output_is_cut_saved_and_readable_in_bounded_memory(call
     assert last.content == f"{lines:>6}\t000999999 " + "x" * 89
     found = await call("grep", pattern="^000543210 ", path=f"artifact://{aid}")
     assert found.content == f"artifact://{aid}:\n  543211: 000543210 " + "x" * 89
+
+
+# --- secrets, floods of output, and commands that would outlive tether ----------------------------------
+
+
+async def test_a_command_gets_the_environment_without_its_secrets(
+    registry: ToolRegistry, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_test0123456789abcdef")
+    monkeypatch.setenv("LAB_KEY", "lab-key-0123456789")
+    monkeypatch.setenv("H12_PLAIN", "kept")
+    command = ToolCallPart(id="1", name="bash", arguments={"command": "env | cut -d= -f1 | sort"})
+    names = (await run_tool_call(registry, command, ctx)).content.split("\n")
+    assert "H12_PLAIN" in names and "PATH" in names
+    assert not {"OPENAI_API_KEY", "GITHUB_TOKEN"} & set(names)
+    assert "LAB_KEY" in names  # not a secret by its name: only a policy that names it hides it
+
+    ctx.secrets = SecretPolicy(names=frozenset({"LAB_KEY"}), allow=frozenset({"GITHUB_TOKEN"}))
+    names = (await run_tool_call(registry, command, ctx)).content.split("\n")
+    assert "GITHUB_TOKEN" in names and "LAB_KEY" not in names and "OPENAI_API_KEY" not in names
+
+
+async def test_a_flood_of_output_keeps_a_bounded_result_and_artifact(registry: ToolRegistry, ctx: ToolContext) -> None:
+    """200 MB printed: the command runs to its end, the result stays within its limit, and only the first
+    `bash_output_bytes` are saved (memory is the benchmark's: bench/tools.py)."""
+    ctx.limits = ToolLimits(bash_output_bytes=16 * 1024 * 1024)
+    flood = "head -c 198000000 /dev/zero | tr '\\0' x | fold -w 99; echo; echo the end"  # 2,000,000 lines
+    result = await run_tool_call(registry, ToolCallPart(id="1", name="bash", arguments={"command": flood}), ctx)
+    assert result.metadata["exit_code"] == 0 and not result.is_error  # it finished
+    assert result.metadata["original_bytes"] == 200_000_008
+    assert result.metadata["original_lines"] == 2_000_001
+    assert len(result.content) <= ctx.limits.output_chars
+    assert result.content.endswith("x\nthe end\n[exit code 0]")
+    assert result.metadata["saved_bytes"] == 16 * 1024 * 1024
+    aid = result.metadata["artifact"]
+    assert f"the first 16,777,216 bytes of the {result.metadata['original_bytes']:,}" in result.content
+    view = await open_artifact(ctx.store, aid)
+    assert view.size == 16 * 1024 * 1024
+    saved_lines = view.lines
+    page = await run_tool_call(
+        registry,
+        ToolCallPart(id="2", name="read", arguments={"path": f"artifact://{aid}", "offset": saved_lines - 1}),
+        ctx,
+    )
+    assert page.content.split("\n")[0] == f"{saved_lines - 1:>6}\t" + "x" * 99
+
+
+async def test_the_saved_output_is_redacted_as_it_is_stored(registry: ToolRegistry, ctx: ToolContext) -> None:
+    secret = "ghp_0123456789abcdefABCDEF"
+    ctx.redactor = Redactor({"GITHUB_TOKEN": secret})
+    ctx.limits = ToolLimits(output_chars=2_000, output_lines=50)
+    # 2 MB with the secret everywhere, across every boundary the spool and the chunks make
+    command = f"for i in $(seq 1 60000); do printf '%s %s\\n' $i {secret}; done"
+    result = await run_tool_call(registry, ToolCallPart(id="1", name="bash", arguments={"command": command}), ctx)
+    data = await read_artifact_bytes(ctx.store, result.metadata["artifact"])
+    assert secret.encode() not in data and data.count(b" [redacted:GITHUB_TOKEN]\n") == 60000
+
+
+DRIVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from tether import Message, Session, ToolCallPart
+    from tether.providers.scripted import ScriptedProvider
+    from tether.store import SqliteStore
+
+    async def main():
+        store = SqliteStore(sys.argv[1])
+        session = await Session.create(store, directory=sys.argv[2])
+        command = (
+            "(sleep 1001 &); "                                   # an orphan in the group
+            "sh -c 'echo $$ > inner.pid; exec sleep 1002' & "     # a grandchild through another shell
+            "echo $$ > shell.pid; touch ready; sleep 1003"        # the shell's own foreground child
+        )
+        provider = ScriptedProvider([
+            Message.assistant("", tool_calls=[ToolCallPart(id="c1", name="bash", arguments={"command": command})]),
+            "never reached",
+        ])
+        async for event in session.stream("go", provider=provider, model="m"):
+            print(type(event).__name__, flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def group_members(group: int) -> list[int]:
+    """Processes (zombies excepted) whose process group is `group`, from /proc."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == group and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return found
+
+
+@pytest.mark.slow
+async def test_commands_die_with_tether_even_by_sigkill(tmp_path: Path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "t.db"), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(3000):
+            if (tmp_path / "ready").exists() and (tmp_path / "inner.pid").exists():
+                break
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the command never started")
+        group = int((tmp_path / "shell.pid").read_text())
+        inner = int((tmp_path / "inner.pid").read_text())
+        # the orphan, the grandchild, and the foreground sleep (bash execs its last command, so it is the shell)
+        for _ in range(1000):
+            if len(group_members(group)) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert len(group_members(group)) == 3
+    finally:
+        child.kill()
+        child.wait(10)
+    for _ in range(1000):  # the watcher acts as soon as it reads end-of-file; init reaps asynchronously
+        if not group_members(group) and gone(inner):
+            break
+        await asyncio.sleep(0.01)
+    left = group_members(group)
+    for pid in left:  # leave nothing behind on a failure either
+        os.kill(pid, signal.SIGKILL)
+    assert left == [] and gone(inner)
+
+
+async def test_a_watcher_that_died_is_replaced(call: Call, workspace: Path) -> None:
+    await call("bash", command="true")
+    first = WATCHER.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    os.waitpid(first, 0)
+    result = await call("bash", command="sleep 30 > /dev/null 2>&1 & echo $! > bg.pid")
+    assert result.metadata["exit_code"] == 0
+    assert WATCHER.pid not in (None, first) and not gone(WATCHER.pid)
+    # the new watcher has the group of the background job that is still alive
+    os.kill(int((workspace / "bg.pid").read_text()), signal.SIGKILL)

@@ -1,16 +1,21 @@
-"""The `bash` tool: one command in a fresh shell in the workspace, stdin closed, stdout and stderr merged
-and streamed into a bounded spool, killed with its whole process group on timeout, abort or cancel.
+"""The `bash` tool: one command in a fresh shell in the workspace, without the environment's secrets, stdin
+closed, stdout and stderr merged and streamed into a bounded spool, killed with its whole process group on
+timeout, abort or cancel, and by `GroupWatcher` when tether itself dies.
 
 It is not a sandbox: the working directory is the workspace, but a command can reach any path the user
-running tether can. Confinement of the other tools' path arguments does not apply to what a command does."""
+running tether can (a key in a file is not hidden from it). Confinement of the other tools' path arguments
+does not apply to what a command does."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
+import sys
+import threading
 from typing import Any, ClassVar
 
 from ...errors import ToolError
@@ -28,6 +33,8 @@ FOOTER_RESERVE = 300
 # Pagers would wait for a terminal that is not there; git would ask for credentials on one.
 _ENV_OVERRIDES = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
+log = logging.getLogger("tether.tools")
+
 
 class BashTool:
     name = "bash"
@@ -35,9 +42,11 @@ class BashTool:
         "Run a shell command with bash in the workspace directory and return its output (stdout and stderr "
         "together) and exit code. stdin is closed, so interactive programs get end-of-file. timeout is in "
         "seconds (default 120, at most 600); on timeout the command and every process it started are killed. "
-        "Long output is cut to its head and tail, and the whole of it saved for read. Background jobs "
-        "(`cmd &`) keep running after the call: redirect their output (`cmd > log 2>&1 &`) or the call waits "
-        "a moment for it. This runs with your permissions: it is not a sandbox."
+        "Long output is cut to its head and tail, and the whole of it (its start, if huge) saved for read. "
+        "Background jobs (`cmd &`) keep running after the call, until tether exits: redirect their output "
+        "(`cmd > log 2>&1 &`) or the call waits a moment for it. Environment variables that hold secrets (API "
+        "keys, tokens, passwords) are not passed to the command. This runs with your permissions: it is not a "
+        "sandbox."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -61,10 +70,12 @@ class BashTool:
         if not 0 < timeout <= ctx.limits.bash_max_timeout:
             raise ToolError(f"timeout must be more than 0 and at most {ctx.limits.bash_max_timeout:g} seconds")
         shell = shutil.which("bash") or "/bin/sh"
-        env = {**os.environ, **_ENV_OVERRIDES}
+        env = {**ctx.secrets.child_environment(os.environ), **_ENV_OVERRIDES}
         spool = OutputSpool(
             limit=max(ctx.limits.output_chars - FOOTER_RESERVE, MIN_LIMIT),
             max_lines=max(ctx.limits.output_lines - 5, 10),
+            max_bytes=ctx.limits.bash_output_bytes,
+            redactor=ctx.redactor,
         )
         # Our own pipe rather than asyncio's: closing our end when we stop reading is then ours to do, so a
         # background job that still writes gets EPIPE instead of filling a pipe nobody reads.
@@ -87,6 +98,7 @@ class BashTool:
             raise ToolError(f"could not start {shell}: {e}") from None
         finally:
             os.close(write_fd)
+        WATCHER.add(proc.pid)
         reader = asyncio.StreamReader()
         pipe = os.fdopen(read_fd, "rb", buffering=0)
         transport: asyncio.BaseTransport | None = None
@@ -105,6 +117,7 @@ class BashTool:
                 transport.close()
             else:
                 pipe.close()
+            WATCHER.discard_if_empty(proc.pid)
         fitted = await spool.finish(ctx.store, ctx.session_id)
         body = fitted.content if fitted.content else "(no output)"
         footer, is_error = _footer(outcome, proc.returncode, timeout)
@@ -160,6 +173,157 @@ async def _supervise(
             if not task.done():
                 task.cancel()
         await asyncio.gather(pumping, aborting, waiting, return_exceptions=True)
+
+
+_WATCHER_CODE = r"""
+import os, select, signal
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGTSTP):
+    signal.signal(s, signal.SIG_IGN)
+groups, pending = set(), b""
+while True:
+    if select.select([0], [], [], 1.0)[0]:
+        data = os.read(0, 65536)
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            if line[:1] == b"+":
+                groups.add(int(line[1:]))
+            elif line[:1] == b"-":
+                groups.discard(int(line[1:]))
+    for group in list(groups):
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            groups.discard(group)
+        except OSError:
+            pass
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class GroupWatcher:
+    """Kills the process groups of this process's commands when this process dies, however it dies.
+
+    A small process of its own (one per tether process, started with the first command, in its own session
+    so that a Ctrl-C meant for tether does not reach it) reads the groups to watch from a pipe whose only
+    writer is tether. When tether ends, even by SIGKILL, the kernel closes that pipe; the watcher reads
+    end-of-file and SIGKILLs every group still alive: the shell, what it runs, and background jobs and their
+    children (`PR_SET_PDEATHSIG` would reach the shell only, not its children). A group stays watched while
+    any process is in it (background jobs die with tether too); the watcher forgets empty groups every
+    second, so a group id that the system gives out again is not killed by mistake, barring that second.
+
+    Not covered: a process that leaves its group (`setsid`, daemons), and a command that tether dies in the
+    instant between starting it and `add`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._groups: set[int] = set()
+        os.register_at_fork(after_in_child=self._forget)
+
+    @property
+    def pid(self) -> int | None:
+        """The watcher process's pid, once started."""
+        return self._pid
+
+    def add(self, group: int) -> None:
+        with self._lock:
+            self._groups = {g for g in self._groups if _alive(g)}
+            self._groups.add(group)
+            self._send(f"+{group}\n")
+
+    def discard_if_empty(self, group: int) -> None:
+        """Stop watching `group` once no process is left in it (else the watcher drops it when it empties)."""
+        if _alive(group):
+            return
+        with self._lock:
+            if group in self._groups:
+                self._groups.discard(group)
+                self._send(f"-{group}\n")
+
+    def _send(self, line: str) -> None:
+        for _ in range(2):
+            if self._fd is None or not self._running():
+                self._start()
+            if self._fd is None:
+                return
+            try:
+                os.write(self._fd, line.encode())
+                return
+            except OSError:  # it died since: the next one is told every group
+                self._stop()
+
+    def _running(self) -> bool:
+        if self._pid is None:
+            return False
+        try:
+            done, _ = os.waitpid(self._pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        return done == 0
+
+    def _start(self) -> None:
+        self._stop()
+        read_fd, write_fd = os.pipe()  # both close on exec: no command inherits the writer
+        try:
+            self._pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", "-c", _WATCHER_CODE],
+                {},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, read_fd, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,
+            )
+        except OSError as e:
+            os.close(write_fd)
+            log.warning("cannot start the process watcher (%s): commands may outlive tether", e)
+            return
+        finally:
+            os.close(read_fd)
+        self._fd = write_fd
+        if self._groups:
+            os.write(write_fd, "".join(f"+{g}\n" for g in self._groups).encode())
+
+    def _stop(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # end-of-file: a live watcher kills what it watches and exits
+            self._fd = None
+        if self._pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self._pid, os.WNOHANG)
+            self._pid = None
+
+    def _forget(self) -> None:
+        # a forked child must not keep the watcher alive after tether dies, nor talk to it
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._lock = threading.Lock()
+        self._fd = self._pid = None
+        self._groups = set()
+
+
+WATCHER = GroupWatcher()
+"""This process's watcher (see `GroupWatcher`)."""
+
+
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there, but not ours to signal
+    return True
 
 
 def _kill_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
