@@ -450,6 +450,9 @@ TERMINAL_CASES: dict[str, tuple[list[str], list[str]]] = {
     "sessions show": (["sessions", "show", "{sid}"], [*SHOWN, f"{OSC0_SHOWN}t"]),
     "sessions list": (["sessions", "--all"], [f"{OSC0_SHOWN}t", f"/work/{OSC0_SHOWN}proj"]),
     "export markdown": (["sessions", "export", "{sid}", "-f", "markdown"], SHOWN),
+    # JSON keeps its value: controls as \u escapes, C1 included, whatever the terminal makes of raw C1
+    "export json": (["sessions", "export", "{sid}"], ["\\u001b]0;EVIL TITLE\\u0007", "\\u009b2J"]),
+    "show json": (["sessions", "show", "{sid}", "--json"], ["\\u001b]0;EVIL TITLE\\u0007", "\\u009b2J"]),
     "recall": (["recall", "--all", "progress"], [OSC52_SHOWN, f"{OSC0_SHOWN}t"]),
     "context": (["context", "{sid}", "--model", "openai/gpt-4.1"], [CSI_SHOWN]),
     "error line": (["run", "--dir", f"/nowhere/{OSC0}", "hi"], [f"/nowhere/{OSC0_SHOWN}"]),
