@@ -374,7 +374,8 @@ class Terminal:
         self.socket = str(where / "tmux.sock")
         # tall enough that nothing scrolls away, and a cleared screen is not kept in the history
         self.tmux("-f", "/dev/null", "new-session", "-d", "-x", "200", "-y", "150", "-s", "t", "sh")
-        self.tmux("set", "-g", "scroll-on-clear", "off")
+        # tmux 3.3 added scroll-on-clear (keep a cleared screen in the history); before it, nothing is kept
+        subprocess.run(["tmux", "-S", self.socket, "set", "-g", "scroll-on-clear", "off"], capture_output=True)
         self.tmux("set", "-g", "set-clipboard", "on")  # an OSC 52 write would make a paste buffer
         self.tmux("set", "-g", "monitor-bell", "on")
         self.tmux("set", "-g", "bell-action", "any")
