@@ -389,8 +389,10 @@ class Terminal:
         start, raw = self.where / "start", self.where / "raw"
         script = self.where / "go.sh"
         body = "\n".join(commands)
+        # COLUMNS and LINES, when the test's environment has them, would fix rich's width instead of the pane's
         script.write_text(
-            f"while [ ! -e {start} ]; do sleep 0.05; done\necho MARKER-BEFORE\n{body}\necho __DONE__\nexec sleep 600\n"
+            f"unset COLUMNS LINES\nwhile [ ! -e {start} ]; do sleep 0.05; done\necho MARKER-BEFORE\n{body}\n"
+            "echo __DONE__\nexec sleep 600\n"
         )
         self.tmux("new-window", "-d", "-t", "t:1", f"sh {script}")
         self.title = self.pane("#{pane_title}")
