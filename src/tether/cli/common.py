@@ -15,6 +15,7 @@ import click
 from ..messages import encode_json
 from ..runtime.lookup import MIN_REF, find_session
 from ..store import Store, open_store
+from .sanitize import escape_json_controls
 from .state import CliState, cli_state, wants_json
 
 __all__ = [
@@ -48,7 +49,8 @@ def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def echo_json(value: Any) -> None:
-    click.echo(encode_json(value).decode())
+    """`value` as one line of JSON, every control character in it written as an escape."""
+    click.echo(escape_json_controls(encode_json(value)).decode())
 
 
 def console() -> Any:

@@ -14,6 +14,7 @@ from ..runtime.configuration import load_config
 from ..runtime.operations import compact_now
 from ..store import Store
 from .common import console, echo_json, find_session, wants_json, with_store
+from .sanitize import escape_controls
 
 
 @click.command("compact")
@@ -51,7 +52,7 @@ def compact(
     def show(event: CompactionEvent) -> None:
         if out is not None and isinstance(event, CompactionStarted):
             how = f"with {event.summarizer}" if event.summarizer else "mechanically"
-            out.print(f"compacting {event.session_id} ({event.tokens_before:,} tokens) {how}...")
+            out.print(escape_controls(f"compacting {event.session_id} ({event.tokens_before:,} tokens) {how}..."))
 
     async def run_undo(store: Store) -> Entry:
         info = await find_session(store, session_ref)
@@ -85,7 +86,8 @@ def compact(
     else:
         assert out is not None
         if result.entry is None:
-            out.print(f"not compacted: {result.error}")
+            # a provider's error, quoted
+            out.print(f"not compacted: {escape_controls(str(result.error))}")
         else:
             saved = 1 - result.tokens_after / max(result.tokens_before, 1)
             out.print(
@@ -94,7 +96,7 @@ def compact(
                 f"{getattr(result.entry.body, 'first_kept_seq', '?')}"
             )
             if result.fallback:
-                out.print(f"the summary was written mechanically: {result.fallback}")
+                out.print(f"the summary was written mechanically: {escape_controls(result.fallback)}")
             out.print(f"undo with: tether compact {result.session_id} --undo")
     if result.entry is None:
         raise SystemExit(1)

@@ -14,10 +14,11 @@ from ..runtime.configuration import load_config
 from ..runtime.operations import ContextView, context_view
 from ..store import Store
 from .common import console, echo_json, find_session, human_count, wants_json, with_store
+from .sanitize import escape_controls
 
 
 def preview(message: Message, width: int = 100) -> str:
-    """One line that says what a message holds."""
+    """One line that says what a message holds, its control characters escaped for the terminal."""
     pieces: list[str] = []
     for part in message.parts:
         if isinstance(part, TextPart):
@@ -30,7 +31,7 @@ def preview(message: Message, width: int = 100) -> str:
             pieces.append(f"<- {part.name or 'result'}{' (error)' if part.is_error else ''}: {part.content}")
         else:
             pieces.append(f"({part.media_type})")
-    line = " ".join(" ".join(pieces).split())
+    line = " ".join(escape_controls(" ".join(pieces)).split())
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
@@ -69,7 +70,7 @@ def _print(view: ContextView, limit: int | None) -> None:
     d = view.derived
     b = view.budget
     threshold = b.threshold(view.settings.compact_threshold or 0.9)
-    out.print(f"session {view.info.id}  model {view.model}  mode {d.mode}")
+    out.print(escape_controls(f"session {view.info.id}  model {view.model}  mode {d.mode}"))
     out.print(
         f"budget: {b.context_window:,} window - {b.reserved_output:,} reserved for output - "
         f"{b.safety_margin:,} margin = {b.usable:,} usable; compaction at {threshold:,} "
@@ -107,7 +108,8 @@ def _print(view: ContextView, limit: int | None) -> None:
         for o in d.omissions:
             span = f"{o.first_seq}" if o.first_seq == o.last_seq else f"{o.first_seq}-{o.last_seq}"
             out.print(
-                f"  {o.action:<10} entries {span:<12} x{o.count:<5} {human_count(o.tokens):>6} tokens  {o.reason}"
+                f"  {o.action:<10} entries {span:<12} x{o.count:<5} {human_count(o.tokens):>6} tokens  "
+                + escape_controls(o.reason)
             )
 
 

@@ -9,20 +9,28 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..messages import encode_json
 from .common import wants_json
+from .sanitize import escape_controls, escape_json_controls
 
 
 def _price(value: Decimal | None) -> str:
     return "—" if value is None else f"${value:g}"
 
 
+def _shown(name: str) -> str:
+    """A name from config.toml ready for rich markup: neither the terminal nor rich obeys what it holds."""
+    return escape(escape_controls(name))
+
+
 def _status(lifecycle: str | None) -> str:
     if lifecycle is None:
         return ""
-    return f"[red]{lifecycle}[/red]" if lifecycle.startswith("retired") else f"[yellow]{lifecycle}[/yellow]"
+    shown = _shown(lifecycle)
+    return f"[red]{shown}[/red]" if lifecycle.startswith("retired") else f"[yellow]{shown}[/yellow]"
 
 
 @click.command("models")
@@ -59,7 +67,7 @@ def models(only: str | None, json_flag: bool) -> None:
             "providers": [{"name": n, "configured": status[n], "key_env": KEY_ENVS.get(n)} for n in names],
             "models": rows,
         }
-        click.echo(encode_json(payload).decode())
+        click.echo(escape_json_controls(encode_json(payload)).decode())
         return
     console = Console(highlight=False)
     table = Table(title="Models", title_justify="left")
@@ -80,7 +88,7 @@ def models(only: str | None, json_flag: bool) -> None:
         tiered = "*" if m.long_context is not None else ""
         lifecycle = m.status(today)
         table.add_row(
-            name,
+            _shown(name),
             f"{m.context_window:,}",
             f"{m.max_output_tokens:,}",
             _price(m.input_price) + tiered,
@@ -95,11 +103,11 @@ def models(only: str | None, json_flag: bool) -> None:
     missing = [f"{n} ({KEY_ENVS[n]})" for n in names if not status[n] and n in KEY_ENVS]
     if any(m.long_context is not None for m in rows):
         console.print("[dim]* up to a prompt size; longer prompts cost more (see --json: long_context)[/dim]")
-    console.print(f"[bold]default:[/bold] {default}")
+    console.print(f"[bold]default:[/bold] {_shown(default)}")
     if default_status is not None:
         console.print(
-            f"[yellow]the default model is deprecated ({default_status}): choose another with --model[/yellow]"
+            f"[yellow]the default model is deprecated ({_shown(default_status)}): choose another with --model[/yellow]"
         )
-    console.print(f"[green]configured:[/green] {', '.join(configured)}")
+    console.print(f"[green]configured:[/green] {_shown(', '.join(configured))}")
     if missing:
-        console.print(f"[dim]not configured (set the key to use): {', '.join(missing)}[/dim]")
+        console.print(f"[dim]not configured (set the key to use): {_shown(', '.join(missing))}[/dim]")

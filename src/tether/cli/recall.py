@@ -18,6 +18,7 @@ from ..recall.render import when
 from ..store import Store
 from ..store.records import SEARCH_ROLES, BackfillProgress
 from .common import console, echo_json, find_session, wants_json, with_store
+from .sanitize import escape_controls
 
 
 def _timestamp(value: str | None, option: str) -> float | None:
@@ -128,20 +129,21 @@ def _show(result: RecallResult, where: str | None) -> None:
     if not result.hits:
         scope = f"in {where}" if where else "in any session"
         hint = " (try --all)" if where else ""
-        out.print(f"Nothing {scope} matches {result.query!r}{hint}.")
+        out.print(escape_controls(f"Nothing {scope} matches {result.query!r}{hint}."))
     for n, hit in enumerate(result.hits, 1):
         author: Any = hit.metadata.get("name")
         who = f"{hit.role} ({author})" if isinstance(author, str) and author else hit.role
         title = f"  {hit.title}" if hit.title else ""
         flag = "  [reverted]" if hit.reverted else ""
-        out.print(f"{n:>2}. {hit.session_id} #{hit.seq}  {when(hit.created_at)}  {who}{title}{flag}")
+        # everything but the numbers was stored: titles, names, directories and the excerpts themselves
+        out.print(escape_controls(f"{n:>2}. {hit.session_id} #{hit.seq}  {when(hit.created_at)}  {who}{title}{flag}"))
         if where is None and hit.directory:
-            out.print(f"    in {hit.directory}")
+            out.print(escape_controls(f"    in {hit.directory}"))
         for line in (c for c in hit.context if c.seq < hit.seq):
-            out.print(f"      #{line.seq} {line.role}: {_clip(line.text)}")
-        out.print(f"    > {hit.excerpt}")
+            out.print(escape_controls(f"      #{line.seq} {line.role}: {_clip(line.text)}"))
+        out.print(escape_controls(f"    > {hit.excerpt}"))
         for line in (c for c in hit.context if c.seq > hit.seq):
-            out.print(f"      #{line.seq} {line.role}: {_clip(line.text)}")
+            out.print(escape_controls(f"      #{line.seq} {line.role}: {_clip(line.text)}"))
     if result.backlog:
         click.echo(
             f"note: {result.backlog:,} older entries are not indexed yet: run `tether recall --backfill`", err=True

@@ -29,12 +29,36 @@ from ..events import (
 )
 from ..messages import Usage
 from ..tools.base import AskFn
+from .sanitize import escape_controls
 
 LOCAL_NOTICE = (
     "Using the embedded local model (SmolLM2-135M): it is tiny and runs offline, so expect weak answers. "
     "For real work set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, OPENROUTER_API_KEY, ...) "
     "or pass --model provider/model; `tether models` lists what is configured."
 )
+
+
+def shown(text: str) -> str:
+    """Stored or model-produced text ready for rich markup: controls escaped (rich would pass ESC through and
+    silently drop BEL, BS and CR), then brackets, so that neither the terminal nor rich obeys it."""
+    return escape(escape_controls(text))
+
+
+class StreamEscaper:
+    """`escape_controls` for text that arrives in pieces: a CR at the end of a piece is held back until the
+    next one says whether it ends a line (CR LF) or would overwrite one (shown as ``\\r``)."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        text = self.held + text
+        self.held = "\r" if text.endswith("\r") else ""
+        return escape_controls(text[: len(text) - len(self.held)])
+
+    def flush(self) -> str:
+        text, self.held = self.held, ""
+        return escape_controls(text)
 
 
 def _format_args(arguments: Any, limit: int = 80) -> str:
@@ -66,6 +90,8 @@ class TerminalRenderer:
         self.running: dict[str, str] = {}
         self.at_line_start = True
         self.thinking = False
+        self.text_stream = StreamEscaper()
+        self.thinking_stream = StreamEscaper()
 
     def _write(self, text: str) -> None:
         self.out.file.write(text)
@@ -73,7 +99,13 @@ class TerminalRenderer:
         if text:
             self.at_line_start = text.endswith("\n")
 
+    def _end_streams(self) -> None:
+        self._write(self.text_stream.flush())
+        if held := self.thinking_stream.flush():
+            self.err.print(held, style="dim italic", end="", soft_wrap=True, highlight=False, markup=False)
+
     def _newline(self) -> None:
+        self._end_streams()
         if not self.at_line_start:
             self._write("\n")
 
@@ -100,54 +132,59 @@ class TerminalRenderer:
             if not self.thinking:
                 self._newline()
                 self.thinking = True
-            self.err.print(event.text, style="dim italic", end="", soft_wrap=True, highlight=False)
+            text = self.thinking_stream.feed(event.text)
+            self.err.print(text, style="dim italic", end="", soft_wrap=True, highlight=False, markup=False)
         elif isinstance(event, TextDelta):
             if self.thinking:
+                self._end_streams()
                 self.err.print()
                 self.thinking = False
-            self._write(event.text)
+            self._write(self.text_stream.feed(event.text))
         elif isinstance(event, TextComplete):
             self._newline()
         elif isinstance(event, ToolCallStart):
             self._newline()
-            label = f"{event.name}({_format_args(event.arguments)})"
+            # escaped here once: the label is shown by the spinner and the completion line, both markup
+            label = shown(f"{event.name}({_format_args(event.arguments)})")
             self.running[event.call_id] = label
             if not self.err.is_terminal:
                 self.err.print(f"→ {label}", highlight=False)
             self._spin()
         elif isinstance(event, ToolCallComplete):
-            label = self.running.pop(event.call_id, event.name)
+            label = self.running.pop(event.call_id, "") or shown(event.name)
             self._stop_spin()
             mark = "[green]✓[/green]" if event.success else "[red]✗[/red]"
             detail = f" [dim]{event.duration_ms:.0f} ms[/dim]"
             if not event.success and event.preview:
-                detail += f" [red]{escape(event.preview)}[/red]"
+                detail += f" [red]{shown(event.preview)}[/red]"
             elif event.truncated:
                 detail += " [yellow](output cut; full text kept as an artifact)[/yellow]"
-            self.err.print(f"{mark} {escape(label)}{detail}", highlight=False)
+            self.err.print(f"{mark} {label}{detail}", highlight=False)
             if self.running:
                 self._spin()
         elif isinstance(event, CompactionStarted):
-            self.err.print(f"[dim]compacting the context ({event.reason}, {event.tokens_before:,} tokens)…[/dim]")
+            self.err.print(
+                f"[dim]compacting the context ({shown(event.reason)}, {event.tokens_before:,} tokens)…[/dim]"
+            )
         elif isinstance(event, CompactionCompleted):
             self.err.print(
-                f"[dim]compacted: {event.tokens_before:,} → {event.tokens_after:,} tokens ({event.strategy})[/dim]"
+                f"[dim]compacted: {event.tokens_before:,} → {event.tokens_after:,} tokens ({shown(event.strategy)})[/dim]"
             )
         elif isinstance(event, CompactionFailed):
-            self.err.print(f"[yellow]compaction failed: {escape(event.error)}[/yellow]")
+            self.err.print(f"[yellow]compaction failed: {shown(event.error)}[/yellow]")
         elif isinstance(event, RlmProgress):
             line = rlm_progress_line(event)
             if line is not None:
-                self.err.print(f"[dim]{escape(line)}[/dim]")
+                self.err.print(f"[dim]{shown(line)}[/dim]")
         elif isinstance(event, RlmFinished):
-            how = f"map-reduce ({event.fallback_reason})" if event.fallback else "RLM"
+            how = f"map-reduce ({shown(event.fallback_reason or '')})" if event.fallback else "RLM"
             self.err.print(
                 f"[dim]rlm: done in {event.duration_s:.1f} s ({how}, {event.iterations} steps, "
                 f"{event.sub_calls} sub-calls)[/dim]"
             )
         elif isinstance(event, Progress):
             done = f" {event.done}/{event.total}" if event.total else ""
-            self.err.print(f"[dim]{escape(event.what)}{done} {escape(event.detail)}[/dim]")
+            self.err.print(f"[dim]{shown(event.what)}{done} {shown(event.detail)}[/dim]")
         elif isinstance(event, CheckpointReached):
             self._newline()
             self.err.print(
@@ -158,7 +195,7 @@ class TerminalRenderer:
             self._newline()
             self.running.clear()
             self._stop_spin()
-            self.err.print(f"[red]error ({event.code}):[/red] {escape(event.message)}", highlight=False)
+            self.err.print(f"[red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
 
     def summary(self, session_id: str, steps: int, usage: Usage) -> None:
         self._newline()
@@ -202,7 +239,7 @@ def terminal_ask(console: Console) -> AskFn:
     """How the `question` tool reaches a person at this terminal."""
 
     async def ask(question: str) -> str:
-        console.print(f"\n[bold cyan]?[/bold cyan] {escape(question)}")
+        console.print(f"\n[bold cyan]?[/bold cyan] {shown(question)}")
         return await asyncio.to_thread(input, "answer› ")
 
     return ask

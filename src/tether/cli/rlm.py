@@ -5,6 +5,7 @@ goes to stdout (or the whole result with `--json`); progress and a cost summary 
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import IO
 
 import click
@@ -12,6 +13,7 @@ import click
 from ..rlm import RlmEvent, RlmLimits, RlmProgress, RlmResult, rlm_answer
 from .common import echo_json, wants_json
 from .render import format_cost, rlm_progress_line
+from .sanitize import escape_controls
 
 LOCAL_NO_CODE = (
     "The embedded local model is too small to write REPL code: answering with map-reduce over the file's "
@@ -87,7 +89,7 @@ def rlm(
 
     def show(event: RlmEvent) -> None:
         if not quiet and isinstance(event, RlmProgress) and (line := rlm_progress_line(event)) is not None:
-            click.echo(line, err=True)
+            click.echo(escape_controls(line), err=True)
 
     result = asyncio.run(
         rlm_answer(
@@ -104,6 +106,7 @@ def rlm(
     if wants_json(as_json):
         echo_json(result)
     else:
-        click.echo(result.answer)
+        # the answer is the document this command makes: exact into a file or a pipe, escaped on a terminal
+        click.echo(escape_controls(result.answer) if sys.stdout.isatty() else result.answer)
         if not quiet:
-            click.echo(_summary(result), err=True)
+            click.echo(escape_controls(_summary(result)), err=True)

@@ -18,6 +18,7 @@ from ..events import Done, Error, Event, RunStarted, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
 from .render import LOCAL_NOTICE, TerminalRenderer, terminal_ask
+from .sanitize import escape_json_controls
 from .state import OptionError, cli_state, wants_json
 
 Confirm = Callable[[ConfirmationRequired], Awaitable[bool]]
@@ -169,7 +170,7 @@ def run(
                 if isinstance(event, RunStarted):
                     last_session = event.session_id
                 if as_json:
-                    sys.stdout.buffer.write(event_json(event) + b"\n")
+                    sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
                     sys.stdout.flush()
                 else:
                     assert renderer is not None

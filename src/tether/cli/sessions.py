@@ -10,7 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, AnyStr, Generic, cast
 
 import click
 
@@ -37,6 +37,7 @@ from ..store.records import RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
 from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
 from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
+from .sanitize import escape_controls, escape_json_controls
 
 
 class SessionsGroup(click.Group):
@@ -100,7 +101,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         return
     out = console()
     if not items:
-        scope = "in any directory" if where is None else f"in {where}"
+        scope = "in any directory" if where is None else f"in {escape_controls(where)}"
         hint = "" if where is None else " (`tether sessions --all` lists every directory)"
         out.print(f"No sessions {scope}{hint}.")
         return
@@ -118,7 +119,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
     for s in items:
         row = [
             s.id,
-            s.title or "",
+            escape_controls(s.title or ""),
             ago(s.updated_at),
             str(s.message_count),
             human_count(s.input_tokens + s.output_tokens),
@@ -132,10 +133,11 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
 
 
 def _home(path: str | None) -> str:
+    """A session's directory for people: under the home directory as ~/..., controls escaped."""
     if not path:
         return ""
     home = os.path.expanduser("~")
-    return "~" + path[len(home) :] if path == home or path.startswith(home + os.sep) else path
+    return escape_controls("~" + path[len(home) :] if path == home or path.startswith(home + os.sep) else path)
 
 
 # --- show ----------------------------------------------------------------------------------------------------
@@ -173,7 +175,7 @@ def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans:
     from rich.text import Text
 
     out = console()
-    out.print(Text.assemble((info.id, "cyan"), "  ", (info.title or "(untitled)", "bold")))
+    out.print(Text.assemble((info.id, "cyan"), "  ", (escape_controls(info.title or "(untitled)"), "bold")))
     facts = [
         _home(info.directory) or "no directory",
         f"{info.message_count} messages",
@@ -184,9 +186,9 @@ def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans:
     facts.append(f"updated {ago(info.updated_at)}")
     out.print(" · ".join(facts), style="dim")
     if info.forked_from:
-        out.print(f"forked from {info.forked_from} at entry {info.forked_at}", style="dim")
+        out.print(escape_controls(f"forked from {info.forked_from} at entry {info.forked_at}"), style="dim")
     if info.parent_id:
-        out.print(f"child of {info.parent_id}", style="dim")
+        out.print(escape_controls(f"child of {info.parent_id}"), style="dim")
 
     results: dict[str, ToolResultPart] = {}
     calls: set[str] = set()
@@ -218,42 +220,45 @@ def _entry_lines(
         orphans = [r for r in body.tool_results if r.call_id not in calls]
         if body.role == "tool" and not orphans and not body.text:
             return []
-        label = body.role + (f" · {body.model}" if body.model else "")
+        label = escape_controls(body.role + (f" · {body.model}" if body.model else ""))
         lines = [Text.assemble((f"#{entry.seq} ", "dim"), (label, _ROLE_STYLE.get(body.role, "bold")))]
         for part in body.parts:
             if isinstance(part, TextPart):
-                lines += [Text("  " + line) for line in part.text.rstrip("\n").splitlines()]
+                # split on \n alone: str.splitlines would also break at \r, \f, \x1c..., hiding them
+                text = escape_controls(part.text).rstrip("\n")
+                lines += [Text("  " + line) for line in text.split("\n")] if text else []
             elif isinstance(part, ThinkingPart):
                 size = f"{len(part.text):,} chars" if part.text else "redacted"
                 lines.append(Text(f"  [thinking · {size}]", style="dim italic"))
             elif isinstance(part, ToolCallPart):
-                outcome = result_outcome(results.get(part.id))
+                outcome = escape_controls(result_outcome(results.get(part.id)))
                 lines.append(
                     Text.assemble(
                         "  → ",
-                        (call_signature(part), "yellow"),
+                        (escape_controls(call_signature(part)), "yellow"),
                         "  ",
                         (outcome, "red" if outcome.startswith("✗") else "green" if outcome[0] == "✓" else "dim"),
                     )
                 )
             elif isinstance(part, ToolResultPart):
                 if part in orphans:
-                    lines.append(Text(f"  ← {part.name or 'tool'} {result_outcome(part)}", style="dim"))
+                    line = escape_controls(f"  ← {part.name or 'tool'} {result_outcome(part)}")
+                    lines.append(Text(line, style="dim"))
             elif isinstance(part, ImagePart | FilePart):
-                lines.append(Text("  " + attachment_label(part), style="dim"))
+                lines.append(Text("  " + escape_controls(attachment_label(part)), style="dim"))
         return lines
     head = Text(f"#{entry.seq} ", style="dim")
     if isinstance(body, Revert):
         hidden = revert_note(entry.seq, spans)
         reason = f": {body.reason}" if body.reason else ""
-        return [head.append(f"↶ reverted to #{body.to_seq}{hidden}{reason}", style="magenta")]
+        return [head.append(escape_controls(f"↶ reverted to #{body.to_seq}{hidden}{reason}"), style="magenta")]
     if isinstance(body, TitleChange):
-        return [head.append(f"title → {body.title}", style="dim")]
+        return [head.append(escape_controls(f"title → {body.title}"), style="dim")]
     if isinstance(body, Checkpoint):
         text = f"⏸ checkpoint ({body.reason}, {body.steps} steps)"
         if body.next_action:
             text += f": next {body.next_action}"
-        return [head.append(text, style="magenta")]
+        return [head.append(escape_controls(text), style="magenta")]
     if isinstance(body, Compaction):
         size = f"{len(body.summary):,} chars"
         return [
@@ -262,7 +267,7 @@ def _entry_lines(
     if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
         return [head.append(f"⚡ turn interrupted: entry {body.data.get('seq', '?')} got no answer", style="yellow")]
     if isinstance(body, Marker):
-        return [head.append(f"• {body.name}", style="dim")]
+        return [head.append(escape_controls(f"• {body.name}"), style="dim")]
     return []
 
 
@@ -285,7 +290,9 @@ def rm(session_ref: str, yes: bool, json_flag: bool) -> None:
             children = await _count_descendants(store, info.id)
             with_children = f" and its {children} child session{'s' * (children != 1)}" if children else ""
             click.confirm(
-                f"Delete {info.id} “{info.title or 'untitled'}” ({info.message_count} messages){with_children}?",
+                escape_controls(
+                    f"Delete {info.id} “{info.title or 'untitled'}” ({info.message_count} messages){with_children}?"
+                ),
                 abort=True,
                 err=True,
             )
@@ -344,18 +351,38 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
 def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
     """Export a session: tether JSON (what `import` reads back, exactly) or a Markdown transcript.
 
-    A file given with -o appears whole or not at all: it is written aside and renamed into place."""
+    A file given with -o appears whole or not at all: it is written aside and renamed into place. Printed to
+    a terminal, control characters are escaped (JSON keeps its value); to a file or a pipe it is exact."""
 
     async def run(store: Store) -> SessionInfo:
         info = await find_session(store, session_ref)
         with _destination(output, binary=fmt == "json") as out:
             if fmt == "json":
+                if output in (None, "-") and sys.stdout.isatty():
+                    out = cast(IO[bytes], _EscapingWriter(out, escape_json_controls))
                 return await export_json(store, info.id, out)
+            if output in (None, "-") and sys.stdout.isatty():
+                out = cast(IO[str], _EscapingWriter(out, escape_controls))
             return await export_markdown(store, info.id, out, raw=raw)
 
     info = with_store(run)
     if output:
         click.echo(f"Exported {info.id} ({info.entry_count} entries) to {output}", err=True)
+
+
+class _EscapingWriter(Generic[AnyStr]):
+    """A stream that escapes control characters on their way to the terminal underneath (each write is
+    whole: a line of Markdown, an encoded JSON entry)."""
+
+    def __init__(self, stream: IO[AnyStr], escape: Callable[[AnyStr], AnyStr]) -> None:
+        self.stream: IO[AnyStr] = stream
+        self.escape: Callable[[AnyStr], AnyStr] = escape
+
+    def write(self, data: AnyStr) -> int:
+        return self.stream.write(self.escape(data))
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 @contextlib.contextmanager
@@ -403,7 +430,7 @@ def import_command(file: str, new_id: bool, json_flag: bool) -> None:
     if wants_json(json_flag):
         echo_json(session_record(info))
         return
-    click.echo(f"Imported {info.id} “{info.title or 'untitled'}” ({info.entry_count} entries).")
+    click.echo(escape_controls(f"Imported {info.id} “{info.title or 'untitled'}” ({info.entry_count} entries)."))
 
 
 __all__ = ["sessions"]

@@ -35,7 +35,11 @@ class CliError(click.ClickException):
     exit_code = 1
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        # The message may quote a provider's answer, a file or a stored title. Imported here: `--help` loads
+        # this module and nothing it does not need.
+        from .sanitize import escape_controls
+
+        click.echo(f"error: {escape_controls(self.format_message())}", err=True)
 
 
 class OptionError(CliError):
