@@ -11,13 +11,12 @@ from dataclasses import replace
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound
 from ..events import Done, Error, Event, RunStarted, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
-from .render import LOCAL_NOTICE, TerminalRenderer, terminal_ask
+from .render import LOCAL_NOTICE, TerminalRenderer, shown, terminal_ask
 from .sanitize import escape_json_controls
 from .state import OptionError, cli_state, wants_json
 
@@ -29,11 +28,11 @@ def terminal_confirm(console: Console) -> Confirm:
     """Show what an imported session would run with, and ask at the terminal."""
 
     async def confirm(needed: ConfirmationRequired) -> bool:
-        console.print(f"[yellow]{escape(str(needed))}.[/yellow]")
-        console.print(f"  directory: {escape(needed.directory or '(none)')}")
+        console.print(f"[yellow]{shown(str(needed))}.[/yellow]")
+        console.print(f"  directory: {shown(needed.directory or '(none)')}")
         if needed.system_prompt:
             prompt = needed.system_prompt if len(needed.system_prompt) <= 600 else needed.system_prompt[:600] + " [...]"
-            console.print(f"  system prompt: {escape(prompt)}")
+            console.print(f"  system prompt: {shown(prompt)}")
         answer = await asyncio.to_thread(input, "Run it? [y/N] ")
         return answer.strip().lower() in ("y", "yes")
 

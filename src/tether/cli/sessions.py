@@ -265,7 +265,8 @@ def _entry_lines(
             head.append(f"⧉ compaction: entries before #{body.first_kept_seq} summarized ({size})", style="magenta")
         ]
     if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
-        return [head.append(f"⚡ turn interrupted: entry {body.data.get('seq', '?')} got no answer", style="yellow")]
+        seq = escape_controls(str(body.data.get("seq", "?")))
+        return [head.append(f"⚡ turn interrupted: entry {seq} got no answer", style="yellow")]
     if isinstance(body, Marker):
         return [head.append(escape_controls(f"• {body.name}"), style="dim")]
     return []
