@@ -81,7 +81,7 @@ def backup_file(
                     fault if isinstance(fault, StoreCorrupt) else store_fault(e, str(dest), "write the backup")
                 ) from e
             try:
-                verdict = str(copy.execute("PRAGMA quick_check(1)").fetchone()[0])
+                verdict = " ".join(str(copy.execute("PRAGMA quick_check(1)").fetchone()[0]).split())
                 sessions = int(copy.execute("SELECT count(*) FROM sessions").fetchone()[0]) if verdict == "ok" else 0
             except sqlite3.Error as e:
                 raise store_fault(e, source, "back up") from e

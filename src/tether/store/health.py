@@ -88,7 +88,7 @@ def check_database(conn: sqlite3.Connection, path: str, *, full: bool, known_ver
 def _integrity(conn: sqlite3.Connection, path: str, full: bool) -> Finding:
     pragma = "integrity_check" if full else "quick_check"
     try:
-        rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}(20)")]
+        rows = [" ".join(str(r[0]).split()) for r in conn.execute(f"PRAGMA {pragma}(20)")]
     except sqlite3.Error as e:
         return _fault("integrity", e, path, "check")
     if rows == ["ok"]:

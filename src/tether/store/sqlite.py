@@ -237,7 +237,7 @@ class SqliteStore:
         if version < SCHEMA_VERSION and conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None:
             # A migration rewrites tables: never of a damaged file, which it could only make worse. Checked
             # once per file (the version moves on), so its cost, a read of every page, is paid once.
-            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+            problem = " ".join(str(conn.execute("PRAGMA quick_check(1)").fetchone()[0]).split())
             if problem != "ok":
                 raise StoreCorrupt(
                     f"the database {self.path} is damaged ({problem}), so it was not migrated", RESTORE, path=self.path
