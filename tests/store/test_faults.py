@@ -1,5 +1,6 @@
-"""Store faults on real files: each ends in the `StoreError` subtype that says what it is, in one line that
-names the path and what to do, never a raw `sqlite3` error; and a damaged file is never written to."""
+"""Store faults (`tether.store.faults`) on real files: each ends in the `StoreError` subtype that says what it
+is, in one line that names the path and what to do, never a raw `sqlite3` error; and a damaged file is never
+written to. Last, `store_fault` on errors that real files do not give on demand."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from tether.errors import StoreBusy, StoreCorrupt, StoreError, StoreFull, StorePermission, StoreUnavailable
 from tether.messages import Message
 from tether.store import SqliteStore
+from tether.store import faults as store_faults
 
 
 def _load(name: str) -> ModuleType:
@@ -274,3 +276,39 @@ async def test_every_public_read_of_a_damaged_store_raises_a_store_error(db: Pat
                 outcomes.append(type(e).__name__)
         assert "StoreCorrupt" in outcomes
         assert set(outcomes) <= {"ok", "StoreCorrupt"}
+
+
+# --- what real files are hard to make give on demand ---------------------------------------------------
+
+
+def sqlite_error(code: int, message: str) -> sqlite3.Error:
+    """An error as sqlite3 raises it, with the result code SQLite gave."""
+    error = sqlite3.OperationalError(message)
+    error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    error.sqlite_errorname = "SQLITE_IOERR_WRITE"  # type: ignore[attr-defined]
+    return error
+
+
+def test_an_io_error_is_a_full_disk_only_when_the_disk_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "tether.db")
+    io_error = sqlite_error(sqlite3.SQLITE_IOERR | (3 << 8), "disk I/O error")
+    plain = store_faults.store_fault(io_error, path, "write to")
+    assert type(plain) is StoreUnavailable and "I/O error" in str(plain) and "check the disk" in str(plain)
+    monkeypatch.setattr(store_faults, "free_bytes", lambda _: 0)
+    assert isinstance(store_faults.store_fault(io_error, path, "write to"), StoreFull)
+    monkeypatch.setattr(store_faults, "free_bytes", lambda _: -1)  # unknown: not taken for full
+    assert type(store_faults.store_fault(io_error, path, "write to")) is StoreUnavailable
+
+
+def test_codes_and_errnos_map_to_their_errors(tmp_path: Path) -> None:
+    path = str(tmp_path / "tether.db")
+    assert isinstance(
+        store_faults.store_fault(sqlite_error(sqlite3.SQLITE_BUSY, "database is locked"), path, "read"), StoreBusy
+    )
+    assert isinstance(
+        store_faults.store_fault(sqlite_error(sqlite3.SQLITE_CORRUPT, "malformed"), path, "read"), StoreCorrupt
+    )
+    full = store_faults.store_fault(OSError(28, "No space left on device"), path, "open")
+    assert isinstance(full, StoreFull) and full.advice == "free disk space there and try again"
+    assert store_faults.human_bytes(999) == "999 bytes" and store_faults.human_bytes(1_234_567) == "1.2 MB"
+    assert store_faults.human_bytes(-1) == "unknown"

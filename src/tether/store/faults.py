@@ -58,7 +58,7 @@ def store_fault(error: BaseException, path: str, doing: str) -> StoreError:
             return StoreCorrupt(f"the database {path} {what} ({reason})", RESTORE, path=path)
         if code in BUSY_CODES:
             return busy(path, reason)
-        if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and free_bytes(path) < NEARLY_FULL):
+        if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and 0 <= free_bytes(path) < NEARLY_FULL):
             return full(path, reason)
         if code in ACCESS_CODES:
             return access(path, reason, doing)
@@ -164,8 +164,11 @@ def unwritable(directory: Path) -> str | None:
 def existing_ancestor(path: Path) -> Path:
     """`path` or the nearest of its parents that exists."""
     for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
+        try:
+            if candidate.exists():
+                return candidate
+        except OSError:  # a parent that cannot be looked into: what is above it is where to look
+            continue
     return path
 
 
@@ -178,11 +181,14 @@ def free_bytes(path: str) -> int:
 
 
 def human_bytes(n: int) -> str:
+    """1234567 -> '1.2 MB'; a negative count (unknown) -> 'unknown'."""
     if n < 0:
         return "unknown"
-    value = float(n)
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+    if n < 1000:
+        return f"{n} bytes"
+    value = n / 1000
+    for unit in ("kB", "MB", "GB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} TB"

@@ -327,8 +327,11 @@ class SqliteStore:
                 delay = min(delay * 2, 0.05)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with self._reading() as conn:
-            return conn.execute(sql, params).fetchall()
+        with self._lock:  # as `_reading` does, without a generator on the path of every read
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except (sqlite3.Error, OSError) as e:
+                raise store_fault(e, self.path, "read") from e
 
     @contextlib.contextmanager
     def _reading(self, doing: str = "read") -> Iterator[sqlite3.Connection]:

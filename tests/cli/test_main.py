@@ -1,6 +1,6 @@
-"""Every command against every store fault, through real `tether` processes: each ends in one line `error: ...`
-that names the database and what to do, exit 1, never a traceback (`--debug` shows one); commands that do
-not need the store (`models`) are not held up by it."""
+"""The `tether` group (`cli/main.py`) against every store fault, through real processes of each command:
+each ends in one line `error: ...` that names the database and what to do, exit 1, never a traceback
+(`--debug` shows one); commands that do not need the store (`models`) are not held up by it."""
 
 from __future__ import annotations
 
