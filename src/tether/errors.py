@@ -9,7 +9,11 @@ TetherError
 │   ├── SeqConflict         an append stated an expected seq and another writer got there first
 │   ├── StoreBusy           the store stayed locked by other writers past the busy timeout
 │   ├── CorruptEntry        a stored entry could not be decoded (readers skip and report it)
-│   └── StoreClosed         the store was used after it was closed
+│   ├── StoreClosed         the store was used after it was closed
+│   └── StoreUnavailable    the database cannot be opened or used (names the path and what to do)
+│       ├── StoreCorrupt    the file is damaged or is not a database (SQLITE_CORRUPT, SQLITE_NOTADB)
+│       ├── StorePermission the file or its directory cannot be written (read-only, permissions)
+│       └── StoreFull       no space left: the disk, or the database's page limit (SQLITE_FULL, ENOSPC)
 ├── ImportFormatError       a file given to import is truncated, foreign or inconsistent
 ├── SessionBusy             another run holds this session's lease (names the holder)
 │   └── LeaseLost           a run's lease expired and another holder took it, or it was released
@@ -85,6 +89,31 @@ class CorruptEntry(StoreError):
 
 class StoreClosed(StoreError):
     """The store was used after it was closed."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened or used: its home is not a directory, an I/O error, a schema this
+    version does not know. The message is one line: `problem` (which names `path` and what is wrong), then
+    `advice` (what to do)."""
+
+    def __init__(self, problem: str, advice: str | None = None, *, path: str | None = None) -> None:
+        super().__init__(f"{problem}: {advice}" if advice else problem)
+        self.problem = problem
+        self.advice = advice
+        self.path = path
+
+
+class StoreCorrupt(StoreUnavailable):
+    """The database file is damaged or is not a database. Nothing is repaired in place: restore a backup."""
+
+
+class StorePermission(StoreUnavailable):
+    """The database or its directory cannot be read or written: permissions, a read-only file system."""
+
+
+class StoreFull(StoreUnavailable):
+    """A write found no space left: the disk holding the database is full, or the database reached its page
+    limit. Nothing of that write was kept."""
 
 
 class ImportFormatError(TetherError):

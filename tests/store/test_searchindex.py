@@ -63,6 +63,7 @@ async def check_consistent(path: Path) -> int:
         assert set(conn.execute("SELECT num, seq, to_seq FROM search_reverts")) == reverts
         assert set(nums) <= set(sessions)  # no index rows of deleted sessions
         conn.execute("INSERT INTO search_fts (search_fts) VALUES ('integrity-check')")
+        assert searchindex.check(conn) == []  # the store's own check (tether doctor's) agrees
         conn.close()
         return len(expected)
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreBusy, StoreError
+from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreBusy, StoreCorrupt, StoreError
 from tether.ids import new_session_id
 from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart, Usage
 from tether.paths import tether_home
@@ -289,9 +289,11 @@ async def test_reopening_keeps_the_schema_version(db: Path) -> None:
 
 
 async def test_a_file_that_is_not_a_database_is_refused(db: Path) -> None:
-    db.write_bytes(b"this is not an SQLite file, it is a text file " * 100)
-    with pytest.raises(sqlite3.DatabaseError):
+    text = b"this is not an SQLite file, it is a text file " * 100
+    db.write_bytes(text)
+    with pytest.raises(StoreCorrupt, match="is not a database"):
         SqliteStore(db)
+    assert db.read_bytes() == text  # refused, not overwritten
 
 
 # --- open_store -----------------------------------------------------------------------------------------

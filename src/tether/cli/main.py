@@ -1,10 +1,11 @@
 """The `tether` command: a click group whose subcommands live in their own modules and are imported only
-when run, so `tether --help` stays fast. Expected errors (`TetherError`) end as one line on stderr, exit 1;
-usage errors exit 2, as click makes them."""
+when run, so `tether --help` stays fast. Expected errors (`TetherError`) end as one line on stderr, exit 1
+(`--debug` shows their traceback too); usage errors exit 2, as click makes them."""
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
@@ -23,6 +24,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("rlm", "tether.cli.rlm:rlm", "Answer a question about a file too large for the model's window."),
     ("context", "tether.cli.context:context", "Show what the model would see at a session's next step."),
     ("compact", "tether.cli.compact:compact", "Compact a session now (or undo the latest compaction)."),
+    ("doctor", "tether.cli.doctor:doctor", "Check the tether home, the database, the configuration and the extras."),
+    ("backup", "tether.cli.backup:backup", "Copy the database to a file, safely, while tether may be running."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 
@@ -64,6 +67,11 @@ class TetherGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TetherError as e:
+            state = ctx.find_object(CliState)
+            if state is not None and state.debug:
+                import traceback
+
+                traceback.print_exception(e, file=sys.stderr)
             raise CliError(" ".join(str(e).split()) or type(e).__name__) from e
 
 
@@ -78,10 +86,15 @@ class TetherGroup(click.Group):
     "[env: TETHER_STORE; default: tether.db under TETHER_HOME]",
 )
 @click.option("--json", "json_output", is_flag=True, help="Print machine-readable JSON where a command supports it.")
+@click.option("--debug", is_flag=True, help="Log at debug level, and show the traceback of an error.")
 @click.pass_context
-def cli(ctx: click.Context, store_url: str | None, json_output: bool) -> None:
+def cli(ctx: click.Context, store_url: str | None, json_output: bool, debug: bool) -> None:
     """tether: durable, resumable, searchable sessions for AI coding agents."""
-    ctx.obj = CliState(store_url=store_url or None, json=json_output)
+    if debug:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    ctx.obj = CliState(store_url=store_url or None, json=json_output, debug=debug)
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """What the `tether` group and every subcommand share, kept apart from the rest of the CLI's shared code so
-that `tether --help` loads nothing else: the group's options (the store URL, `--json`) and the two ways a
+that `tether --help` loads nothing else: the group's options (the store URL, `--json`, `--debug`) and the two ways a
 command fails cleanly (one line on stderr; exit 1 for an error, 2 for an option that cannot be used)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ class CliState:
 
     store_url: str | None = None
     json: bool = False
+    debug: bool = False
 
 
 def cli_state() -> CliState:

@@ -39,6 +39,7 @@ __all__ = [
     "hidden_spans",
     "is_hidden",
     "open_store",
+    "store_path",
 ]
 
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
@@ -75,14 +76,12 @@ def _backend(scheme: str) -> Any:
     return getattr(module, class_name)
 
 
-def open_store(url: str | None = None, *, durability: Durability | None = None, **options: Any) -> Store:
-    """Open a store from a URL: ``sqlite:///path/to.db`` (the default, see `tether.paths.default_store_url`),
-    ``memory://``, or a plain file path. Use it as ``async with open_store() as store:`` or close it."""
+def store_path(url: str | None = None) -> str | None:
+    """The database file a store URL names (``sqlite:///path/to.db`` or a plain path; the default URL when
+    None), or None for a store that is not a file (``memory://``, ``postgresql://``...)."""
     url = url or default_store_url()
-    dur: Durability = durability or os.environ.get("TETHER_DURABILITY", "normal")  # type: ignore[assignment]
-    scheme, sep, _ = url.partition("://")
     if url.startswith("memory:"):
-        return _backend("memory")()  # type: ignore[no-any-return]
+        return None
     if url.startswith("sqlite:"):
         path = url[len("sqlite:") :]
         if path.startswith("///"):
@@ -91,9 +90,23 @@ def open_store(url: str | None = None, *, durability: Durability | None = None, 
             raise InvalidInput(f"sqlite URLs look like sqlite:///path/to.db, not {url!r}")
         if not path or path == "/":
             raise InvalidInput(f"no file path in {url!r}")
-        return _backend("sqlite")(os.path.expanduser(path), durability=dur, **options)  # type: ignore[no-any-return]
-    if sep and scheme in BACKENDS:
+        return os.path.expanduser(path)
+    if "://" in url:
+        return None
+    return os.path.expanduser(url)
+
+
+def open_store(url: str | None = None, *, durability: Durability | None = None, **options: Any) -> Store:
+    """Open a store from a URL: ``sqlite:///path/to.db`` (the default, see `tether.paths.default_store_url`),
+    ``memory://``, or a plain file path. Use it as ``async with open_store() as store:`` or close it."""
+    url = url or default_store_url()
+    dur: Durability = durability or os.environ.get("TETHER_DURABILITY", "normal")  # type: ignore[assignment]
+    if url.startswith("memory:"):
+        return _backend("memory")()  # type: ignore[no-any-return]
+    path = store_path(url)
+    if path is not None:
+        return _backend("sqlite")(path, durability=dur, **options)  # type: ignore[no-any-return]
+    scheme = url.partition("://")[0]
+    if scheme in BACKENDS:
         return _backend(scheme)(url, durability=dur, **options)  # type: ignore[no-any-return]
-    if sep:
-        raise InvalidInput(f"unknown store URL scheme in {url!r}; use sqlite:///path or memory://")
-    return _backend("sqlite")(os.path.expanduser(url), durability=dur, **options)  # type: ignore[no-any-return]
+    raise InvalidInput(f"unknown store URL scheme in {url!r}; use sqlite:///path or memory://")

@@ -454,3 +454,63 @@ def _hits(conn: sqlite3.Connection, rows: list[Any], stems: list[str], include_r
             )
         )
     return out
+
+
+# --- consistency --------------------------------------------------------------------------------------
+
+
+def check(conn: sqlite3.Connection, *, rows: bool = True) -> list[str]:
+    """What is wrong with the index, read against the journal, in words (nothing: it is consistent); reads
+    only. The cheap checks look at the bookkeeping: index rows of deleted sessions, sessions indexed past
+    their last entry, appended entries that no flush would find. With `rows`, each indexed session's FTS
+    rows and reverts are compared with those its entries make: a read of every message, O(the store)."""
+    problems: list[str] = []
+    (orphans,) = conn.execute(
+        "SELECT count(*) FROM search_sessions x WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = x.session_id)"
+    ).fetchone()
+    if orphans:
+        problems.append(f"{orphans} deleted session(s) are still in the index")
+    (ahead,) = conn.execute(
+        "SELECT count(*) FROM search_sessions x JOIN sessions s ON s.id = x.session_id WHERE x.indexed > s.entry_count"
+    ).fetchone()
+    if ahead:
+        problems.append(f"{ahead} session(s) are indexed past their last entry")
+    # A flush finds appended entries by the session's updated_at; one older than what flushes look back to,
+    # with entries past `indexed` and no pending range, would never be indexed.
+    (stranded,) = conn.execute(
+        "SELECT count(*) FROM sessions s LEFT JOIN search_sessions x ON x.session_id = s.id"
+        " WHERE s.entry_count > coalesce(x.indexed, 0) AND s.updated_at <= ?"
+        " AND NOT EXISTS (SELECT 1 FROM search_pending p WHERE p.session_id = s.id)",
+        (_flushed_at(conn) - SLACK,),
+    ).fetchone()
+    if stranded:
+        problems.append(f"{stranded} session(s) have entries that no flush will index")
+    if not rows:
+        return problems
+    (strays,) = conn.execute(
+        f"SELECT count(*) FROM search_fts WHERE (rowid >> {NUM_SHIFT}) NOT IN (SELECT num FROM search_sessions)"
+    ).fetchone()
+    if strays:
+        problems.append(f"{strays} index row(s) belong to no session")
+    missing = extra = wrong_reverts = 0
+    for num, session_id, indexed in conn.execute("SELECT num, session_id, indexed FROM search_sessions").fetchall():
+        lo, hi = session_rowids(num)
+        actual = {r for (r,) in conn.execute("SELECT rowid FROM search_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))}
+        reverts: list[tuple[int, int]] = []
+        expected: set[int] = set()
+        for seq, body in _decoded(conn.execute(_RANGE_SQL, (session_id, 1, indexed))):
+            if indexed_text(body) is not None:
+                expected.add(rowid(num, seq, body.role))  # type: ignore[union-attr]  # indexed_text: messages only
+            elif type(body) is Revert:
+                reverts.append((seq, body.to_seq))
+        missing += len(expected - actual)
+        extra += len(actual - expected)
+        stored = set(conn.execute("SELECT seq, to_seq FROM search_reverts WHERE num = ?", (num,)))
+        wrong_reverts += len(stored ^ set(reverts))
+    if missing:
+        problems.append(f"{missing} indexed message(s) are missing from the index")
+    if extra:
+        problems.append(f"{extra} index row(s) match no message")
+    if wrong_reverts:
+        problems.append(f"{wrong_reverts} revert(s) differ between the index and the journal")
+    return problems

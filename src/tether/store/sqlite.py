@@ -5,12 +5,13 @@ complete even when the task awaiting them is cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +26,9 @@ from ..errors import (
     SessionNotFound,
     StoreBusy,
     StoreClosed,
+    StoreCorrupt,
     StoreError,
+    StoreUnavailable,
 )
 from ..ids import check_id, new_session_id
 from ..messages import (
@@ -42,8 +45,11 @@ from ..messages import (
     encode_json,
     kind_of,
 )
-from . import searchindex
+from . import health, searchindex
+from .backup import BackupResult, Progress, backup_file
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
+from .faults import RESTORE, is_busy, store_fault
+from .health import Finding
 from .records import (
     UNSET,
     BackfillProgress,
@@ -164,13 +170,6 @@ class _Busy(Exception):
     """The write lock is held by another connection right now."""
 
 
-def _is_busy(error: sqlite3.OperationalError) -> bool:
-    code = getattr(error, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(error) or "busy" in str(error)
-
-
 class SqliteStore:
     """The SQLite backend of `Store`.
 
@@ -193,17 +192,22 @@ class SqliteStore:
         self.durability: Durability = durability
         self.busy_timeout = busy_timeout
         self.on_corrupt: CorruptHandler = on_corrupt or log_corrupt
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, cached_statements=256
-        )
+        self._conn: sqlite3.Connection | None = None
         try:
-            self._setup(self._conn)
-        except BaseException:
-            self._conn.close()  # a refused file (newer schema, not WAL) must not stay open
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, cached_statements=256)
+        except (sqlite3.Error, OSError) as e:
+            raise store_fault(e, self.path, "open") from e
+        try:
+            self._setup(conn)
+        except BaseException as e:
+            conn.close()  # a refused file (newer schema, not WAL, damaged) must not stay open
+            if isinstance(e, (sqlite3.Error, OSError)):
+                raise store_fault(e, self.path, "open") from e
             raise
+        self._conn = conn
         self._unindexed = 0  # appends since this store last flushed the search index
         self._valid_ids: set[str] = set()  # ids already checked: the check is a regex, appends are hot
         # (entry_count, updated_at) of sessions this store appended to, and the latest updated_at it wrote
@@ -220,16 +224,33 @@ class SqliteStore:
     def _setup(self, conn: sqlite3.Connection) -> None:
         # Opening may race with other processes creating the schema; waiting here is fine (sync, once).
         conn.execute(f"PRAGMA busy_timeout = {int(max(self.busy_timeout, 1) * 1000)}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal" and self.path != ":memory:":
-            raise StoreError(f"could not switch {self.path} to WAL mode (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durability == 'full' else 'NORMAL'}")
-        conn.execute("PRAGMA temp_store = MEMORY")
+        # The version first: it reads the header and the schema, so a file that is not a database, or whose
+        # schema is damaged, fails here, before anything below could write to it.
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} was written by a newer tether (schema {version}, this one knows {SCHEMA_VERSION})"
+            raise StoreUnavailable(
+                f"the database {self.path} was written by a newer tether (schema {version}, this one knows "
+                f"{SCHEMA_VERSION})",
+                "upgrade tether, or open another store",
+                path=self.path,
             )
+        if version < SCHEMA_VERSION and conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None:
+            # A migration rewrites tables: never of a damaged file, which it could only make worse. Checked
+            # once per file (the version moves on), so its cost, a read of every page, is paid once.
+            problem = " ".join(str(conn.execute("PRAGMA quick_check(1)").fetchone()[0]).split())
+            if problem != "ok":
+                raise StoreCorrupt(
+                    f"the database {self.path} is damaged ({problem}), so it was not migrated", RESTORE, path=self.path
+                )
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal" and self.path != ":memory:":
+            raise StoreUnavailable(
+                f"could not switch the database {self.path} to WAL mode (got {mode!r})",
+                "keep it on a local disk",
+                path=self.path,
+            )
+        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA temp_store = MEMORY")
         if version < SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -244,7 +265,7 @@ class SqliteStore:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
         # From here on, a locked database is waited for asynchronously (see _write), never inside SQLite.
         conn.execute("PRAGMA busy_timeout = 0")
@@ -260,10 +281,10 @@ class SqliteStore:
             conn = self.conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as e:
-                if _is_busy(e):
+            except sqlite3.Error as e:
+                if is_busy(e):
                     raise _Busy from None
-                raise StoreError(f"cannot start a write: {e}") from e
+                raise store_fault(e, self.path, "write to") from e
             try:
                 result = fn(conn)
                 conn.execute("COMMIT")
@@ -271,12 +292,11 @@ class SqliteStore:
                     self._checkpointer.committed(conn.total_changes)
                 return result
             except BaseException as e:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(e, sqlite3.OperationalError) and _is_busy(e):
+                _rollback(conn)
+                if isinstance(e, sqlite3.OperationalError) and is_busy(e):
                     raise _Busy from None
-                if isinstance(e, sqlite3.Error):
-                    raise StoreError(f"write failed: {e}") from e
+                if isinstance(e, (sqlite3.Error, OSError)):
+                    raise store_fault(e, self.path, "write to") from e
                 raise
 
     async def _write(self, fn: Callable[[sqlite3.Connection], R]) -> R:
@@ -301,16 +321,27 @@ class SqliteStore:
             except _Busy:
                 if time.monotonic() >= deadline:
                     raise StoreBusy(
-                        f"{self.path} stayed locked by other writers for {self.busy_timeout:.0f}s"
+                        f"the database {self.path} stayed locked by other writers for {self.busy_timeout:g}s: "
+                        "another tether is writing a lot; try again when it is done"
                     ) from None
                 delay = min(delay * 2, 0.05)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
+        with self._lock:  # as `_reading` does, without a generator on the path of every read
             try:
                 return self.conn.execute(sql, params).fetchall()
-            except sqlite3.OperationalError as e:
-                raise StoreError(f"read failed: {e}") from e
+            except (sqlite3.Error, OSError) as e:
+                raise store_fault(e, self.path, "read") from e
+
+    @contextlib.contextmanager
+    def _reading(self, doing: str = "read") -> Iterator[sqlite3.Connection]:
+        """The connection, under the store's lock, with any failure of SQLite or the disk raised as the
+        `StoreError` that says what it is (a damaged page, a locked file...)."""
+        with self._lock:
+            try:
+                yield self.conn
+            except (sqlite3.Error, OSError) as e:
+                raise store_fault(e, self.path, doing) from e
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -329,6 +360,27 @@ class SqliteStore:
                     pass
                 self._conn.close()
                 self._conn = None
+
+    # --- the file as a whole ---------------------------------------------------------------------------
+
+    async def check(self, *, full: bool = True) -> list[Finding]:
+        """What is wrong with this database, if anything (`check_file`), read beside the store on a
+        connection of its own that cannot write, so that appends go on meanwhile."""
+        if self.path == ":memory:":
+            return [Finding("database", "ok", "an in-memory database: nothing on disk to check")]
+        findings = await asyncio.to_thread(check_file, self.path, full=full)
+        if self._checkpointer is not None and self._checkpointer.error is not None:
+            findings.append(Finding("checkpoint", "warn", str(self._checkpointer.error), "see the error above it"))
+        return findings
+
+    async def backup(
+        self, target: str | os.PathLike[str], *, force: bool = False, progress: Progress | None = None
+    ) -> BackupResult:
+        """A consistent copy of this database at `target`, made while it stays in use (`backup_file`): a
+        normal tether database, to open with ``sqlite:///TARGET`` or to copy back in place of this one."""
+        if self.path == ":memory:":
+            raise InvalidInput("an in-memory database has no file to back up")
+        return await asyncio.to_thread(backup_file, self.path, target, force=force, progress=progress)
 
     # --- sessions ----------------------------------------------------------------------------------
 
@@ -405,8 +457,8 @@ class SqliteStore:
 
     async def get_session(self, session_id: str) -> SessionInfo:
         check_id(session_id, "session id")
-        with self._lock:
-            return self._get_row(self.conn, session_id)
+        with self._reading() as conn:
+            return self._get_row(conn, session_id)
 
     async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
         changes = check_update(session_id, fields)
@@ -750,24 +802,21 @@ class SqliteStore:
         include_reverted: bool = False,
     ) -> list[SearchHit]:
         check_search_filters(role, limit, session_id)
-        with self._lock:
-            pending = searchindex.has_pending(self.conn)
+        with self._reading("search") as conn:
+            pending = searchindex.has_pending(conn)
         if pending:
             await self._flush_index(searchindex.SEARCH_FLUSH)
-        with self._lock:
-            try:
-                return searchindex.search(
-                    self.conn, query, directory=directory, session_id=session_id, role=role, since=since,
-                    until=until, limit=limit, include_reverted=include_reverted,
-                )  # fmt: skip
-            except sqlite3.Error as e:
-                raise StoreError(f"search failed: {e}") from e
+        with self._reading("search") as conn:
+            return searchindex.search(
+                conn, query, directory=directory, session_id=session_id, role=role, since=since,
+                until=until, limit=limit, include_reverted=include_reverted,
+            )  # fmt: skip
 
     async def reverted_spans(self, session_id: str) -> list[RevertSpan]:
         check_id(session_id, "session id")
-        with self._lock:
-            self._get_row(self.conn, session_id)
-            return searchindex.reverted_spans(self.conn, session_id)
+        with self._reading() as conn:
+            self._get_row(conn, session_id)
+            return searchindex.reverted_spans(conn, session_id)
 
     async def _flush_index(self, limit: int) -> None:
         """Move up to `limit` pending entries into the FTS index, in one write transaction."""
@@ -784,8 +833,8 @@ class SqliteStore:
             pass
 
     async def search_backlog(self) -> int:
-        with self._lock:
-            return searchindex.backlog(self.conn)[0]
+        with self._reading() as conn:
+            return searchindex.backlog(conn)[0]
 
     async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
         check_limit(batch)
@@ -799,8 +848,8 @@ class SqliteStore:
                 return
             indexed += count
             done += finished
-            with self._lock:
-                backlog, left = searchindex.backlog(self.conn)
+            with self._reading() as conn:
+                backlog, left = searchindex.backlog(conn)
             yield BackfillProgress(sessions_done=done, sessions_left=left, entries_indexed=indexed, backlog=backlog)
             await asyncio.sleep(0)  # appends and reads go on between batches
 
@@ -883,8 +932,7 @@ class SqliteStore:
 
     async def get_lease(self, session_id: str) -> Lease | None:
         check_id(session_id, "session id")
-        with self._lock:
-            conn = self.conn
+        with self._reading() as conn:
             self._get_row(conn, session_id)
             lease = self._lease_row(conn, session_id)
         return lease if lease is not None and lease.expires_at > time.time() else None
@@ -917,6 +965,8 @@ class _Checkpointer:
         self._kick = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self.error: StoreError | None = None
+        """What the latest checkpoint failed with (None after one succeeds)."""
 
     def committed(self, total_changes: int) -> None:
         """After each commit of the store, under its lock, with its connection's `total_changes`."""
@@ -929,9 +979,14 @@ class _Checkpointer:
             self._kick.set()
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 1000")
+        except sqlite3.Error as e:
+            # The store's own connection meets the same fault and reports it; a thread's traceback would not.
+            self.error = store_fault(e, self.path, "checkpoint")
+            return
+        try:
             while True:
                 self._kick.wait()
                 self._kick.clear()
@@ -939,8 +994,11 @@ class _Checkpointer:
                     return
                 try:
                     self.checkpoint(conn)
-                except sqlite3.Error:
-                    pass  # busy or locked: the next kick tries again
+                    self.error = None
+                except sqlite3.Error as e:
+                    # Busy or locked: the next kick tries again. A full disk or a damaged page: the store's
+                    # next write or read meets it too, and says so; the WAL only grows meanwhile.
+                    self.error = store_fault(e, self.path, "checkpoint")
         finally:
             conn.close()
 
@@ -975,6 +1033,24 @@ def _usage(conn: sqlite3.Connection, session_id: str, first: int, last: int) -> 
         if usage_cost is not None:
             cost += decimal_to_pico(Decimal(str(usage_cost)))
     return messages, t_in, t_out, cost
+
+
+def check_file(path: str | os.PathLike[str], *, full: bool = True) -> list[Finding]:
+    """Check the tether database at `path` without writing to it: it opens, its pages and indexes are sound
+    (`full`: ``integrity_check``, else ``quick_check``), its schema is one this tether knows, its entries
+    decode, and its search index agrees with the journal (`full`: row by row). Never creates, migrates or
+    repairs anything; a missing file is reported, not made."""
+    return health.check_file(os.fspath(path), full=full, known_version=SCHEMA_VERSION)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End a failed transaction. SQLite has often rolled it back itself (a full disk, an I/O error), and a
+    ROLLBACK that fails too must not hide the error that caused it."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
 
 def _statements(script: str) -> list[str]:

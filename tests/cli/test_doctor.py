@@ -1,0 +1,68 @@
+"""`tether doctor` through a real process: each finding on a line with ok/warn/fail and, when not ok, how to
+fix it; `--json`; exit 0 when nothing failed and 1 otherwise; and it never writes to the database."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+def _load_faults() -> ModuleType:
+    path = Path(__file__).parents[1] / "store" / "faults.py"
+    spec = importlib.util.spec_from_file_location("tether_store_test_faults", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+faults = _load_faults()
+
+
+def doctor(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TETHER_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True, env=env)
+
+
+def test_a_sound_home_is_all_ok_exit_0(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    faults.build_database(home / "tether.db")
+    before = faults.fingerprint(home / "tether.db")
+    proc = doctor(home, "doctor")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all(line.startswith("ok ") for line in lines), lines
+    assert any(line.split()[1:3] == ["search", "index"] for line in lines)
+    assert faults.fingerprint(home / "tether.db") == before
+
+
+def test_a_damaged_database_fails_with_the_fix_exit_1(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    faults.build_database(home / "tether.db")
+    faults.truncate(home / "tether.db")
+    before = faults.fingerprint(home / "tether.db")
+    proc = doctor(home, "doctor")
+    assert proc.returncode == 1 and proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("fail database"))
+    assert str(home / "tether.db") in lines[at] and "is damaged" in lines[at]
+    assert lines[at + 1].strip().startswith("fix: restore it from a backup") and ".recover" in lines[at + 1]
+    assert faults.fingerprint(home / "tether.db") == before
+
+
+def test_json_says_ok_and_lists_the_findings(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.write_text("a file")
+    proc = doctor(home, "doctor", "--json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert data["ok"] is False
+    home_finding = data["findings"][0]
+    assert home_finding["check"] == "home" and home_finding["status"] == "fail" and home_finding["fix"]
+    assert {f["status"] for f in data["findings"]} <= {"ok", "warn", "fail"}
+    assert json.loads(doctor(home, "--json", "doctor").stdout) == data  # the global --json too
