@@ -12,6 +12,7 @@ closing the stream stops generation at the next token.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -78,6 +79,27 @@ def _load(path: Path, n_ctx: int, threads: int | None) -> _LoadedModel:
             llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
             loaded = _models[key] = _LoadedModel(llama)
         return loaded
+
+
+class LlamaTokenCounter:
+    """Token counts by the GGUF's own tokenizer, taken from the model instance that generation uses (`_load`
+    keeps one per process), so counting never loads a second copy; the first count loads it when no call has
+    yet. llama.cpp tokenizes from the vocabulary alone, which nothing changes after loading, so counting
+    needs no turn at the model's lock and goes on while another thread generates. Special tokens are parsed
+    as in the prompt the provider sends, so a count is the number that provider compares to its window."""
+
+    def __init__(self, path: Path, n_ctx: int, threads: int | None) -> None:
+        self._key = (path, n_ctx, threads)
+        self.source = f"llama.cpp:{path.name}"
+
+    def __repr__(self) -> str:
+        return f"LlamaTokenCounter({self.source!r})"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        llama = _load(*self._key).llama
+        return len(llama.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=True))
 
 
 # --- prompt -------------------------------------------------------------------------------------------
@@ -274,6 +296,18 @@ class LocalProvider:
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays loaded for the process (it is shared)."""
+
+    def token_counter(self, model: str) -> LlamaTokenCounter | None:
+        """Counts by this provider's GGUF, whatever `model` names (one provider serves one file): the
+        `TokenCounting` capability. None when the model or llama-cpp-python is missing, so callers estimate
+        and the call itself says what is missing."""
+        try:
+            path = self.model_path
+        except (ConfigError, MissingExtra):
+            return None
+        if importlib.util.find_spec("llama_cpp") is None:
+            return None
+        return LlamaTokenCounter(path, self.context_window, self.threads)
 
     async def stream(self, request: ModelRequest) -> EventStream:
         path = self.model_path
