@@ -12,6 +12,7 @@ closing the stream stops generation at the next token.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import json
 import os
@@ -77,8 +78,21 @@ def _load(path: Path, n_ctx: int, threads: int | None) -> _LoadedModel:
             except ImportError as exc:
                 raise MissingExtra("local", "llama_cpp") from exc
             llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+            if not _models:
+                atexit.register(_close_models)
             loaded = _models[key] = _LoadedModel(llama)
         return loaded
+
+
+def _close_models() -> None:
+    """Free the loaded models at exit, before the interpreter takes its modules apart: llama-cpp-python's
+    own finalizer, run after that, may find its library gone and print a TypeError (its issue #2002). A
+    model still generating (a daemon thread) is left alone rather than freed under it."""
+    with _models_lock:
+        for loaded in list(_models.values()):
+            if loaded.lock.acquire(blocking=False):
+                loaded.llama.close()
+        _models.clear()
 
 
 class LlamaTokenCounter:
