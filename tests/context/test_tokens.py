@@ -29,6 +29,7 @@ from tether.context.tokens import (
     get_counter,
     load_ranks,
     tiktoken_encoding,
+    tokens_over,
 )
 from tether.errors import InvalidInput, MissingExtra
 from tether.messages import Entry, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, ToolSpec
@@ -304,3 +305,31 @@ def test_cache_is_bounded() -> None:
     assert len(cache) <= 10
     with pytest.raises(InvalidInput):
         TokenCache(max_entries=0)
+
+
+class Recorded:
+    """A byte-level counter that records the length of every text it was asked to count."""
+
+    source = "bytes"
+
+    def __init__(self) -> None:
+        self.counted: list[int] = []
+
+    def count(self, text: str) -> int:
+        self.counted.append(len(text))
+        return len(text.encode("utf-8"))
+
+
+def test_tokens_over_counts_only_where_the_size_leaves_it_open() -> None:
+    counter = Recorded()
+    assert not tokens_over("a" * 99, 100, counter)  # fewer bytes than the limit: under, whatever the vocabulary
+    assert tokens_over("a" * 801, 100, counter)  # more than eight characters a token: over
+    assert counter.counted == []
+    assert not tokens_over("a" * 100, 100, counter) and tokens_over("a" * 101, 100, counter)
+    assert counter.counted == [100, 101]
+
+
+def test_tokens_over_counts_a_text_of_few_characters_and_many_bytes() -> None:
+    counter = Recorded()
+    text = "总结" * 40  # 80 characters, 240 bytes: a byte-level vocabulary spends 240 tokens on it
+    assert tokens_over(text, 100, counter) and counter.counted == [80]

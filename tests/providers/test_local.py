@@ -10,9 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tether.context.tokens import get_counter
 from tether.errors import ConfigError, ContextOverflow
 from tether.messages import Message, ToolCallPart, ToolResultPart, ToolSpec
 from tether.providers import ModelRequest, StreamDone, TextPartDelta, ToolCallPartReady, complete
+from tether.providers.base import TokenCounting
 from tether.providers.local import (
     LocalProvider,
     _AnswerStreamer,
@@ -94,6 +96,15 @@ def test_a_model_override_that_does_not_exist_is_a_config_error(
     assert find_model_path("/elsewhere.gguf") == real  # the environment wins over config
 
 
+def test_without_its_model_file_the_provider_offers_no_tokenizer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TETHER_LOCAL_MODEL", str(tmp_path / "missing.gguf"))
+    provider = LocalProvider()
+    assert isinstance(provider, TokenCounting)
+    assert provider.token_counter("smollm2-135m") is None  # callers estimate; the call says what is missing
+
+
 # --- the real model -----------------------------------------------------------------------------------
 
 
@@ -120,6 +131,40 @@ async def test_plain_text_answer_streams() -> None:
     assert done.usage.input_tokens > 10 and 0 < done.usage.output_tokens <= 24
     assert done.usage.cost == 0
     assert done.message.provider == "local" and done.message.model == "smollm2-135m"
+
+
+@pytest.mark.local_model
+async def test_token_counts_are_the_models_own_and_load_the_model_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.providers import local as local_module
+    from tether.rlm.sizing import TEMPLATE_TOKENS
+
+    provider = local()  # skips without the `local` extra
+    import llama_cpp
+
+    loads: list[int] = []
+
+    class CountedLlama(llama_cpp.Llama):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            loads.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp, "Llama", CountedLlama)
+    monkeypatch.setattr(local_module, "_models", {})  # none loaded yet in this process, as far as it knows
+    counter = provider.token_counter("smollm2-135m")
+    assert counter is not None and counter.source == f"llama.cpp:{provider.model_path.name}"
+    assert loads == []  # offering a counter loads nothing
+
+    user = "Add 1234567 and 7654321."
+    request = ModelRequest(
+        model="smollm2-135m", system="Be brief.", messages=[Message.user(user)], max_output_tokens=4, temperature=0
+    )
+    counted = counter.count(chatml_prompt(request, tools=[]))
+    assert len(loads) == 1
+    response = await complete(provider, request)
+    assert len(loads) == 1  # generation runs on the model that counting loaded
+    assert response.usage.input_tokens == counted  # the count is the figure the provider holds to its window
+    assert counted - counter.count("Be brief.") - counter.count(user) <= TEMPLATE_TOKENS
+    assert counter.count("1234567 7654321") > get_counter().count("1234567 7654321")  # a digit a token
 
 
 @pytest.mark.local_model

@@ -17,6 +17,7 @@ from tether.rlm import RlmEvent, RlmFinished, RlmLimits, RlmProgress, find_code_
 from tether.rlm.engine import SUB_SYSTEM
 from tether.rlm.mapreduce import ANSWER_SYSTEM, DIRECT_SYSTEM, MAP_SYSTEM, NOTHING
 from tether.rlm.sandbox import SandboxLimits
+from tether.rlm.sizing import TEMPLATE_TOKENS, text_budget
 
 SECRET = "48151623"
 
@@ -52,7 +53,12 @@ def sub_answer(request: ModelRequest) -> str:
     return f"The code is {found.group(1)}." if found else "I see no code."
 
 
-def model(root_replies: list[ScriptItem], *, sub: Callable[[ModelRequest], str] = sub_answer) -> ScriptedProvider:
+def model(
+    root_replies: list[ScriptItem],
+    *,
+    sub: Callable[[ModelRequest], str] = sub_answer,
+    kind: type[ScriptedProvider] = ScriptedProvider,
+) -> ScriptedProvider:
     replies = list(root_replies)
 
     def respond(request: ModelRequest) -> ScriptItem:
@@ -62,7 +68,7 @@ def model(root_replies: list[ScriptItem], *, sub: Callable[[ModelRequest], str] 
             return replies.pop(0)
         return sub(request)
 
-    return ScriptedProvider(respond)
+    return kind(respond)
 
 
 def repl(code: str) -> str:
@@ -277,3 +283,54 @@ def test_final_is_read_outside_code_only() -> None:
     assert find_final("use FINAL(x) when done") is None  # not at the start of a line
     assert find_final("FINAL(cut off mid answer") == ("answer", "cut off mid answer")
     assert find_final("FINAL_VAR(result)\nFINAL(other)") == ("var", "result")
+
+
+# --- sized by the model's own tokenizer ---------------------------------------------------------------
+
+
+class Chars:
+    """A byte-level model's tokenizer, near enough: one token a character, about four times o200k_base's
+    count of these texts. Sizing them by o200k_base would overflow this model's window fourfold."""
+
+    source = "chars"
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+
+class OwnTokenizer(ScriptedProvider):
+    """A scripted model that counts with its own tokenizer (`TokenCounting`), as the embedded model does."""
+
+    def token_counter(self, model: str) -> Chars:
+        return Chars()
+
+
+def tokens_of(request: ModelRequest) -> int:
+    """The request's size by the model's own count, the template's tokens and the reply's room included."""
+    text = (request.system or "") + "".join(m.text for m in request.messages)
+    return len(text) + TEMPLATE_TOKENS + (request.max_output_tokens or 0)
+
+
+async def test_map_reduce_chunks_are_cut_to_the_models_own_tokenizer() -> None:
+    provider = OwnTokenizer(sub_answer)
+    limits = RlmLimits(context_window=4_000, max_output_tokens=500)
+    text = haystack(60_000)
+    result = await rlm_answer(
+        text, "What is the vault access code?", provider, model="m", limits=limits, use_repl=False
+    )
+    assert result.answer == f"The vault access code is {SECRET}."
+    maps = [r for r in provider.requests if r.system == MAP_SYSTEM]
+    assert len(maps) > len(text) // limits.context_window  # more calls than o200k_base would have made
+    assert max(tokens_of(r) for r in provider.requests) <= limits.context_window
+
+
+async def test_a_sub_model_prompt_is_refused_by_the_models_own_count() -> None:
+    # About 1,700 tokens by o200k_base, which fits a 4,000-token window; 6,000 by the model's own count.
+    provider = model([repl("print(llm_query(context[:6000]))"), "FINAL(ok)"], kind=OwnTokenizer)
+    limits = RlmLimits(context_window=4_000, max_output_tokens=500)
+    result = await rlm_answer(haystack(100_000), "q?", provider, model="m", limits=limits)
+    assert result.sub_calls == 0 and not sub_requests(provider)
+    assert "Send a smaller piece" in root_requests(provider)[1].messages[-1].text
+    # and the root was told how much a sub-model takes: in characters of this text, by the model's count
+    allowed = text_budget(limits.context_window, limits.max_output_tokens, len(SUB_SYSTEM))
+    assert f"up to about {allowed} characters" in (root_requests(provider)[0].system or "")

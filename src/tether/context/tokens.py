@@ -299,6 +299,23 @@ def get_counter(encoding: str | None = None, *, model: str | None = None) -> Tok
         return HEURISTIC
 
 
+MAX_CHARS_PER_TOKEN = 8
+"""No vocabulary packs more characters than this into a token of real text (prose and code run at 3-5, JSON
+and digits at 1-3): a text longer than this many characters a token is taken to be over a limit uncounted."""
+
+
+def tokens_over(text: str, limit: int, counter: TokenCounter) -> bool:
+    """Whether `text` holds more than `limit` tokens by `counter`, counted only where its size leaves it open:
+    every token is at least one UTF-8 byte, so `limit` bytes (less one, for a tokenizer's leading-space
+    token) are not over; more than `MAX_CHARS_PER_TOKEN` characters a token are. So the cost of deciding is
+    bounded by the limit, not by the text, which may be a 100 MB paste."""
+    if len(text) > MAX_CHARS_PER_TOKEN * limit:
+        return True
+    if len(text.encode("utf-8", "surrogatepass")) < limit:
+        return False
+    return counter.count(text) > limit
+
+
 # --- messages, requests -----------------------------------------------------------------------------
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
 from ..errors import ProviderError
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCallPart, ToolSpec, Usage
+
+if TYPE_CHECKING:
+    from ..context.tokens import TokenCounter
 
 ToolChoice = str
 """``"auto"`` (the model decides), ``"none"`` (no tool calls), ``"required"`` (some tool call), or the name of
@@ -128,6 +131,16 @@ class Provider(Protocol):
     name: str
 
     def stream(self, request: ModelRequest) -> EventStream: ...
+
+
+@runtime_checkable
+class TokenCounting(Protocol):
+    """An optional capability beside `Provider`: counting a model's tokens with that model's own tokenizer
+    (the embedded model has its GGUF's). Callers check ``isinstance(provider, TokenCounting)`` and otherwise
+    estimate (`tether.context.tokens.get_counter`); `token_counter` returns None for a model whose tokenizer
+    the provider cannot offer."""
+
+    def token_counter(self, model: str) -> TokenCounter | None: ...
 
 
 class ModelResponse(msgspec.Struct, kw_only=True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import importlib.util
 import json
 import os
 import re
@@ -78,21 +79,41 @@ def _load(path: Path, n_ctx: int, threads: int | None) -> _LoadedModel:
                 raise MissingExtra("local", "llama_cpp") from exc
             llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
             if not _models:
-                atexit.register(_close_all)
+                atexit.register(_close_models)
             loaded = _models[key] = _LoadedModel(llama)
         return loaded
 
 
-def _close_all() -> None:
-    """Free the loaded models while the interpreter still has what llama.cpp's destructor needs: left to
-    the end of the process, each printed a TypeError traceback on the way out."""
+def _close_models() -> None:
+    """Free the loaded models at exit, before the interpreter takes its modules apart: llama-cpp-python's
+    own finalizer, run after that, may find its library gone and print a TypeError (its issue #2002). A
+    model still generating (a daemon thread) is left alone rather than freed under it."""
     with _models_lock:
-        for loaded in _models.values():
-            try:
+        for loaded in list(_models.values()):
+            if loaded.lock.acquire(blocking=False):
                 loaded.llama.close()
-            except Exception:  # the process is ending: nothing to do about a model that will not close
-                pass
         _models.clear()
+
+
+class LlamaTokenCounter:
+    """Token counts by the GGUF's own tokenizer, taken from the model instance that generation uses (`_load`
+    keeps one per process), so counting never loads a second copy; the first count loads it when no call has
+    yet. llama.cpp tokenizes from the vocabulary alone, which nothing changes after loading, so counting
+    needs no turn at the model's lock and goes on while another thread generates. Special tokens are parsed
+    as in the prompt the provider sends, so a count is the number that provider compares to its window."""
+
+    def __init__(self, path: Path, n_ctx: int, threads: int | None) -> None:
+        self._key = (path, n_ctx, threads)
+        self.source = f"llama.cpp:{path.name}"
+
+    def __repr__(self) -> str:
+        return f"LlamaTokenCounter({self.source!r})"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        llama = _load(*self._key).llama
+        return len(llama.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=True))
 
 
 # --- prompt -------------------------------------------------------------------------------------------
@@ -289,6 +310,18 @@ class LocalProvider:
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays loaded for the process (it is shared)."""
+
+    def token_counter(self, model: str) -> LlamaTokenCounter | None:
+        """Counts by this provider's GGUF, whatever `model` names (one provider serves one file): the
+        `TokenCounting` capability. None when the model or llama-cpp-python is missing, so callers estimate
+        and the call itself says what is missing."""
+        try:
+            path = self.model_path
+        except (ConfigError, MissingExtra):
+            return None
+        if importlib.util.find_spec("llama_cpp") is None:
+            return None
+        return LlamaTokenCounter(path, self.context_window, self.threads)
 
     async def stream(self, request: ModelRequest) -> EventStream:
         path = self.model_path

@@ -7,26 +7,28 @@ fails (limits hit, the REPL keeps dying, the model writes no code), a chunked ma
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
 from collections.abc import Callable
 
 import msgspec
 
-from ..context.tokens import TokenCounter, count_message, get_counter
+from ..context.tokens import MAX_CHARS_PER_TOKEN, TokenCounter, count_message, tokens_over
 from ..errors import AuthError, ContextOverflow, ProviderError, SandboxError
 from ..events import RlmEvent, RlmFinished, RlmProgress, RlmStage
 from ..messages import Message, Usage
 from ..providers.base import ModelRequest, ModelResponse, Provider, complete
-from .mapreduce import map_reduce
+from .mapreduce import call_budgets, map_reduce
 from .sandbox import BlockResult, Sandbox, SandboxLayer, SandboxLimits
+from .sizing import loaded_counter, text_budget
 
 
 class RlmLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Bounds on one RLM run. `max_tokens` and `wall_seconds` bound the recursive loop (root and sub-model
     calls); the map-reduce fallback, when needed, runs after it and costs about one pass over the text.
-    `context_window` and `max_output_tokens` describe the models (root and sub-models alike)."""
+    `context_window` and `max_output_tokens` describe the models (root and sub-models alike): every call
+    keeps `max_output_tokens` free for its reply, and the text a sub-call carries is cut to the margin of
+    `sizing.TEXT_SHARE`, counted by the model's own tokenizer where its provider offers one."""
 
     max_iterations: int = 15
     max_sub_calls: int = 50
@@ -143,6 +145,7 @@ class _Run:
         limits: RlmLimits,
         on_event: EventSink | None,
         counter: TokenCounter,
+        sub_counter: TokenCounter,
     ) -> None:
         self.provider = provider
         self.model = model
@@ -150,6 +153,7 @@ class _Run:
         self.limits = limits
         self.on_event = on_event
         self.counter = counter
+        self.sub_counter = sub_counter
         self.usage = Usage()
         self.iterations = 0
         self.sub_calls = 0
@@ -164,9 +168,15 @@ class _Run:
 
     @property
     def prompt_tokens(self) -> int:
-        """Input tokens one call may hold: the window less the reply and a margin for the estimate."""
+        """Input tokens one root call may hold: the window less the reply and a margin for the estimate."""
         window = self.limits.context_window
         return max(256, window - self.limits.max_output_tokens - max(256, window // 50))
+
+    @property
+    def sub_prompt_tokens(self) -> int:
+        """Tokens of prompt one `llm_query` may send, by the sub-model's counter (see `sizing.text_budget`)."""
+        limits = self.limits
+        return text_budget(limits.context_window, limits.max_output_tokens, self.sub_counter.count(SUB_SYSTEM))
 
     def emit(self, stage: RlmStage, detail: str = "", *, done: int | None = None, total: int | None = None) -> None:
         if self.on_event is not None:
@@ -209,12 +219,11 @@ class _Run:
             )
         if self.usage.total_tokens >= self.limits.max_tokens:
             raise RuntimeError("token budget spent; finish with what you have")
-        allowed = self.prompt_tokens - self.counter.count(SUB_SYSTEM)
+        allowed = self.sub_prompt_tokens
         for n, prompt in enumerate(prompts):
-            # No tokenizer packs 8 characters a token into real text: past that, refuse without counting
-            # (the whole of a 100 MB context would take a while to count).
-            size = self.counter.count(prompt) if len(prompt) <= 8 * allowed else None
-            if size is None or size > allowed:
+            # Counted only where its size leaves it open: the whole of a 100 MB context would take a while.
+            if tokens_over(prompt, allowed, self.sub_counter):
+                size = self.sub_counter.count(prompt) if len(prompt) <= MAX_CHARS_PER_TOKEN * allowed else None
                 measure = f"about {size:,} tokens" if size is not None else f"{len(prompt):,} characters"
                 raise RuntimeError(
                     f"prompt {n} is {measure}; a sub-model takes at most about {allowed:,} tokens. "
@@ -278,21 +287,27 @@ async def rlm_answer(
     limits: RlmLimits | None = None,
     on_event: EventSink | None = None,
     use_repl: bool = True,
+    counter: TokenCounter | None = None,
 ) -> RlmResult:
     """Answer `question` about `text`, which may be far larger than the model's window.
 
     `model` writes the REPL code; `sub_model` (default: the same) answers `llm_query`. With
-    ``use_repl=False`` (a model that cannot write code) the map-reduce runs directly. Provider errors that
-    no retry fixes (authentication, a malformed request) propagate; everything else ends in an answer.
+    ``use_repl=False`` (a model that cannot write code) the map-reduce runs directly. Calls are sized by
+    `counter` (default: each model's own, `sizing.model_counter`). Provider errors that no retry fixes
+    (authentication, a malformed request) propagate; everything else ends in an answer.
     """
     limits = limits or RlmLimits()
+    sub_model = sub_model or model
+    root_counter = counter or await loaded_counter(provider, model)
+    sub_counter = counter or (root_counter if sub_model == model else await loaded_counter(provider, sub_model))
     run = _Run(
         provider,
         model=model,
-        sub_model=sub_model or model,
+        sub_model=sub_model,
         limits=limits,
         on_event=on_event,
-        counter=get_counter(model=model),
+        counter=root_counter,
+        sub_counter=sub_counter,
     )
     if not use_repl:
         reason = "REPL not used: the model cannot write code"
@@ -320,7 +335,7 @@ async def _recursive(run: _Run, text: str, question: str) -> str:
     repl = _Repl(run, text, msgspec.structs.replace(limits.sandbox, output_chars=output_chars))
     system = SYSTEM_PROMPT.format(
         output_chars=output_chars,
-        sub_chars=_chars_for(run, text, run.prompt_tokens),
+        sub_chars=_chars_for(text, run.sub_prompt_tokens, run.sub_counter),
         max_iterations=limits.max_iterations,
         max_sub_calls=limits.max_sub_calls,
     )
@@ -504,15 +519,16 @@ def chars_per_token(text: str, counter: TokenCounter, *, sample: int = 20_000) -
     return chars / tokens if chars and tokens else 4.0
 
 
-def _chars_for(run: _Run, text: str, tokens: int) -> int:
+def _chars_for(text: str, tokens: int, counter: TokenCounter) -> int:
     """About how many characters of `text` make `tokens` tokens."""
-    return max(1, int(tokens * chars_per_token(text, run.counter)))
+    return max(1, int(tokens * chars_per_token(text, counter)))
 
 
 async def _map_reduce(run: _Run, text: str, question: str) -> str:
-    # A chunk takes most of a call; what is left holds the instructions and the question.
-    room = run.prompt_tokens - run.counter.count(question) - 200
-    chunk_chars = _chars_for(run, text, max(256, room * 9 // 10))
+    limits = run.limits
+    chunk_tokens, notes_tokens = call_budgets(
+        question, run.sub_counter, window=limits.context_window, reply_tokens=limits.max_output_tokens
+    )
 
     def progress(stage: str, done: int, total: int) -> None:
         run.emit("map" if stage == "map" else "reduce", done=done, total=total or None)
@@ -521,8 +537,9 @@ async def _map_reduce(run: _Run, text: str, question: str) -> str:
         text,
         question,
         run.ask,
-        chunk_chars=chunk_chars,
-        notes_chars=math.floor(chunk_chars * 0.8),
-        concurrency=run.limits.sub_call_concurrency,
+        chunk_tokens=chunk_tokens,
+        notes_tokens=notes_tokens,
+        counter=run.sub_counter,
+        concurrency=limits.sub_call_concurrency,
         progress=progress,
     )

@@ -4,10 +4,12 @@ the RLM answer plus the original's first 500 characters. The journal keeps the o
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import msgspec
 
+from ..context.tokens import TokenCounter, tokens_over
 from ..providers.base import Provider
 from .engine import EventSink, RlmLimits, RlmResult, rlm_answer
 
@@ -54,9 +56,22 @@ def needs_rlm(text_tokens: int, context_window: int, *, share: float = RLM_SHARE
     return text_tokens > share * context_window
 
 
+def text_needs_rlm(text: str, context_window: int, counter: TokenCounter, *, share: float = RLM_SHARE) -> bool:
+    """`needs_rlm` for a text, by `counter` (the target model's own where its provider offers it:
+    `sizing.model_counter`), which counts it only where its size leaves the answer open (`tokens_over`)."""
+    if context_window <= 0:
+        raise ValueError("context_window must be positive")
+    return tokens_over(text, math.floor(share * context_window), counter)
+
+
+def condensable(tool: BulkTool) -> bool:
+    """Whether RLM may stand in for the tool's output: it is marked bulk and is not read, grep or bash."""
+    return tool.bulk and tool.name not in NEVER_CONDENSED
+
+
 def tool_output_needs_rlm(tool: BulkTool, output_tokens: int, context_window: int) -> bool:
     """True for the oversized output of a tool marked bulk (never read, grep or bash)."""
-    return tool.bulk and tool.name not in NEVER_CONDENSED and needs_rlm(output_tokens, context_window)
+    return condensable(tool) and needs_rlm(output_tokens, context_window)
 
 
 class Condensed(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,10 +104,19 @@ async def condense(
     limits: RlmLimits | None = None,
     on_event: EventSink | None = None,
     use_repl: bool = True,
+    counter: TokenCounter | None = None,
 ) -> Condensed:
     """Run RLM on an oversized text and return its stand-in for the derived context. For a bulk tool's
-    output pass ``question=tool_output_question(name, task)`` and ``what="tool output"``."""
+    output pass ``question=tool_output_question(name, task)`` and ``what="tool output"``; `counter` sizes
+    the calls (default: the model's own, `sizing.model_counter`)."""
     result = await rlm_answer(
-        original, question, provider, model=model, limits=limits, on_event=on_event, use_repl=use_repl
+        original,
+        question,
+        provider,
+        model=model,
+        limits=limits,
+        on_event=on_event,
+        use_repl=use_repl,
+        counter=counter,
     )
     return Condensed(text=stand_in(original, result, what=what), result=result)

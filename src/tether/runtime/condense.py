@@ -10,21 +10,31 @@ from typing import Any
 
 from ..context.derive import CONDENSED_MARKER
 from ..context.engine import ModelLimits
-from ..context.tokens import get_counter
+from ..context.tokens import TokenCounter
 from ..events import Event, RlmEvent, RlmProgress
 from ..messages import Marker, ToolCallPart, ToolResultPart
 from ..rlm.engine import RlmLimits
-from ..rlm.policy import NEVER_CONDENSED, RLM_SHARE, condense, needs_rlm, tool_output_needs_rlm, tool_output_question
+from ..rlm.policy import RLM_SHARE, condensable, condense, text_needs_rlm, tool_output_question
+from ..rlm.sizing import model_counter
 from ..tools.output import read_artifact_bytes
 from .state import RunState
 
+MAX_BYTES_PER_CHAR = 4
+"""UTF-8 spends at most four bytes on a character, and a token is at least one byte."""
+
+
+def counter_for(state: RunState) -> TokenCounter:
+    """The counter of the run's model: its own tokenizer where the provider offers one (the embedded
+    model's), else the estimate for its family. The decision to condense and RLM's calls both use it."""
+    return model_counter(state.provider, state.options.model)
+
 
 def oversized(state: RunState, text: str) -> bool:
-    """Whether a user message is too large for the model's window and goes to RLM first."""
-    window = state.model_info.context_window
-    if state.options.context is not None or len(text) <= RLM_SHARE * window:
-        return False  # a token is at least a character: no need to count
-    return needs_rlm(get_counter(model=state.options.model).count(text), window)
+    """Whether a user message is too large for the model's window and goes to RLM first. (Counting by the
+    embedded model's tokenizer loads that model, on the event loop, when no call has loaded it yet.)"""
+    if state.options.context is not None:
+        return False
+    return text_needs_rlm(text, state.model_info.context_window, counter_for(state))
 
 
 async def condense_tool_output(
@@ -35,20 +45,17 @@ async def condense_tool_output(
     tool = state.tools.get(call.name)
     info = state.model_info
     size = int(result.metadata.get("original_chars") or len(result.content))
-    if tool is None or result.is_error or state.options.context is not None or size <= RLM_SHARE * info.context_window:
+    if tool is None or result.is_error or state.options.context is not None or not condensable(tool):
         return
-    if not tool.bulk or tool.name in NEVER_CONDENSED:
-        # decided before the artifact is read back: reading a command's 2 GB output whole, only to learn
-        # that bash is never condensed, is what made a flood of output cost gigabytes of memory
-        return
+    if MAX_BYTES_PER_CHAR * size <= RLM_SHARE * info.context_window:
+        return  # small enough whatever the tokenizer: the artifact need not be read
     artifact = result.metadata.get("artifact")
     full = (
         (await read_artifact_bytes(state.session.store, artifact)).decode("utf-8", "replace")
         if isinstance(artifact, str)
         else result.content
     )
-    tokens = get_counter(model=state.options.model).count(full)
-    if not tool_output_needs_rlm(tool, tokens, info.context_window):
+    if not text_needs_rlm(full, info.context_window, counter_for(state)):
         return
     question = tool_output_question(call.name, state.objective()[:500] or None)
     async for event in condense_text(
@@ -81,6 +88,7 @@ async def condense_text(
             limits=limits,
             on_event=notes.put_nowait,
             use_repl=state.provider.name != "local",  # the embedded model cannot write code
+            counter=counter_for(state),
             **kwargs,
         )
     )
