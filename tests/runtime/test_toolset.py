@@ -63,3 +63,19 @@ async def test_answer_mode_reads_the_evidence_with_rlm(store: Store, tmp_path: P
     assert not result.is_error, result.content
     assert result.content == "Run `make check` [1]"
     assert result.metadata["hits"] and "answer" in result.metadata
+
+
+async def test_the_embedded_model_answers_recall_by_map_reduce_within_its_window() -> None:
+    """The local model cannot write code: answer mode reads the evidence without the REPL, each call sized
+    to the run's window (it assumed a 128k window and the REPL before)."""
+    from tether.providers.catalog import ModelInfo
+    from tether.rlm.mapreduce import ANSWER_SYSTEM, DIRECT_SYSTEM, MAP_SYSTEM
+
+    window = ModelInfo(provider="local", model="m", context_window=4_000, max_output_tokens=512)
+    provider = ScriptedProvider(lambda request: "notes on it", name="local")
+    answer = rlm_answerer(provider, "m", window)
+    result = await answer("evidence line about make check\n" * 2_000, "how are the tests run?")
+    assert result.text and provider.requests
+    assert {r.system for r in provider.requests} <= {MAP_SYSTEM, ANSWER_SYSTEM, DIRECT_SYSTEM}  # no REPL
+    assert all((r.max_output_tokens or 0) <= 512 for r in provider.requests)
+    assert all(sum(len(m.text) for m in r.messages) < 4_000 * 4 for r in provider.requests)  # a window's worth

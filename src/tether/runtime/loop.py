@@ -64,7 +64,7 @@ class AgentRun:
         engine = opts.context_engine or ContextEngine(session.store, settings=context_settings(config))
         model_info = opts.model_info or unknown_model(self.provider.name, opts.model)
         settings = await engine.settings_for(session.id, info=info)
-        tools = with_recall_answers(opts.tools, self.provider, opts.model)
+        tools = with_recall_answers(opts.tools, self.provider, opts.model, model_info)
         state = RunState(
             session=session,
             provider=self.provider,

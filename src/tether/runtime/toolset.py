@@ -4,10 +4,12 @@ here so that no engine has to import another; choosing them by name (``--tools r
 
 from __future__ import annotations
 
+from ..context.engine import ModelLimits
 from ..errors import InvalidInput
 from ..providers.base import Provider
 from ..recall.tool import Answer, Answerer, SessionRecallTool
 from ..rlm import rlm_answer
+from ..rlm.engine import RlmLimits
 from ..tools.base import ToolRegistry
 from ..tools.builtin import builtin_tools
 
@@ -37,22 +39,31 @@ def select_tools(spec: str | None, registry: ToolRegistry | None = None) -> Tool
     return registry.subset(names)
 
 
-def rlm_answerer(provider: Provider, model: str) -> Answerer:
-    """An answerer for `session_recall` that reads the evidence with RLM and this model."""
+def rlm_answerer(provider: Provider, model: str, window: ModelLimits | None = None) -> Answerer:
+    """An answerer for `session_recall` that reads the evidence with RLM and this model, sized to its
+    `window` (default: RLM's own limits) and without the REPL for the embedded model, which cannot write
+    code (as the run's own RLM hand-off does)."""
+    limits = None
+    if window is not None:
+        limits = RlmLimits(context_window=window.context_window, max_output_tokens=min(window.max_output_tokens, 4096))
 
     async def answer(evidence: str, question: str) -> Answer:
-        result = await rlm_answer(evidence, question, provider, model=model)
+        result = await rlm_answer(
+            evidence, question, provider, model=model, limits=limits, use_repl=provider.name != "local"
+        )
         return Answer(result.answer, {"fallback": result.fallback, "sub_calls": result.sub_calls})
 
     return answer
 
 
-def with_recall_answers(tools: ToolRegistry, provider: Provider, model: str) -> ToolRegistry:
+def with_recall_answers(
+    tools: ToolRegistry, provider: Provider, model: str, window: ModelLimits | None = None
+) -> ToolRegistry:
     """The run's tools, with `session_recall` (when offered and without an answerer) able to answer with the
-    run's own model."""
+    run's own model, within its `window`."""
     recall = tools.get("session_recall")
     if not isinstance(recall, SessionRecallTool) or recall.answerer is not None:
         return tools
     tools = tools.subset(tools.names())
-    tools.register(SessionRecallTool(rlm_answerer(provider, model), budget=recall.budget), replace=True)
+    tools.register(SessionRecallTool(rlm_answerer(provider, model, window), budget=recall.budget), replace=True)
     return tools
