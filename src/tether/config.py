@@ -102,6 +102,14 @@ class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     bash: BashConfig = msgspec.field(default_factory=BashConfig)
 
 
+class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[runtime]``: how runs hold their sessions."""
+
+    lease_ttl: Annotated[float, msgspec.Meta(ge=1, le=86_400)] | None = None
+    """Seconds a run's hold on its session lasts unless renewed (default 30): how long a session stays busy
+    after the process running it died."""
+
+
 class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     default_model: str | None = None
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
@@ -111,6 +119,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     """``[context]``: the context engine's settings (`tether.context.ContextSettings` fields, such as
     ``auto_compact = false`` or ``compact_threshold = 0.8``); checked where the engine reads them."""
     tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

@@ -1008,3 +1008,19 @@ async def test_an_expired_lease_taken_again_by_its_holder_starts_anew(store: Sto
         await store.renew_lease(sid, "run_a", ttl=30)  # expired, though nobody took it
     again = await store.acquire_lease(sid, "run_a", ttl=30)
     assert again.since > first.since  # the same on every backend
+
+
+async def test_a_request_waits_in_the_lease_for_its_holder(store: Store) -> None:
+    sid = (await store.create_session()).id
+    assert await store.request_lease(sid, "cancel") is None  # nobody holds it: nothing to ask
+    await store.acquire_lease(sid, "run_a", ttl=30)
+    asked = await store.request_lease(sid, "pause")
+    assert asked is not None and asked.request == "pause" and asked.holder == "run_a"
+    assert (await store.renew_lease(sid, "run_a", ttl=30)).request == "pause"  # the holder reads it as it renews
+    assert (await store.request_lease(sid, "cancel")).request == "cancel"  # type: ignore[union-attr]
+    assert (await store.request_lease(sid, "pause")).request == "cancel"  # type: ignore[union-attr]  # stands
+    assert (await store.acquire_lease(sid, "run_a", ttl=30)).request == "cancel"  # renewing keeps it
+    await store.release_lease(sid, "run_a")
+    assert (await store.acquire_lease(sid, "run_b", ttl=30)).request is None  # a new holder starts clean
+    with pytest.raises(InvalidInput, match="lease request"):
+        await store.request_lease(sid, "explode")  # type: ignore[arg-type]

@@ -444,6 +444,6 @@ async def test_a_schema_4_file_gets_the_new_leases_table(tmp_path: Path) -> None
         await store.close()
     conn = sqlite3.connect(path)
     columns = [row[1] for row in conn.execute("PRAGMA table_info(leases)")]
-    assert columns == ["session_id", "holder", "pid", "host", "since", "expires_at"]
+    assert columns == ["session_id", "holder", "pid", "host", "since", "expires_at", "request"]
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
     conn.close()

@@ -187,9 +187,10 @@ class TerminalRenderer:
             self.err.print(f"[dim]{shown(event.what)}{done} {shown(event.detail)}[/dim]")
         elif isinstance(event, CheckpointReached):
             self._newline()
+            why = "Paused, as asked" if event.reason == "paused" else f"Stopped at the step limit ({event.steps} steps)"
             self.err.print(
-                f"[yellow]Stopped at the step limit ({event.steps} steps). A checkpoint was saved; "
-                "continue with `tether run --continue`.[/yellow]"
+                f"[yellow]{why}. A checkpoint was saved; continue with "
+                f"`tether run --continue --session {shown(event.session_id)}`.[/yellow]"
             )
         elif isinstance(event, Error):
             self._newline()

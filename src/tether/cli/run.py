@@ -4,15 +4,17 @@ the session of this directory. Ctrl-C cancels the run cleanly; `--continue` pick
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 import click
 from rich.console import Console
 
-from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound
+from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound, SessionBusy
 from ..events import Done, Error, Event, RunStarted, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
@@ -37,6 +39,23 @@ def terminal_confirm(console: Console) -> Confirm:
         return answer.strip().lower() in ("y", "yes")
 
     return confirm
+
+
+BUSY_EXIT = 3
+"""The exit status of a run refused because another run holds its session."""
+
+
+def busy_line(busy: SessionBusy, *, waiting: bool = False) -> str:
+    """Who holds the session, since when, and what to do about it, on one line."""
+    since = f" since {time.strftime('%H:%M:%S', time.localtime(busy.since))}" if busy.since else ""
+    where = ", ".join(x for x in (f"pid {busy.pid}" if busy.pid is not None else "", busy.host or "") if x)
+    holder = f"run {busy.holder}" + (f" ({where})" if where else "") + since
+    if waiting:
+        return f"session {busy.session_id} is busy: {holder}; waiting for it to finish (Ctrl-C to stop)"
+    return (
+        f"session {busy.session_id} is busy: {holder} holds it; wait for it with --wait, or stop it with "
+        f"`tether sessions cancel {busy.session_id}`"
+    )
 
 
 def checked(request: RunRequest) -> LaunchPlan:
@@ -88,6 +107,7 @@ async def launched_events(
     "--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list (read,grep,glob), or none."
 )
 @click.option("--yes", "-y", "yes", is_flag=True, help="Run an imported session without asking first.")
+@click.option("--wait", "wait", is_flag=True, help="If another run holds the session, wait for it (else: exit 3).")
 @click.option("--json", "json_flag", is_flag=True, help="One JSON object per event per line.")
 def run(
     prompt: str | None,
@@ -99,6 +119,7 @@ def run(
     system_prompt: str | None,
     tools: str | None,
     yes: bool,
+    wait: bool,
     json_flag: bool,
 ) -> None:
     """Run the agent on PROMPT until it is done (or the step limit is reached).
@@ -142,6 +163,8 @@ def run(
             tools=tools,
             ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
             confirmed=yes,
+            wait=math.inf if wait else None,
+            on_lease_wait=lambda busy: err.print(f"[dim]{shown(busy_line(busy, waiting=True))}[/dim]"),
         )
     )
 
@@ -184,6 +207,9 @@ def run(
                     code = 0
                 elif isinstance(event, Error):
                     code = 1
+        except SessionBusy as busy:
+            err.print(f"[red]error:[/red] {shown(busy_line(busy))}", highlight=False)
+            code = BUSY_EXIT
         except asyncio.CancelledError:
             if not cancelled:
                 raise

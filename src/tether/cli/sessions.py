@@ -33,7 +33,7 @@ from ..messages import (
 )
 from ..paths import canonical_directory
 from ..store import UNSET, Store
-from ..store.records import RevertSpan, SessionInfo
+from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
 from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
 from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
@@ -339,6 +339,41 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
         echo_json(session_record(new))
         return
     click.echo(f"Forked {new.forked_from} at entry {new.forked_at}: {new.id}")
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+def cancel(session_ref: str) -> None:
+    """Stop the run that is working in a session, in this or another process: it stops within a second,
+    keeps what it has done, and marks the tool calls it had not finished as aborted. Continue it later with
+    `tether run --continue --session ID`."""
+    _ask(session_ref, "cancel")
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+def pause(session_ref: str) -> None:
+    """Pause the run that is working in a session, at its next step: it saves a checkpoint and the session
+    is marked paused. `tether run --continue --session ID` resumes it."""
+    _ask(session_ref, "pause")
+
+
+def _ask(session_ref: str, request: LeaseRequest) -> None:
+    from ..runtime.operations import ask_run
+
+    async def run(store: Store) -> tuple[SessionInfo, Lease | None]:
+        info = await find_session(store, session_ref)
+        return info, await ask_run(store, info.id, request)
+
+    info, lease = with_store(run)
+    if lease is None:
+        click.echo(f"error: no run is working in session {escape_controls(info.id)}: nothing to {request}", err=True)
+        raise SystemExit(1)
+    verb = "cancel" if request == "cancel" else "pause at its next step"
+    if lease.request != request:  # a cancel stands: a later pause does not soften it
+        click.echo(f"run {escape_controls(lease.describe())} was already asked to {lease.request}")
+        return
+    click.echo(f"asked run {escape_controls(lease.describe())} to {verb}")
 
 
 # --- export, import ------------------------------------------------------------------------------------------

@@ -434,12 +434,7 @@ def _answer_unanswered(items: list[_Item], counter: TokenCounter) -> list[_Item]
     out: list[_Item] = []
     for item in items:
         last = out[-1] if out else None
-        if (
-            last is not None
-            and last.seq is not None
-            and last.message.role == "user"
-            and item.message.role == "user"
-        ):
+        if last is not None and last.seq is not None and last.message.role == "user" and item.message.role == "user":
             note = Message.assistant(INTERRUPTED_NOTE)
             out.append(_Item(None, note, part_counts(note, counter), ref=last.seq))
         out.append(item)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import Config
-from ..errors import ConfigError, ConfirmationRequired, InvalidInput, SessionNotFound
+from ..errors import ConfigError, ConfirmationRequired, InvalidInput, SessionBusy, SessionNotFound
 from ..events import Event
 from ..messages import Message
 from ..paths import canonical_directory
@@ -21,6 +21,7 @@ from ..store.records import IMPORTED
 from ..tools.base import AskFn
 from .configuration import context_settings, load_config
 from .handle import SessionHandle
+from .lease import DEFAULT_TTL, LeaseTerms
 from .lookup import find_session
 from .loop import AgentRun
 from .permission import PermissionCheck
@@ -48,6 +49,10 @@ class RunRequest:
     """Decides whether each tool call may run (see `permission`); None: every call runs."""
     confirmed: bool = False
     """Run an imported session without asking (``--yes``); the yes is recorded with the session."""
+    wait: float | None = None
+    """Seconds to wait for a session another run holds (``--wait``: `math.inf`); None: refuse at once."""
+    on_lease_wait: Callable[[SessionBusy], None] | None = None
+    """Told who holds the session, once, when the run starts waiting for it."""
 
 
 @dataclass
@@ -80,7 +85,10 @@ def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOp
     """The options of a run on `resolved`: its catalog entry (the context budget is the model's own window,
     not a guess), its default temperature, the configuration; `fields` are other `RunOptions` fields (they
     win over these)."""
-    options = RunOptions(**{"model": resolved.model, "model_info": resolved.info, "config": config, **fields})
+    lease = LeaseTerms(ttl=config.runtime.lease_ttl or DEFAULT_TTL)
+    options = RunOptions(
+        **{"model": resolved.model, "model_info": resolved.info, "config": config, "lease": lease, **fields}
+    )
     if options.temperature is None and resolved.info.temperature is not None and resolved.info.supports_temperature:
         options.temperature = resolved.info.temperature
     return options
@@ -118,7 +126,10 @@ def check_request(request: RunRequest, config: Config | None = None) -> LaunchPl
         tools=tools,
         ask=request.ask,
         permission=request.permission,
+        on_lease_wait=request.on_lease_wait,
     )
+    if options.lease is not None and request.wait is not None:
+        options.lease = replace(options.lease, wait=request.wait)
     return LaunchPlan(request, config, workspace, resolved, options)
 
 

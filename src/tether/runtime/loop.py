@@ -8,7 +8,7 @@ run streams numbered events (`tether.events`). Cancellation and crashes leave a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from ..config import Config
 from ..context.budget import ContextSettings, compute_budget
@@ -17,20 +17,24 @@ from ..errors import (
     AuthError,
     ConfigError,
     ContextOverflow,
+    LeaseLost,
     ProviderError,
     RateLimited,
     SeqConflict,
 )
 from ..events import Done, Error, Event, RunStarted
+from ..ids import new_id
 from ..messages import INTERRUPTED_MARKER, Checkpoint, EntryBody, Marker, Message, ToolCallPart, ToolResultPart
 from ..providers.base import Provider
 from ..providers.catalog import unknown_model
 from ..providers.registry import ResolvedModel, resolve_provider
+from ..store.records import LeaseRequest
 from ..store.reverts import active_tail
 from .condense import condense_text, oversized
 from .configuration import context_settings
 from .handle import SessionHandle
 from .journal import RunJournal
+from .lease import RunLease
 from .model_call import ModelCall, PartialAnswer
 from .state import RunOptions, RunState, Summarizer
 from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
@@ -53,7 +57,10 @@ class AgentRun:
         self.session = session
         self.provider = provider
         self.options = options
+        self.run_id = new_id("run")
         self.state: RunState | None = None
+        self._stopped: str | None = None  # why another process stopped the run (its lease says)
+        self._pause_requested = False
 
     async def _start(self) -> RunState:
         """Everything a run settles before it journals anything: a bad setting fails here, with the session
@@ -66,6 +73,7 @@ class AgentRun:
         settings = await engine.settings_for(session.id, info=info)
         tools = with_recall_answers(opts.tools, self.provider, opts.model, model_info)
         state = RunState(
+            run_id=self.run_id,
             session=session,
             provider=self.provider,
             options=opts,
@@ -105,7 +113,56 @@ class AgentRun:
         )
 
     async def events(self, prompt: str | Message | None) -> AsyncIterator[Event]:
+        """Run the loop and yield its events. The run holds its session's lease from before its first read
+        to its end (`RunOptions.lease`): another run on the session is a `SessionBusy` (or waits, as the
+        terms say). A cancel another process asks for ends the run here with an `Error` (code
+        ``cancelled``), as one that lost its lease does (``busy``); a pause stops it at its next step."""
+        lease = None
+        if self.options.lease is not None:
+            lease = RunLease(self.session.store, self.session.id, self.run_id, self.options.lease)
+            await lease.acquire(self.options.on_lease_wait)
+            lease.watch(self._requested(asyncio.current_task()), self._lost(asyncio.current_task()))
+        try:
+            async for event in self._run(prompt):
+                yield event
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._stopped is None or task is None:
+                raise
+            task.uncancel()
+            state = self.state
+            yield Error(
+                session_id=self.session.id,
+                n=state.journal.next_number() if state is not None else 0,
+                code="busy" if self._stopped.startswith("lost") else "cancelled",
+                message=self._stopped,
+            )
+        finally:
+            if lease is not None:
+                await lease.release()
+
+    def _requested(self, task: asyncio.Task[object] | None) -> Callable[[LeaseRequest], None]:
+        def on_request(request: LeaseRequest) -> None:
+            if request == "pause":
+                self._pause_requested = True
+            elif self._stopped is None and task is not None:
+                self._stopped = "cancelled from another process"
+                task.cancel()
+
+        return on_request
+
+    def _lost(self, task: asyncio.Task[object] | None) -> Callable[[LeaseLost], None]:
+        def on_lost(lost: LeaseLost) -> None:
+            if self._stopped is None and task is not None:
+                self._stopped = f"lost the session: {lost}"
+                task.cancel()
+
+        return on_lost
+
+    async def _run(self, prompt: str | Message | None) -> AsyncIterator[Event]:
         state = self.state = await self._start()
+        if state.session.info.state == "paused":  # a run on a paused session resumes it
+            await state.session.update(state="active")
         sid, opts, journal = state.session_id, self.options, state.journal
         yield RunStarted(
             session_id=sid,
@@ -144,11 +201,14 @@ class AgentRun:
 
             last_text = ""
             while True:
-                if state.steps >= opts.max_steps:
-                    await self._checkpoint(last_text)
+                if state.steps >= opts.max_steps or self._pause_requested:
+                    reason = "paused" if self._pause_requested else "step_limit"
+                    await self._checkpoint(last_text, reason)
+                    if reason == "paused":
+                        await state.session.update(state="paused")
                     for event in journal.drain():
                         yield event
-                    yield self._done(last_text, "step_limit")
+                    yield self._done(last_text, reason)
                     return
                 state.steps += 1
                 call = ModelCall(state)
@@ -232,8 +292,9 @@ class AgentRun:
                 return body.role in ("user", "tool")
         return False
 
-    async def _checkpoint(self, last_text: str) -> None:
-        """Journal where the run stopped at its step limit: a `Checkpoint` that ``--continue`` picks up."""
+    async def _checkpoint(self, last_text: str, reason: str = "step_limit") -> None:
+        """Journal where the run stopped (its step limit, a pause): a `Checkpoint` that ``--continue`` picks
+        up."""
         state = self.state
         assert state is not None
         tools_used: dict[str, int] = {}
@@ -250,7 +311,7 @@ class AgentRun:
             if isinstance(entry.body, Message) and entry.body.role == "user" and entry.body.text.strip():
                 objective = entry.body.text.strip()
         body = Checkpoint(
-            objective=objective[:2000], done=done, next_action=next_action, reason="step_limit", steps=state.steps
+            objective=objective[:2000], done=done, next_action=next_action, reason=reason, steps=state.steps
         )
         await state.append(body)
 

@@ -20,7 +20,7 @@ from ..messages import Entry, EntryBody
 from ..providers.catalog import Catalog
 from ..providers.registry import choose_model, resolve_provider
 from ..store.protocols import Store
-from ..store.records import SessionInfo
+from ..store.records import Lease, LeaseRequest, SessionInfo
 from .configuration import context_settings
 from .handle import SessionHandle
 from .toolset import default_registry
@@ -104,3 +104,11 @@ async def compact_now(
     return await engine.compact(
         session_id, budget=budget, provider=provider, model=summarizer, emit=emit, settings=settings, append=append
     )
+
+
+async def ask_run(store: Store, session_id: str, request: LeaseRequest) -> Lease | None:
+    """Ask the run that holds the session, in this process or another, to stop now (``cancel``: it keeps
+    what it has, marks its unfinished calls aborted) or at its next step (``pause``: a checkpoint, the session
+    marked paused; a later run resumes it). The request waits in the session's lease, which its run reads
+    within a second. None when no run holds the session."""
+    return await store.request_lease(session_id, request)

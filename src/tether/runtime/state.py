@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..config import Config
 from ..context.budget import Budget, ContextSettings
 from ..context.engine import ContextEngine, ModelLimits
+from ..errors import SessionBusy
 from ..ids import new_id
 from ..messages import Entry, EntryBody, Message, ToolCallPart, ToolSpec, Usage
 from ..providers.base import Provider
@@ -21,6 +22,7 @@ from ..redaction import SecretPolicy, config_secrets
 from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
 from .handle import SessionHandle
 from .journal import RunJournal
+from .lease import LeaseTerms
 from .permission import PermissionCheck
 from .toolset import default_registry
 
@@ -67,6 +69,10 @@ class RunOptions:
     `resolve_provider` with `config`, as for ``--model``."""
     permission: PermissionCheck | None = None
     """Decides whether each tool call may run (see `permission`); None: every call runs."""
+    lease: LeaseTerms | None = field(default_factory=LeaseTerms)
+    """How the run holds its session against other runs (see `lease`); None: it takes no lease."""
+    on_lease_wait: Callable[[SessionBusy], None] | None = None
+    """Told who holds the session when the run waits for it (`LeaseTerms.wait`)."""
     secrets: SecretPolicy | None = None
     """Which environment variables are kept from commands and whose values are kept out of the journal;
     None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""
@@ -110,6 +116,8 @@ class RunState:
     steps: int = 0
     recent_calls: list[str] = field(default_factory=list)
     repeats: set[str] = field(default_factory=set)
+    pause_requested: bool = False
+    """Another process asked the run to pause: it stops at its next step boundary."""
     secrets: SecretPolicy = field(init=False)
 
     def __post_init__(self) -> None:

@@ -20,6 +20,7 @@ from .records import (
     BackfillProgress,
     Durability,
     Lease,
+    LeaseRequest,
     Page,
     RevertSpan,
     SearchHit,
@@ -34,6 +35,7 @@ from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_ter
 from .validate import (
     check_artifact_id,
     check_lease,
+    check_lease_request,
     check_limit,
     check_new_session,
     check_search_filters,
@@ -409,16 +411,28 @@ class MemoryStore:
         return lease if lease is not None and lease.expires_at > time.time() else None
 
     async def acquire_lease(
-        self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: float,
+        pid: int | None = None,
+        host: str | None = None,
+        take_from: str | None = None,
     ) -> Lease:
         check_lease(session_id, holder, ttl)
         self._get(session_id)
         now = time.time()
         current = self._live_lease(session_id)
         if current is not None and current.holder != holder:
-            raise current.busy()
+            if take_from is None or current.holder != take_from:
+                raise current.busy()
+            current = None  # its holder is dead: the lease starts anew
         since = current.since if current is not None else now
-        lease = Lease(session_id=session_id, holder=holder, pid=pid, host=host, since=since, expires_at=now + ttl)
+        request = current.request if current is not None else None  # live and ours (others are refused above)
+        lease = Lease(
+            session_id=session_id, holder=holder, pid=pid, host=host, since=since, expires_at=now + ttl, request=request
+        )
         self._leases[session_id] = lease
         return lease
 
@@ -431,6 +445,17 @@ class MemoryStore:
         lease = msgspec.structs.replace(current, expires_at=time.time() + ttl)
         self._leases[session_id] = lease
         return lease
+
+    async def request_lease(self, session_id: str, request: LeaseRequest) -> Lease | None:
+        check_lease_request(session_id, request)
+        self._get(session_id)
+        current = self._live_lease(session_id)
+        if current is None:
+            return None
+        if current.request != "cancel":
+            current = msgspec.structs.replace(current, request=request)
+            self._leases[session_id] = current
+        return current
 
     async def release_lease(self, session_id: str, holder: str) -> bool:
         check_lease(session_id, holder)

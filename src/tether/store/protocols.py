@@ -13,6 +13,7 @@ from .records import (
     BackfillProgress,
     Durability,
     Lease,
+    LeaseRequest,
     Page,
     RevertSpan,
     SearchHit,
@@ -163,11 +164,19 @@ class Leases(Protocol):
     machines). A lease lasts `ttl` seconds unless renewed; an expired lease may be taken over."""
 
     async def acquire_lease(
-        self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: float,
+        pid: int | None = None,
+        host: str | None = None,
+        take_from: str | None = None,
     ) -> Lease:
         """Take the session's lease for `holder`: when it is free, expired, or already `holder`'s (a live one
-        is then renewed and keeps its `since`; an expired one starts anew). Held by another holder:
-        `SessionBusy`, which names it. Raises `SessionNotFound`."""
+        is then renewed and keeps its `since`; an expired one starts anew), or held by `take_from` (a holder
+        the caller knows is dead: its process is gone). Held by another holder: `SessionBusy`, which names
+        it. Raises `SessionNotFound`."""
         ...
 
     async def renew_lease(self, session_id: str, holder: str, *, ttl: float) -> Lease:
@@ -181,6 +190,12 @@ class Leases(Protocol):
 
     async def get_lease(self, session_id: str) -> Lease | None:
         """The live lease on the session, or None when it is free (an expired lease counts as free)."""
+        ...
+
+    async def request_lease(self, session_id: str, request: LeaseRequest) -> Lease | None:
+        """Ask the holder of the session's live lease to stop (``cancel``) or to stop at its next step
+        (``pause``): the request waits in the lease, which its holder reads as it renews. A cancel is not
+        overwritten by a pause. None when nobody holds the session (nothing to ask)."""
         ...
 
 

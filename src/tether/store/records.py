@@ -136,10 +136,15 @@ class RevertSpan(NamedTuple):
         return range(self.after + 1, self.revert)
 
 
+LeaseRequest = Literal["cancel", "pause"]
+LEASE_REQUESTS: tuple[LeaseRequest, ...] = ("cancel", "pause")
+
+
 class Lease(msgspec.Struct, kw_only=True, frozen=True):
     """Who runs a session now: the busy lock. `holder` is the run's own id; `pid` and `host` say where it
     lives, for people and for telling a dead holder from a live one; the lease is the holder's until
-    `expires_at` (store clock, seconds since the epoch) unless renewed."""
+    `expires_at` (store clock, seconds since the epoch) unless renewed. `request` is what someone else asked
+    of the holder (``cancel``, ``pause``): the holder reads it when it renews."""
 
     session_id: str
     holder: str
@@ -147,6 +152,7 @@ class Lease(msgspec.Struct, kw_only=True, frozen=True):
     host: str | None = None
     since: float
     expires_at: float
+    request: LeaseRequest | None = None
 
     def describe(self) -> str:
         where = ", ".join(x for x in (f"pid {self.pid}" if self.pid is not None else "", self.host or "") if x)

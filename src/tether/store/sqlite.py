@@ -51,11 +51,13 @@ from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to
 from .faults import RESTORE, is_busy, store_fault
 from .health import Finding
 from .records import (
+    LEASE_REQUESTS,
     UNSET,
     BackfillProgress,
     CorruptHandler,
     Durability,
     Lease,
+    LeaseRequest,
     Page,
     RevertSpan,
     SearchHit,
@@ -69,6 +71,7 @@ from .records import (
 from .validate import (
     check_artifact_id,
     check_lease,
+    check_lease_request,
     check_limit,
     check_new_session,
     check_search_filters,
@@ -129,7 +132,8 @@ CREATE TABLE IF NOT EXISTS leases (
     pid INTEGER,
     host TEXT,
     since REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    request TEXT
 );
 """
 
@@ -878,14 +882,30 @@ class SqliteStore:
 
     def _lease_row(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
         row = conn.execute(
-            "SELECT holder, pid, host, since, expires_at FROM leases WHERE session_id = ?", (session_id,)
+            "SELECT holder, pid, host, since, expires_at, request FROM leases WHERE session_id = ?", (session_id,)
         ).fetchone()
         if row is None:
             return None
-        return Lease(session_id=session_id, holder=row[0], pid=row[1], host=row[2], since=row[3], expires_at=row[4])
+        request = row[5] if row[5] in LEASE_REQUESTS else None
+        return Lease(
+            session_id=session_id,
+            holder=row[0],
+            pid=row[1],
+            host=row[2],
+            since=row[3],
+            expires_at=row[4],
+            request=request,
+        )
 
     async def acquire_lease(
-        self, session_id: str, holder: str, *, ttl: float, pid: int | None = None, host: str | None = None
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: float,
+        pid: int | None = None,
+        host: str | None = None,
+        take_from: str | None = None,
     ) -> Lease:
         check_lease(session_id, holder, ttl)
 
@@ -894,14 +914,26 @@ class SqliteStore:
             now = time.time()
             current = self._lease_row(conn, session_id)
             if current is not None and current.holder != holder and current.expires_at > now:
-                raise current.busy()
+                if take_from is None or current.holder != take_from:
+                    raise current.busy()
+                current = None  # its holder is dead: the lease starts anew
             renewing = current is not None and current.holder == holder and current.expires_at > now
             since = current.since if renewing and current is not None else now
+            request = current.request if renewing and current is not None else None  # a new holder starts clean
             conn.execute(
-                "INSERT OR REPLACE INTO leases (session_id, holder, pid, host, since, expires_at) VALUES (?,?,?,?,?,?)",
-                (session_id, holder, pid, host, since, now + ttl),
+                "INSERT OR REPLACE INTO leases (session_id, holder, pid, host, since, expires_at, request)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (session_id, holder, pid, host, since, now + ttl, request),
             )
-            return Lease(session_id=session_id, holder=holder, pid=pid, host=host, since=since, expires_at=now + ttl)
+            return Lease(
+                session_id=session_id,
+                holder=holder,
+                pid=pid,
+                host=host,
+                since=since,
+                expires_at=now + ttl,
+                request=request,
+            )
 
         return await self._write(tx)
 
@@ -929,6 +961,21 @@ class SqliteStore:
                 > 0
             )
         )
+
+    async def request_lease(self, session_id: str, request: LeaseRequest) -> Lease | None:
+        check_lease_request(session_id, request)
+
+        def tx(conn: sqlite3.Connection) -> Lease | None:
+            self._get_row(conn, session_id)
+            current = self._lease_row(conn, session_id)
+            if current is None or current.expires_at <= time.time():
+                return None
+            if current.request == "cancel":
+                return current  # a cancel stands: a later pause does not soften it
+            conn.execute("UPDATE leases SET request = ? WHERE session_id = ?", (request, session_id))
+            return msgspec.structs.replace(current, request=request)
+
+        return await self._write(tx)
 
     async def get_lease(self, session_id: str) -> Lease | None:
         check_id(session_id, "session id")

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ..ids import check_id
 from ..messages import Entry, EntryBody, Revert, encode_json
-from .records import SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo
+from .records import LEASE_REQUESTS, SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo
 
 MAX_LEASE_TTL = 24 * 3600.0
 """The longest lease one call may take: a holder that wants more renews it."""
@@ -126,3 +126,9 @@ def check_lease(session_id: str, holder: str, ttl: float | None = None) -> None:
     check_text(holder, "lease holder")
     if ttl is not None and not (isinstance(ttl, int | float) and 0 < ttl <= MAX_LEASE_TTL):
         raise InvalidInput(f"a lease lasts more than 0 and at most {MAX_LEASE_TTL:.0f} seconds, not {ttl!r}")
+
+
+def check_lease_request(session_id: str, request: object) -> None:
+    check_id(session_id, "session id")
+    if request not in LEASE_REQUESTS:
+        raise InvalidInput(f"a lease request is one of {', '.join(LEASE_REQUESTS)}, not {request!r}")
