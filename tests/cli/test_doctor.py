@@ -66,3 +66,20 @@ def test_json_says_ok_and_lists_the_findings(tmp_path: Path) -> None:
     assert home_finding["check"] == "home" and home_finding["status"] == "fail" and home_finding["fix"]
     assert {f["status"] for f in data["findings"]} <= {"ok", "warn", "fail"}
     assert json.loads(doctor(home, "--json", "doctor").stdout) == data  # the global --json too
+
+
+def test_bracketed_words_in_a_finding_are_printed_as_they_are(tmp_path: Path) -> None:
+    """An install hint names its extra in brackets (`pip install 'tether[embeddings]'`): the text view must
+    not read them as style tags and drop them (the JSON view always had them)."""
+    driver = (
+        "import sys\n"
+        "import tether.cli.doctor as d\n"
+        "from tether.runtime.doctor import Finding\n"
+        "d.diagnose = lambda url, full=None: [Finding(check='extra embeddings', status='warn', "
+        "detail='not installed', fix=\"pip install 'tether[embeddings]' for semantic recall\")]\n"
+        "from tether.cli.main import cli\n"
+        "cli(['doctor'], prog_name='tether')\n"
+    )
+    env = {**os.environ, "TETHER_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, env=env)
+    assert "fix: pip install 'tether[embeddings]' for semantic recall" in result.stdout, result.stdout + result.stderr

@@ -10,6 +10,7 @@ import click
 
 from ..runtime.doctor import diagnose, failed
 from .common import cli_state, console, echo_json, wants_json
+from .render import shown
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -30,9 +31,11 @@ def doctor(full: bool | None, json_flag: bool) -> None:
         width = max(len(f.check) for f in findings)
         for f in findings:
             out.print(
-                f"[{_STYLE[f.status]}]{f.status:<4}[/] {f.check:<{width}}  {f.detail}", markup=True, soft_wrap=True
+                f"[{_STYLE[f.status]}]{f.status:<4}[/] {shown(f.check):<{width}}  {shown(f.detail)}",
+                markup=True,
+                soft_wrap=True,
             )
             if f.fix and f.status != "ok":
-                out.print(f"     {'':<{width}}  [dim]fix: {f.fix}[/dim]", markup=True, soft_wrap=True)
+                out.print(f"     {'':<{width}}  [dim]fix: {shown(f.fix)}[/dim]", markup=True, soft_wrap=True)
     if failed(findings):
         sys.exit(1)
