@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         replay_events,
     )
     from .runtime.launch import launch
+    from .runtime.manager import SessionManager
     from .session import (
         RunResult,
         Session,
@@ -207,6 +208,7 @@ _EXPORTS: dict[str, str] = {
     "RunRequest": "runtime",
     "LaunchedRun": "runtime",
     "launch": "runtime.launch",
+    "SessionManager": "runtime.manager",
     "default_registry": "runtime",
     "replay_events": "runtime",
     "Permission": "runtime",
@@ -268,6 +270,7 @@ __all__ = [
     "Session",
     "SessionBusy",
     "SessionInfo",
+    "SessionManager",
     "SessionNotFound",
     "SqliteStore",
     "Store",

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .launch import LaunchedRun, LaunchPlan, RunRequest, check_request, open_run, run_options
     from .lookup import find_session
     from .loop import AgentRun
+    from .manager import RunHandle, SessionManager
     from .permission import Permission, PermissionCheck
     from .state import RunOptions
     from .toolset import default_registry, select_tools
@@ -32,6 +33,8 @@ _EXPORTS = {
     "RunJournal": "journal",
     "RunOptions": "state",
     "RunRequest": "launch",
+    "RunHandle": "manager",
+    "SessionManager": "manager",
     "SessionHandle": "handle",
     "context_settings": "configuration",
     "default_registry": "toolset",
@@ -47,10 +50,12 @@ __all__ = [
     "LaunchedRun",
     "Permission",
     "PermissionCheck",
+    "RunHandle",
     "RunJournal",
     "RunOptions",
     "RunRequest",
     "SessionHandle",
+    "SessionManager",
     "check_request",
     "context_settings",
     "default_registry",

@@ -18,7 +18,7 @@ from ..paths import canonical_directory
 from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from ..store.records import IMPORTED
-from ..tools.base import AskFn
+from ..tools.base import AskFn, ToolRegistry
 from .configuration import context_settings, load_config
 from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
@@ -44,6 +44,8 @@ class RunRequest:
     directory: str | os.PathLike[str] | None = None
     system_prompt: str | None = None
     tools: str | None = None
+    registry: ToolRegistry | None = None
+    """The tools `tools` chooses from (default: the default tools); a program's own tools go here."""
     ask: AskFn | None = None
     permission: PermissionCheck | None = None
     """Decides whether each tool call may run (see `permission`); None: every call runs."""
@@ -66,8 +68,11 @@ class LaunchedRun:
     resolved: ResolvedModel
     options: RunOptions
 
+    def __post_init__(self) -> None:
+        self.run = AgentRun(self.session, self.resolved.provider, self.options)
+
     def events(self) -> AsyncIterator[Event]:
-        return AgentRun(self.session, self.resolved.provider, self.options).events(self.request.prompt)
+        return self.run.events(self.request.prompt)
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,15 @@ def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOp
     return options
 
 
-def check_request(request: RunRequest, config: Config | None = None) -> LaunchPlan:
+Resolver = Callable[..., ResolvedModel]
+"""How a ``provider/model`` name (or None: the default) becomes a ready provider: ``resolve(name,
+config=config)``; `providers.registry.resolve_provider` unless a caller (a test, a server with providers of
+its own) gives another."""
+
+
+def check_request(
+    request: RunRequest, config: Config | None = None, *, resolve: Resolver | None = None
+) -> LaunchPlan:
     """Check everything `request` asks for, without a store: the prompt, the step limit, the workspace, the
     tools, the configuration (read now unless given), the model and its provider, the summarizer. Raises
     `InvalidInput` or `ConfigError` saying what is wrong."""
@@ -107,13 +120,14 @@ def check_request(request: RunRequest, config: Config | None = None) -> LaunchPl
     workspace = canonical_directory(request.directory)
     if not os.path.isdir(workspace):
         raise InvalidInput(f"the workspace {workspace} is not a directory")
-    tools = select_tools(request.tools)
+    tools = select_tools(request.tools, request.registry)
     config = config if config is not None else load_config()
     settings = context_settings(config)
-    resolved = resolve_provider(request.model, config=config)
+    resolve = resolve or resolve_provider
+    resolved = resolve(request.model, config=config)
     if settings.compaction_model and settings.auto_compact is not False:
         try:
-            resolve_provider(settings.compaction_model, config=config)
+            resolve(settings.compaction_model, config=config)
         except ConfigError as exc:
             raise ConfigError(
                 f"the context setting compaction_model = {settings.compaction_model!r} cannot be used: {exc}"

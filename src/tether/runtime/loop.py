@@ -61,6 +61,15 @@ class AgentRun:
         self.state: RunState | None = None
         self._stopped: str | None = None  # why another process stopped the run (its lease says)
         self._pause_requested = False
+        self._inbox: list[Message] = []  # prompts steered into the run, for its next step
+
+    def pause(self) -> None:
+        """Stop at the next step boundary (a checkpoint, the session marked paused)."""
+        self._pause_requested = True
+
+    def steer(self, prompt: str | Message) -> None:
+        """Have the model read `prompt` at the run's next step, as a user message journaled before it."""
+        self._inbox.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
 
     async def _start(self) -> RunState:
         """Everything a run settles before it journals anything: a bad setting fails here, with the session
@@ -201,6 +210,11 @@ class AgentRun:
 
             last_text = ""
             while True:
+                if self._inbox:  # prompts steered in since the last step: the model reads them now
+                    steered, self._inbox = self._inbox, []
+                    await state.append(*steered)
+                    for event in journal.drain():
+                        yield event
                 if state.steps >= opts.max_steps or self._pause_requested:
                     reason = "paused" if self._pause_requested else "step_limit"
                     await self._checkpoint(last_text, reason)
@@ -229,6 +243,8 @@ class AgentRun:
                     yield event
                 last_text = message.text
                 calls = message.tool_calls
+                if not calls and self._inbox:
+                    continue  # steered in while the model answered: it reads them at a next step
                 if not calls:
                     yield self._done(last_text, "completed")
                     return

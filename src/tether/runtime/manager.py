@@ -1,0 +1,310 @@
+"""`SessionManager`: many sessions driven by one process. Prompts to a session run one after another (or are
+steered into the run in progress), each run holding the session's lease; any number of subscribers follow a
+session's events, each through a bounded buffer, and one that falls behind is brought back through the
+journal (`replay_events`) rather than held in memory; runs are cancelled, paused and resumed here or, through
+the store, in another process; `shutdown` ends them all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ..config import Config
+from ..errors import InvalidInput, SessionBusy, TetherError
+from ..events import Done, Error, Event, RunStarted
+from ..messages import Message
+from ..store.protocols import Store
+from .configuration import load_config
+from .journal import replay_events
+from .launch import LaunchedRun, LaunchPlan, Resolver, RunRequest, check_request, open_run
+from .loop import AgentRun
+
+log = logging.getLogger("tether.runtime")
+
+Status = Literal["idle", "queued", "running", "paused", "busy_elsewhere"]
+"""Where a session stands: nothing running; prompts waiting in this process; a run here; paused (a run
+stopped at a step and resumes on demand); run by another process (its lease says)."""
+
+SUBSCRIBER_BUFFER = 1024
+"""Events a subscriber may fall behind by before it is moved to reading the journal."""
+
+
+@dataclass
+class RunHandle:
+    """A prompt given to `start`: which session, where its events start (`after`: subscribe after it to see
+    them all), and `result()`, the `Done` or `Error` of the run that took it, once that has ended."""
+
+    session_id: str
+    prompt: str | Message | None
+    after: int
+    plan: LaunchPlan = field(repr=False)
+    _done: asyncio.Future[Done | Error] = field(
+        repr=False, default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    async def result(self) -> Done | Error:
+        return await asyncio.shield(self._done)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.done()
+
+
+class _Subscriber:
+    """One follower of a session: a bounded queue of live events, and whether it overflowed."""
+
+    def __init__(self, size: int) -> None:
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=size)
+        self.overflowed = False
+
+    def offer(self, event: Event) -> None:
+        if self.overflowed:
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True  # the journal has what it misses (its durable events); memory stays put
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)  # wakes the subscriber, to catch up
+
+
+@dataclass
+class _Session:
+    """What the manager keeps of one session: its prompts waiting, the run in progress and the prompts
+    steered into it, its subscribers."""
+
+    session_id: str
+    waiting: deque[RunHandle] = field(default_factory=deque)
+    run: AgentRun | None = None
+    riders: list[RunHandle] = field(default_factory=list)
+    worker: asyncio.Task[None] | None = None
+    subscribers: set[_Subscriber] = field(default_factory=set)
+    last_n: int = 0
+    boundaries: deque[Event] = field(default_factory=lambda: deque(maxlen=4))
+    """The latest runs' starts and ends (live events): what a subscriber brought back through the journal
+    must not miss, or it would not know a run ended."""
+
+
+class SessionManager:
+    """Drives many sessions in one process over one store (see the module docstring). `request` gives the
+    defaults of every run (tools, step limit, workspace); `config` is read from the tether home unless
+    given; `resolve` turns a model name into a provider (the registry's, unless a test or a server gives
+    its own)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        config: Config | None = None,
+        defaults: RunRequest | None = None,
+        resolve: Resolver | None = None,
+        subscriber_buffer: int = SUBSCRIBER_BUFFER,
+    ) -> None:
+        self.store = store
+        self.config = config if config is not None else load_config()
+        self.defaults = defaults or RunRequest(None)
+        self.resolve = resolve
+        self.subscriber_buffer = subscriber_buffer
+        self._sessions: dict[str, _Session] = {}
+        self._closing = False
+
+    # --- running -----------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        session_id: str | None,
+        prompt: str | Message | None,
+        *,
+        steer: bool = False,
+        directory: str | os.PathLike[str] | None = None,
+        **fields: object,
+    ) -> RunHandle:
+        """Run `prompt` in the session (None: a new one in `directory`; a None prompt continues where the
+        session stopped). A session with a run in progress gets the prompt queued behind it, in order, or,
+        with `steer`, read by that run at its next step. Every option is checked first (`check_request`):
+        a bad one raises and nothing is queued. Returns the prompt's handle."""
+        if self._closing:
+            raise InvalidInput("the session manager is shutting down")
+        request = replace(
+            self.defaults,
+            prompt=prompt,
+            session=session_id,
+            continue_last=False,
+            directory=directory if directory is not None else self.defaults.directory,
+            **fields,  # type: ignore[arg-type]
+        )
+        plan = check_request(request, self.config, resolve=self.resolve)
+        first: LaunchedRun | None = None
+        if session_id is None:  # the new session is made now, so that its id can be given back
+            first = await open_run(self.store, plan)
+            session_id = first.session.id
+            plan = replace(plan, request=replace(plan.request, session=session_id))
+        entry = self._entry(session_id)
+        handle = RunHandle(session_id, prompt, after=entry.last_n, plan=plan)
+        if steer and entry.run is not None and prompt is not None:
+            entry.run.steer(prompt)
+            entry.riders.append(handle)
+            return handle
+        entry.waiting.append(handle)
+        if entry.worker is None or entry.worker.done():
+            entry.worker = asyncio.get_running_loop().create_task(
+                self._work(entry, first), name=f"tether session {session_id}"
+            )
+        return handle
+
+    def _entry(self, session_id: str) -> _Session:
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            entry = self._sessions[session_id] = _Session(session_id)
+        return entry
+
+    async def _work(self, entry: _Session, first: LaunchedRun | None) -> None:
+        """Run the session's waiting prompts one after another, publishing their events."""
+        while entry.waiting:
+            handle = entry.waiting[0]
+            outcome: Done | Error | None = None
+            try:
+                launched, first = first or await open_run(self.store, handle.plan), None
+                entry.run = launched.run
+                async for event in launched.events():
+                    self._publish(entry, event)
+                    if isinstance(event, Done | Error):
+                        outcome = event
+            except asyncio.CancelledError:
+                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="cancelled", message="cancelled")
+                self._publish(entry, outcome)
+                for left in [handle, *entry.riders, *entry.waiting]:
+                    self._finish(entry, left, outcome)
+                entry.riders.clear()
+                raise
+            except SessionBusy as busy:
+                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="busy", message=str(busy))
+            except TetherError as exc:
+                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="error", message=str(exc))
+            except Exception as exc:  # a bug in a run must not take the other sessions down with it
+                log.exception("run of session %s failed", entry.session_id)
+                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="internal", message=repr(exc))
+            finally:
+                entry.run = None
+            self._finish(entry, handle, outcome)
+            for rider in entry.riders:
+                self._finish(entry, rider, outcome)
+            entry.riders.clear()
+
+    def _finish(self, entry: _Session, handle: RunHandle, outcome: Done | Error | None) -> None:
+        if entry.waiting and entry.waiting[0] is handle:
+            entry.waiting.popleft()
+        elif handle in entry.waiting:
+            entry.waiting.remove(handle)
+        if not handle._done.done():
+            handle._done.set_result(
+                outcome or Error(session_id=entry.session_id, n=entry.last_n, code="internal", message="no result")
+            )
+
+    # --- following ---------------------------------------------------------------------------------
+
+    def _publish(self, entry: _Session, event: Event) -> None:
+        entry.last_n = max(entry.last_n, event.n)
+        if isinstance(event, RunStarted | Done | Error):
+            entry.boundaries.append(event)
+        for subscriber in entry.subscribers:
+            subscriber.offer(event)
+
+    async def subscribe(self, session_id: str, after: int | None = None) -> AsyncIterator[Event]:
+        """The session's events as they come. With `after`, first the durable events numbered after it,
+        from the journal; a subscriber that falls more than the buffer behind is brought back the same way:
+        no durable event is missed or repeated, and nothing waits on a slow subscriber."""
+        await self.store.get_session(session_id)  # SessionNotFound before anything else
+        entry = self._entry(session_id)
+        subscriber = _Subscriber(self.subscriber_buffer)
+        entry.subscribers.add(subscriber)
+        last = entry.last_n if after is None else after
+        try:
+            if after is not None:
+                async for event in self._catch_up(entry, last):
+                    last = event.n
+                    yield event
+            while True:
+                if subscriber.overflowed:
+                    subscriber.overflowed = False  # from here on it queues again; the journal fills the gap
+                    async for event in self._catch_up(entry, last):
+                        last = event.n
+                        yield event
+                    continue
+                queued = await subscriber.queue.get()
+                if queued is None or queued.n <= last:
+                    continue  # a wake-up to catch up, or already given (a replay overtook the queue)
+                last = queued.n
+                yield queued
+        finally:
+            entry.subscribers.discard(subscriber)
+
+    async def _catch_up(self, entry: _Session, after: int) -> AsyncIterator[Event]:
+        """The durable events after `after` from the journal, with the run starts and ends since (live
+        events, kept apart for this) in their places."""
+        boundaries = sorted((e for e in entry.boundaries if e.n > after), key=lambda e: e.n)
+        async for event in replay_events(self.store, entry.session_id, after):
+            while boundaries and boundaries[0].n < event.n:
+                yield boundaries.pop(0)
+            yield event
+        for event in boundaries:
+            yield event
+
+    # --- control -----------------------------------------------------------------------------------
+
+    async def cancel(self, session_id: str) -> bool:
+        """Stop the session's run now, and drop the prompts waiting behind it: the partial answer is kept, its
+        unfinished tool calls marked aborted (their commands killed), the lease released. A run in another
+        process is asked through the store. False when nothing was running."""
+        entry = self._sessions.get(session_id)
+        if entry is not None and entry.worker is not None and not entry.worker.done():
+            entry.worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await entry.worker
+            return True
+        return await self.store.request_lease(session_id, "cancel") is not None
+
+    async def pause(self, session_id: str) -> bool:
+        """Stop the session's run at its next step (a checkpoint; the session marked paused); `resume`, or
+        any later prompt, goes on. A run in another process is asked through the store."""
+        entry = self._sessions.get(session_id)
+        if entry is not None and entry.run is not None:
+            entry.run.pause()
+            return True
+        return await self.store.request_lease(session_id, "pause") is not None
+
+    async def resume(self, session_id: str, prompt: str | Message | None = None) -> RunHandle:
+        """Go on with a paused (or stopped) session: a run that picks up where it stopped."""
+        return await self.start(session_id, prompt)
+
+    async def status(self, session_id: str) -> Status:
+        entry = self._sessions.get(session_id)
+        if entry is not None and entry.run is not None:
+            return "running"
+        if entry is not None and entry.waiting:
+            return "queued"
+        info = await self.store.get_session(session_id)
+        if await self.store.get_lease(session_id) is not None:
+            return "busy_elsewhere"
+        return "paused" if info.state == "paused" else "idle"
+
+    async def shutdown(self, *, wait: float = 0.0) -> None:
+        """Take no more prompts; give the runs in progress `wait` seconds to finish, then cancel them (each
+        keeps what it did and releases its lease); drop what is still waiting."""
+        self._closing = True
+        workers = [e.worker for e in self._sessions.values() if e.worker is not None and not e.worker.done()]
+        if workers and wait > 0:
+            await asyncio.wait(workers, timeout=wait)
+        for worker in workers:
+            if not worker.done():
+                worker.cancel()
+        for worker in workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker

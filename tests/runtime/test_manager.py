@@ -1,0 +1,258 @@
+"""`SessionManager`: prompts to one session run in order (or are steered into the run in progress), many
+sessions run at once, subscribers follow through bounded buffers and catch up from the journal, and runs
+are cancelled, paused, resumed and shut down, with the lease always given back. A scripted model, a real
+SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import Message, ToolCallPart
+from tether.config import Config
+from tether.events import DURABLE_TYPES, Done, Error, Event, TextDelta, ToolCallComplete
+from tether.messages import Checkpoint
+from tether.providers.base import ModelRequest
+from tether.providers.catalog import unknown_model
+from tether.providers.registry import ResolvedModel
+from tether.providers.scripted import ScriptedProvider, ScriptedResponse
+from tether.runtime.journal import replay_events
+from tether.runtime.launch import RunRequest
+from tether.runtime.manager import SessionManager
+from tether.store import SqliteStore
+from tether.tools.base import ToolRegistry, function_tool
+
+STEP_GATE: dict[str, asyncio.Event] = {}
+
+
+@function_tool(read_only=True)
+async def look(what: str) -> str:
+    """Look at something."""
+    return f"{what} looks fine"
+
+
+@function_tool
+async def slow(seconds: float) -> str:
+    """Wait a while."""
+    await asyncio.sleep(seconds)
+    return "waited"
+
+
+def steps(n: int, tool: str = "look", **arguments: Any) -> Callable[[ModelRequest], Message]:
+    """A model that calls `tool` until it has `n` results since the last prompt, then answers."""
+
+    def respond(request: ModelRequest) -> Message:
+        since = 0
+        for message in reversed(request.messages):
+            if message.role == "user" and message.text:
+                break
+            since += message.role == "tool"
+        if since >= n:
+            return Message.assistant(f"done after {since}: {request.messages[-1].text[:40]}")
+        # arguments that differ at every call: the same call three times in a row stops a run
+        args = {k: v + since / 10_000 for k, v in arguments.items()} if arguments else {"what": f"#{since}"}
+        return Message.assistant(tool_calls=[ToolCallPart(id=f"c{len(request.messages)}", name=tool, arguments=args)])
+
+    return respond
+
+
+def manager(store: SqliteStore, tmp_path: Path, provider: ScriptedProvider, **kwargs: Any) -> SessionManager:
+    def resolve(model: str | None = None, **_: object) -> ResolvedModel:
+        return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
+
+    defaults = RunRequest(None, directory=tmp_path, registry=ToolRegistry([look, slow]))
+    return SessionManager(store, config=Config(), defaults=defaults, resolve=resolve, **kwargs)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    async with SqliteStore(tmp_path / "t.db") as s:
+        yield s
+
+
+async def test_prompts_to_one_session_run_in_order(store: SqliteStore, tmp_path: Path) -> None:
+    provider = ScriptedProvider(lambda r: f"answer to {r.messages[-1].text}")
+    mgr = manager(store, tmp_path, provider)
+    first = await mgr.start(None, "one")
+    second = await mgr.start(first.session_id, "two")
+    third = await mgr.start(first.session_id, "three")
+    results = [await h.result() for h in (first, second, third)]
+    assert all(isinstance(r, Done) for r in results)
+    texts = [m.text for m in await (await _messages(store, first.session_id))]
+    assert texts == ["one", "answer to one", "two", "answer to two", "three", "answer to three"]
+    assert await mgr.status(first.session_id) == "idle" and await store.get_lease(first.session_id) is None
+
+
+async def _messages(store: SqliteStore, sid: str) -> Any:
+    async def read() -> list[Message]:
+        return [e.body for e in await store.read(sid) if isinstance(e.body, Message)]
+
+    return read()
+
+
+async def test_many_sessions_run_at_once(store: SqliteStore, tmp_path: Path) -> None:
+    provider = ScriptedProvider(steps(3))
+    mgr = manager(store, tmp_path, provider)
+    handles = [await mgr.start(None, f"task {i}", tools=None) for i in range(30)]
+    results = await asyncio.gather(*(h.result() for h in handles))
+    assert all(isinstance(r, Done) and r.steps == 4 for r in results), results[:3]
+    assert len({h.session_id for h in handles}) == 30
+
+
+async def test_a_steered_prompt_is_read_by_the_run_in_progress(store: SqliteStore, tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    def respond(request: ModelRequest) -> Message | str:
+        last = request.messages[-1]
+        if last.role == "user" and last.text == "go":
+            return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="slow", arguments={"seconds": 0.3})])
+        gate.set()
+        return "saw: " + " | ".join(m.text for m in request.messages if m.role == "user")
+
+    mgr = manager(store, tmp_path, ScriptedProvider(respond))
+    first = await mgr.start(None, "go", tools=None)
+    while await mgr.status(first.session_id) != "running":
+        await asyncio.sleep(0.01)
+    steered = await mgr.start(first.session_id, "and mind the tests", steer=True)
+    done = await first.result()
+    assert isinstance(done, Done) and done.text == "saw: go | and mind the tests"
+    assert await steered.result() == done  # it rode the same run
+
+
+async def test_a_subscriber_gets_live_events_and_replay_after_a_number(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(steps(2)))
+    first = await mgr.start(None, "look", tools=None)
+    await first.result()
+    sid = first.session_id
+    durable = [e async for e in replay_events(store, sid)]
+    seen: list[Event] = []
+
+    async def follow() -> None:
+        async for event in mgr.subscribe(sid, after=0):
+            seen.append(event)
+            if sum(isinstance(e, Done) for e in seen) == 2:  # the first run's (caught up), the second's (live)
+                return
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.05)
+    second = await mgr.start(sid, "again", tools=None)
+    await second.result()
+    await asyncio.wait_for(follower, 10)
+    # the past from the journal (with the first run's start and end in their places), then the second run live
+    assert [e for e in seen if isinstance(e, DURABLE_TYPES)][: len(durable)] == durable
+    assert [type(e).__name__ for e in seen if not isinstance(e, DURABLE_TYPES)][:2] == ["RunStarted", "Done"]
+    numbers = [e.n for e in seen]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # in order, none repeated
+    assert isinstance(seen[-1], Done) and any(isinstance(e, TextDelta) for e in seen)
+
+
+async def test_a_subscriber_that_reads_nothing_stays_bounded_and_catches_up(store: SqliteStore, tmp_path: Path) -> None:
+    """100,000 events pass a subscriber that reads none: its buffer stays at its bound, and when it reads it
+    gets every durable event it missed, from the journal, then the live ones."""
+    text = "w " * 40_000  # streamed two characters a chunk: 40,000 deltas an answer
+
+    def respond(request: ModelRequest) -> Message | ScriptedResponse:
+        if request.messages[-1].text == "warm up":
+            return "ready"
+        tools = 0
+        for message in reversed(request.messages):
+            if message.role == "user" and message.text:
+                break
+            tools += message.role == "tool"
+        if tools < 30:
+            return Message.assistant(
+                "w " * 500, tool_calls=[ToolCallPart(id=f"c{tools}", name="look", arguments={"what": str(tools)})]
+            )
+        return ScriptedResponse(text)
+
+    provider = ScriptedProvider(respond, chunk_size=2)
+    mgr = manager(store, tmp_path, provider, subscriber_buffer=256)
+    first = await mgr.start(None, "warm up", tools="none")
+    await first.result()
+    sid = first.session_id
+    after = mgr._sessions[sid].last_n
+    stream = mgr.subscribe(sid, after=after)
+    follower = asyncio.create_task(stream.__anext__())  # registered, then reads nothing while the run goes
+    await asyncio.sleep(0.05)
+    run = await mgr.start(sid, "many events", tools=None)
+    done = await run.result()
+    assert isinstance(done, Done)
+    (subscriber,) = mgr._sessions[sid].subscribers
+    assert subscriber.queue.qsize() <= 256  # bounded, though far more passed
+    got = [await follower]
+    while not isinstance(got[-1], Done):
+        got.append(await asyncio.wait_for(stream.__anext__(), 10))
+    await stream.aclose()
+    missed = [e async for e in replay_events(store, sid, after)]
+    durable = [e for e in got if isinstance(e, DURABLE_TYPES)]
+    assert durable == missed and len(durable) >= 30 * 3  # every durable event, in order, once
+    assert sum(isinstance(e, ToolCallComplete) for e in durable) == 30
+
+
+async def test_cancel_stops_the_run_keeps_its_work_and_frees_the_session(store: SqliteStore, tmp_path: Path) -> None:
+    provider = ScriptedProvider(
+        [Message.assistant(tool_calls=[ToolCallPart(id="c1", name="slow", arguments={"seconds": 60})])]
+    )
+    mgr = manager(store, tmp_path, provider)
+    run = await mgr.start(None, "wait a minute", tools=None)
+    queued = await mgr.start(run.session_id, "then this")
+    while await mgr.status(run.session_id) != "running" or not (await store.read(run.session_id))[1:]:
+        await asyncio.sleep(0.01)
+    assert await mgr.cancel(run.session_id)
+    outcome = await run.result()
+    assert isinstance(outcome, Error) and outcome.code == "cancelled"
+    assert isinstance(await queued.result(), Error)  # what waited behind it is dropped
+    results = [r for m in await (await _messages(store, run.session_id)) for r in m.tool_results]
+    assert len(results) == 1 and "aborted" in results[0].content
+    assert await store.get_lease(run.session_id) is None and await mgr.status(run.session_id) == "idle"
+
+
+async def test_pause_then_resume(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(steps(200, "slow", seconds=0.02)))
+    run = await mgr.start(None, "a long job", tools=None)
+    while len(await store.read(run.session_id)) < 6:
+        await asyncio.sleep(0.01)
+    assert await mgr.pause(run.session_id)
+    paused = await run.result()
+    assert isinstance(paused, Done) and paused.reason == "paused"
+    assert await mgr.status(run.session_id) == "paused"
+    last = (await store.read(run.session_id))[-1].body
+    assert isinstance(last, Checkpoint) and last.reason == "paused"
+    resumed = await mgr.resume(run.session_id)
+    await asyncio.sleep(0.2)
+    assert await mgr.status(run.session_id) == "running"
+    await mgr.cancel(run.session_id)
+    assert isinstance(await resumed.result(), Error)
+
+
+async def test_status_of_a_session_another_process_runs(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(["x"]))
+    info = await store.create_session(directory=str(tmp_path))
+    assert await mgr.status(info.id) == "idle"
+    await store.acquire_lease(info.id, "run_elsewhere", ttl=30, pid=1, host="another-machine")
+    assert await mgr.status(info.id) == "busy_elsewhere"
+    run = await mgr.start(info.id, "hi")
+    outcome = await run.result()
+    assert isinstance(outcome, Error) and outcome.code == "busy" and "run_elsewhere" in outcome.message
+    assert await mgr.cancel(info.id)  # asked through the store
+    lease = await store.get_lease(info.id)
+    assert lease is not None and lease.request == "cancel"
+
+
+async def test_shutdown_cancels_what_runs_and_refuses_new_prompts(store: SqliteStore, tmp_path: Path) -> None:
+    provider = ScriptedProvider(
+        lambda r: Message.assistant(tool_calls=[ToolCallPart(id="c", name="slow", arguments={"seconds": 60})])
+    )
+    mgr = manager(store, tmp_path, provider)
+    runs = [await mgr.start(None, f"job {i}", tools=None) for i in range(5)]
+    while [await mgr.status(r.session_id) for r in runs].count("running") < 5:
+        await asyncio.sleep(0.01)
+    await mgr.shutdown(wait=0.1)
+    for r in runs:
+        assert isinstance(await r.result(), Error) and await store.get_lease(r.session_id) is None
+    with pytest.raises(Exception, match="shutting down"):
+        await mgr.start(None, "too late")
