@@ -36,7 +36,7 @@ def test_build_and_plan_are_built_in() -> None:
     assert list(profiles) == ["build", "plan"]
     registry = default_registry()
     assert profile_tools(profiles["build"], registry).names() == registry.names()
-    # plan: only what changes nothing (the read-only tools, the question to a person)
+    # plan: only what changes nothing (the read-only tools, the question to a person, sub-agents no freer)
     assert profile_tools(profiles["plan"], registry).names() == [
         "read",
         "glob",
@@ -44,6 +44,7 @@ def test_build_and_plan_are_built_in() -> None:
         "list",
         "question",
         "session_recall",
+        "task",
     ]
     assert profiles["plan"].system_prompt == PLAN_PROMPT and find_profile(None, None).name == "build"
 

@@ -152,6 +152,7 @@ class RunState:
             limits=self.options.tool_limits,
             secrets=self.secrets,
             redactor=self.journal.redactor,
+            emit=self.journal.note,
         )
 
     def objective(self) -> str:
