@@ -30,6 +30,9 @@ def test_an_api_key_in_config_is_never_shown_by_repr() -> None:
         ("[providers.openai]\nbase_urll = 'x'\n", "base_urll"),
         ('[models."a/b"]\ninput_price = "cheap"\n', "input_price"),
         ("[local]\nthreads = 'many'\n", "threads"),
+        ("[runtime]\nmax_parallel_tasks = 0\n", "max_parallel_tasks"),
+        ('[agents."two words"]\n', "agents"),
+        ("[agents.review]\ntool = ['read']\n", "tool"),
     ],
 )
 def test_mistakes_are_config_errors_that_say_where(text: str, fragment: str) -> None:

@@ -28,6 +28,16 @@ which passes the parsed `Config` to whatever needs it.
     allow_env = ["GITHUB_TOKEN"]       # secrets a command may still see (their values are never journaled)
     deny_env = ["DATABASE_URL", "CORP_*"]  # more variables to keep from commands and out of the journal
 
+    [runtime]
+    max_parallel_tasks = 4             # sub-agent (`task`) calls of one step that run at once; the others wait
+    max_task_depth = 3                 # how deep sub-agents nest: a sub-agent at this depth has no `task` tool
+
+    [agents.review]                    # an agent profile: `tether run --agent review`, or the `task` tool's
+    description = "reads the change and reports problems"
+    system_prompt = "You review code. Report problems; change nothing."
+    model = "openai/gpt-4.1"           # default: the model of the run
+    tools = ["read", "grep", "glob"]   # default: every tool; `read_only = true` keeps only those that change nothing
+
 Keys belong in the environment; `api_key` is accepted here for people who keep their config private, and is
 never shown by `repr`.
 """
@@ -103,11 +113,31 @@ class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
 
 
 class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
-    """``[runtime]``: how runs hold their sessions."""
+    """``[runtime]``: how runs hold their sessions, and how many sub-agents they may run."""
 
     lease_ttl: Annotated[float, msgspec.Meta(ge=1, le=86_400)] | None = None
     """Seconds a run's hold on its session lasts unless renewed (default 30): how long a session stays busy
     after the process running it died."""
+    max_parallel_tasks: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    """Sub-agent (`task`) calls of one step that run at once (default 4); the others wait for a place."""
+    max_task_depth: Annotated[int, msgspec.Meta(ge=0, le=16)] | None = None
+    """How deep sub-agents nest (default 3): a session at this depth is offered no `task` tool (0: none is)."""
+
+
+AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class AgentConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[agents.NAME]``: an agent profile (see `tether.runtime.profiles`). Unset fields keep the built-in
+    profile's value (``build``, ``plan``) or the run's (model, system prompt, every tool)."""
+
+    description: str | None = None
+    system_prompt: str | None = None
+    model: str | None = None
+    tools: list[str] | None = None
+    read_only: bool | None = None
+    rules: Any = None
+    """Approval rules of the agent, in the approval rules' own format (read by the approvals work)."""
 
 
 class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -120,6 +150,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     ``auto_compact = false`` or ``compact_threshold = 0.8``); checked where the engine reads them."""
     tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    agents: dict[AgentName, AgentConfig] = msgspec.field(default_factory=dict)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

@@ -50,7 +50,8 @@ class Session(SessionHandle):
         session stopped (a step limit, a cancel, a crash). With no `provider`, `model` (``provider/model``;
         default: the session's model, else the configured default) is resolved as `tether run` does; with
         one, `model` is that provider's own model id. The user's configuration is read unless `options`
-        gives one (``config=``). `options` are `tether.runtime.RunOptions` fields."""
+        gives one (``config=``). `options` are `tether.runtime.RunOptions` fields. The events of the run's
+        sub-agents (`task`) come too, with their own `session_id`: this run's end is its own `Done` or `Error`."""
         if "config" not in options:
             options["config"] = load_config()
         if provider is None:
@@ -68,11 +69,16 @@ class Session(SessionHandle):
         **options: Any,
     ) -> RunResult:
         """Run the loop to its end; raise on a run that ends in error."""
+        outcome: Done | Error | None = None
+        # read to the stream's end, so that the run has given its session back when this returns; a
+        # sub-agent's events come too, and its end is not this run's
         async for event in self.stream(prompt, provider=provider, model=model, **options):
-            if isinstance(event, Done):
-                return RunResult(
-                    text=event.text, session_id=self.id, usage=event.usage, steps=event.steps, reason=event.reason
-                )
-            if isinstance(event, Error):
-                raise TetherError(f"run failed ({event.code}): {event.message}")
+            if isinstance(event, Done | Error) and event.session_id == self.id:
+                outcome = event
+        if isinstance(outcome, Done):
+            return RunResult(
+                text=outcome.text, session_id=self.id, usage=outcome.usage, steps=outcome.steps, reason=outcome.reason
+            )
+        if isinstance(outcome, Error):
+            raise TetherError(f"run failed ({outcome.code}): {outcome.message}")
         raise TetherError("the run ended without a result")

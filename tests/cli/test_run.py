@@ -365,3 +365,64 @@ def test_continue_with_nothing_to_do_says_so_without_a_run_summary(tmp_path: Pat
     code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--continue")
     assert code == 0 and "Nothing to continue: the last run of session ses_" in err
     assert "0 steps" not in err and "cost unknown" not in err
+
+
+def test_run_as_the_plan_agent_offers_only_tools_that_change_nothing(
+    tmp_path: Path, scripted: ScriptedProvider
+) -> None:
+    scripted.add("A plan.")
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--agent", "plan", "how would you do it?")
+    assert code == 0, err
+    offered = [t.name for t in scripted.requests[0].tools]
+    assert "read" in offered and not {"write", "edit", "bash"} & set(offered)
+    assert scripted.requests[0].system is not None and "plan mode" in scripted.requests[0].system
+    code, out, _ = invoke(tmp_path, "sessions", "--dir", str(tmp_path), "--json")
+    assert json.loads(out)[0]["agent"] == "plan"
+    code, _, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "--agent", "nobody", "hi")
+    assert code == 2 and "unknown agent 'nobody'; the agents are: build, plan" in err
+
+
+def sub_agent_script(scripted: ScriptedProvider) -> None:
+    """The parent hands a task on; the child reads a file and answers; the parent answers last."""
+    scripted.add(
+        Message.assistant(
+            tool_calls=[
+                ToolCallPart(id="t1", name="task", arguments={"description": "read it", "prompt": "read a.txt"})
+            ]
+        ),
+        Message.assistant(tool_calls=[ToolCallPart(id="r1", name="read", arguments={"path": "a.txt"})]),
+        "The child says: alpha.",
+        "Parent done.",
+    )
+
+
+def test_a_run_with_a_sub_agent_streams_its_events_and_ends_on_its_own(
+    tmp_path: Path, scripted: ScriptedProvider
+) -> None:
+    (tmp_path / "a.txt").write_text("alpha\n")
+    sub_agent_script(scripted)
+    code, out, err = invoke(tmp_path, "run", "--json", "--dir", str(tmp_path), "delegate")
+    assert code == 0, err
+    events = json_lines(out)
+    parent = events[0]["session_id"]
+    child_events = [e for e in events if e["session_id"] != parent]
+    child = child_events[0]["session_id"]
+    assert child_events[0]["type"] == "run_started" and child_events[-1]["type"] == "done"
+    assert any(e["type"] == "tool_call_complete" and e["name"] == "read" for e in child_events)
+    assert events[-1] == {**events[-1], "type": "done", "session_id": parent, "text": "Parent done."}
+    started = next(e for e in events if e["type"] == "progress")
+    assert started["data"]["child_id"] == child and started["data"]["call_id"] == "t1"
+
+    sub_agent_script(scripted)
+    code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "delegate again")
+    assert code == 0, err
+    assert "↳ sub-agent ses_" in err and "read it" in err
+    assert "✓ read(path='a.txt')" in err  # the child's call, marked with the end of its id
+    assert "Parent done." in out and "The child says" not in out  # the child's text is the task's result
+
+
+def test_chat_as_an_agent(tmp_path: Path, scripted: ScriptedProvider) -> None:
+    scripted.add("Planned.")
+    code, out, err = invoke(tmp_path, "chat", "--dir", str(tmp_path), "--agent", "plan", input="plan it\n/exit\n")
+    assert code == 0, err
+    assert "Planned." in out and "write" not in [t.name for t in scripted.requests[0].tools]

@@ -207,6 +207,53 @@ def test_show_json(db: Path) -> None:
     assert [(e["seq"], e["reverted"]) for e in raw["entries"]][3] == (4, True)
 
 
+async def delegating_session(store: Store, directory: Path) -> Session:
+    """A real run whose model hands one task to a sub-agent; the sub-agent answers in two steps."""
+    from tether.config import Config
+    from tether.providers.scripted import ScriptedProvider
+
+    args = {"description": "count the tests", "prompt": "count the tests"}
+    provider = ScriptedProvider(
+        [
+            Message.assistant("Delegating.", tool_calls=[ToolCallPart(id="t1", name="task", arguments=args)]),
+            Message.assistant(tool_calls=[ToolCallPart(id="g1", name="glob", arguments={"pattern": "*.py"})]),
+            "There are no tests here.",
+            "The sub-agent found none.",
+        ]
+    )
+    session = await Session.create(store, directory=directory)
+    await session.prompt("how many tests?", provider=provider, model="test", config=Config())
+    return session
+
+
+def test_show_names_the_sub_agent_under_its_task_call_and_nests_it(db: Path, tmp_path: Path) -> None:
+    session = with_db(db, lambda store: delegating_session(store, tmp_path))
+    (child,) = [row for row in listed(db, "--all", "--children") if row["parent_id"] == session.id]
+    assert child["agent"] == "build" and child["title"] == "count the tests"
+    assert child["id"] not in [row["id"] for row in listed(db, "--all")]  # only with --children
+
+    out = ok(tether(db, "sessions", "show", session.id))
+    assert '→ task(description="count the tests"' in out
+    assert f"↳ sub-agent {child['id']} (build) · completed, 2 steps" in out
+    assert "There are no tests here." not in out  # the child's transcript only with --children
+
+    nested = ok(tether(db, "sessions", "show", "--children", session.id))
+    lines = nested.splitlines()
+    call = next(i for i, line in enumerate(lines) if "↳ sub-agent" in line)
+    assert lines[call + 1].startswith("    │ " + child["id"])  # the child's transcript, under the call
+    assert any(line.startswith("    │ ") and 'glob(pattern="*.py")' in line for line in lines)
+    assert any(line.startswith("    │ ") and "There are no tests here." in line for line in lines)
+    assert lines.index(next(line for line in lines if "The sub-agent found none." in line)) > call
+
+    doc = json.loads(ok(tether(db, "sessions", "show", "--json", "--children", session.id)))
+    (kid,) = doc["children"]
+    assert kid["session"]["id"] == child["id"] and kid["entries"][-1]["body"]["parts"][0]["text"] == (
+        "There are no tests here."
+    )
+    shown = ok(tether(db, "sessions", "--all", "--children"))
+    assert "↳ count the tests" in shown
+
+
 def test_sessions_are_found_by_a_unique_prefix_or_suffix(db: Path) -> None:
     one, two = with_db(db, lambda s: asyncio.gather(coding_session(s), coding_session(s)))
     full = ok(tether(db, "sessions", "show", one.id))

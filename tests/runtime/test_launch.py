@@ -46,6 +46,10 @@ BAD_OPTIONS: list[tuple[str, dict[str, object], str | None, type[TetherError], s
     ("workspace", {"directory": "/no/such/dir"}, None, InvalidInput, "not a directory"),
     ("steps", {"max_steps": 0}, None, InvalidInput, "step limit"),
     ("prompt", {"prompt": "   "}, None, InvalidInput, "prompt is empty"),
+    ("agent", {"agent": "nobody"}, None, InvalidInput, "unknown agent 'nobody'; the agents are: build, plan"),
+    ("agent's tools", {"agent": "plan", "tools": "read,edit"}, None, InvalidInput, "the agent 'plan' has no tool edit"),
+    ("agent config", {"agent": "r"}, "[agents.r]\ntools = ['reed']\n", ConfigError, "names unknown tool reed"),
+    ("agents config", {}, "[agents.r]\ntool = ['read']\n", ConfigError, "tool"),
 ]
 
 

@@ -17,10 +17,11 @@ from tether.tools.base import ToolContext, ToolRegistry
 from tether.tools.runner import run_tool_call
 
 
-def test_the_default_tools_are_the_builtins_and_session_recall() -> None:
+def test_the_default_tools_are_the_builtins_session_recall_and_task() -> None:
     names = default_registry().names()
-    assert names == ["read", "write", "edit", "bash", "glob", "grep", "list", "question", "session_recall"]
+    assert names == ["read", "write", "edit", "bash", "glob", "grep", "list", "question", "session_recall", "task"]
     assert default_registry().is_read_only("session_recall")
+    assert default_registry().is_parallel("task") and not default_registry().is_read_only("task")
 
 
 def test_tools_are_chosen_by_name() -> None:

@@ -57,6 +57,7 @@ def read_message(prompt: str = "› ") -> str | None:
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="The workspace (default: here).")
 @click.option("--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list, or none.")
+@click.option("--agent", "agent", metavar="NAME", help="Work as this agent: build (default), plan, or [agents.NAME].")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Chat in an imported session without asking first.")
 def chat(
     session_ref: str | None,
@@ -65,6 +66,7 @@ def chat(
     max_steps: int,
     directory: str | None,
     tools: str | None,
+    agent: str | None,
     yes: bool,
 ) -> None:
     """Talk with the agent, one run per message, all in one session."""
@@ -88,15 +90,18 @@ def chat(
                 max_steps=max_steps,
                 directory=directory,
                 tools=tools,
+                agent=agent,
                 ask=terminal_ask(err),
                 confirmed=yes,
             )
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
             confirm = terminal_confirm(err) if sys.stdin.isatty() else None
+            own = ""
             async for event in launched_events(store, checked(request), notice, confirm):
-                current = event.session_id or current
+                own = own or event.session_id  # the run's own session; its sub-agents' events follow
+                current = own or current
                 renderer.handle(event)
-                if isinstance(event, Done):
+                if isinstance(event, Done) and event.session_id == own:
                     renderer.summary(event.session_id, event.steps, event.usage)
         finally:
             renderer.close()

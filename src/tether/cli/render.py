@@ -92,6 +92,9 @@ class TerminalRenderer:
         self.thinking = False
         self.text_stream = StreamEscaper()
         self.thinking_stream = StreamEscaper()
+        self.session = ""
+        """The run's own session (its first event's); events of other sessions are its sub-agents'."""
+        self.child_calls: dict[tuple[str, str], str] = {}
 
     def _write(self, text: str) -> None:
         self.out.file.write(text)
@@ -128,7 +131,13 @@ class TerminalRenderer:
             self.status = None
 
     def handle(self, event: Event) -> None:
-        if isinstance(event, ThinkingDelta):
+        self.session = self.session or event.session_id
+        if event.session_id != self.session:
+            self._child(event)
+        elif isinstance(event, Progress) and event.what == "task":
+            child = shown(str(event.data.get("child_id", "")))
+            self.err.print(f"[dim]↳ sub-agent {child}: {shown(event.detail)}[/dim]", highlight=False)
+        elif isinstance(event, ThinkingDelta):
             if not self.thinking:
                 self._newline()
                 self.thinking = True
@@ -197,6 +206,21 @@ class TerminalRenderer:
             self.running.clear()
             self._stop_spin()
             self.err.print(f"[red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
+
+    def _child(self, event: Event) -> None:
+        """A sub-agent's event: a line per finished tool call and per error, marked with the end of its
+        session id; its text is left to the task call's result (several run at once)."""
+        mark = f"[dim]  ↳ …{shown(event.session_id[-6:])}[/dim]"
+        if isinstance(event, ToolCallStart):
+            self.child_calls[(event.session_id, event.call_id)] = shown(
+                f"{event.name}({_format_args(event.arguments)})"
+            )
+        elif isinstance(event, ToolCallComplete):
+            label = self.child_calls.pop((event.session_id, event.call_id), "") or shown(event.name)
+            done = "[green]✓[/green]" if event.success else "[red]✗[/red]"
+            self.err.print(f"{mark} {done} [dim]{label}[/dim]", highlight=False)
+        elif isinstance(event, Error):
+            self.err.print(f"{mark} [red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
 
     def summary(self, session_id: str, steps: int, usage: Usage) -> None:
         self._newline()

@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 
 from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound, SessionBusy
-from ..events import Done, Error, Event, RunStarted, event_json
+from ..events import Done, Error, Event, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
 from .render import LOCAL_NOTICE, TerminalRenderer, shown, terminal_ask
@@ -106,6 +106,7 @@ async def launched_events(
 @click.option(
     "--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list (read,grep,glob), or none."
 )
+@click.option("--agent", "agent", metavar="NAME", help="Work as this agent: build (default), plan, or [agents.NAME].")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Run an imported session without asking first.")
 @click.option("--wait", "wait", is_flag=True, help="If another run holds the session, wait for it (else: exit 3).")
 @click.option("--json", "json_flag", is_flag=True, help="One JSON object per event per line.")
@@ -118,6 +119,7 @@ def run(
     directory: str | None,
     system_prompt: str | None,
     tools: str | None,
+    agent: str | None,
     yes: bool,
     wait: bool,
     json_flag: bool,
@@ -133,6 +135,7 @@ def run(
       tether run --continue
       tether run -m anthropic/claude-sonnet-5-5 "add type hints to utils.py"
       tether run --json "list the TODOs" | jq .type
+      tether run --agent plan "how would you split parser.py?"
     """
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -161,6 +164,7 @@ def run(
             directory=directory,
             system_prompt=system_prompt,
             tools=tools,
+            agent=agent,
             ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
             confirmed=yes,
             wait=math.inf if wait else None,
@@ -189,14 +193,15 @@ def run(
         try:
             confirm = terminal_confirm(err) if sys.stdin.isatty() and not as_json else None
             async for event in launched_events(store, plan, notice, confirm):
-                if isinstance(event, RunStarted):
-                    last_session = event.session_id
+                last_session = last_session or event.session_id  # the run's own; its sub-agents' follow it
                 if as_json:
                     sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
                     sys.stdout.flush()
                 else:
                     assert renderer is not None
                     renderer.handle(event)
+                if event.session_id != last_session:
+                    continue  # a sub-agent's event: its end is not the run's
                 if isinstance(event, Done):
                     if renderer is not None and event.reason == "nothing_to_do":
                         err.print(

@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, AnyStr, Generic, cast
 
@@ -119,7 +120,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
     for s in items:
         row = [
             s.id,
-            escape_controls(s.title or ""),
+            ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),  # a sub-agent's (--children)
             ago(s.updated_at),
             str(s.message_count),
             human_count(s.input_tokens + s.output_tokens),
@@ -146,71 +147,147 @@ def _home(path: str | None) -> str:
 @sessions.command()
 @click.argument("session_ref", metavar="ID")
 @click.option("--raw", is_flag=True, help="Include reverted entries (marked as such).")
+@click.option(
+    "--children", "nested", is_flag=True, help="Print each sub-agent's transcript under the task call that ran it."
+)
 @click.option("--json", "json_flag", is_flag=True, help='Print {"session": {...}, "entries": [...]} as JSON.')
-def show(session_ref: str, raw: bool, json_flag: bool) -> None:
-    """Show a session's transcript: messages, tool calls with their outcome, thinking collapsed, reverts."""
+def show(session_ref: str, raw: bool, nested: bool, json_flag: bool) -> None:
+    """Show a session's transcript: messages, tool calls with their outcome, thinking collapsed, reverts.
+    A `task` call names the sub-agent session it ran and how that ended; --children prints its transcript
+    there, indented (with --json: a "children" list)."""
 
-    async def run(store: Store) -> tuple[SessionInfo, list[Entry]]:
-        info = await find_session(store, session_ref)
-        entries = [e async for e in store.iter_entries(info.id) if e.seq <= info.entry_count]
-        return info, entries
+    async def run(store: Store) -> _View:
+        return await _view(store, await find_session(store, session_ref), raw=raw, nested=nested)
 
-    info, entries = with_store(run)
+    view = with_store(run)
+    if wants_json(json_flag):
+        echo_json(_view_json(view, raw, nested))
+        return
+    _print_transcript(view)
+
+
+@dataclass
+class _View:
+    """What `show` prints of one session: its entries (each with whether it is reverted), its reverts, its
+    child sessions by the call that ran them, and (--children) their own views."""
+
+    info: SessionInfo
+    shown: list[tuple[Entry, bool]]
+    spans: list[RevertSpan]
+    children: dict[str, SessionInfo] = field(default_factory=dict)
+    nested: dict[str, _View] = field(default_factory=dict)
+
+
+async def _view(store: Store, info: SessionInfo, *, raw: bool, nested: bool) -> _View:
+    entries = [e async for e in store.iter_entries(info.id) if e.seq <= info.entry_count]
     spans = hidden_spans((e.seq, e.body.to_seq) for e in entries if isinstance(e.body, Revert))
     effective = effective_reverts(spans)
     shown = [(e, shown_as_hidden(e.seq, spans, effective)) for e in entries]
     if not raw:
         shown = [(e, hidden) for e, hidden in shown if not hidden]
-    if wants_json(json_flag):
-        records: list[dict[str, Any]] = [
-            {"seq": e.seq, "created_at": e.created_at, "body": e.body, **({"reverted": hidden} if raw else {})}
-            for e, hidden in shown
-        ]
-        echo_json({"session": session_record(info), "entries": records})
-        return
-    _print_transcript(info, shown, spans)
+    view = _View(info, shown, spans)
+    cursor: str | None = None
+    while True:
+        page = await store.list_sessions(parent_id=info.id, limit=1000, cursor=cursor)
+        for child in page.items:
+            task = child.metadata.get("task")
+            call_id = task.get("call_id") if isinstance(task, dict) else None
+            view.children[call_id if isinstance(call_id, str) and call_id else child.id] = child
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    if nested:
+        for child in view.children.values():
+            view.nested[child.id] = await _view(store, child, raw=raw, nested=True)
+    return view
 
 
-def _print_transcript(info: SessionInfo, shown: list[tuple[Entry, bool]], spans: list[RevertSpan]) -> None:
+def _view_json(view: _View, raw: bool, nested: bool) -> dict[str, Any]:
+    records: list[dict[str, Any]] = [
+        {"seq": e.seq, "created_at": e.created_at, "body": e.body, **({"reverted": hidden} if raw else {})}
+        for e, hidden in view.shown
+    ]
+    out: dict[str, Any] = {"session": session_record(view.info), "entries": records}
+    if nested:
+        out["children"] = [_view_json(child, raw, nested) for child in view.nested.values()]
+    return out
+
+
+def _print_transcript(view: _View, indent: str = "") -> None:
     from rich.text import Text
 
     out = console()
-    out.print(Text.assemble((info.id, "cyan"), "  ", (escape_controls(info.title or "(untitled)"), "bold")))
+    info = view.info
+
+    def emit(line: Text) -> None:
+        out.print(Text(indent, style="dim") + line if indent else line)
+
+    emit(Text.assemble((info.id, "cyan"), "  ", (escape_controls(info.title or "(untitled)"), "bold")))
     facts = [
         _home(info.directory) or "no directory",
         f"{info.message_count} messages",
         f"{human_count(info.input_tokens + info.output_tokens)} tokens",
     ]
+    if info.agent:
+        facts.insert(0, f"agent {info.agent}")
     if info.cost:
         facts.append(f"${info.cost.normalize():f}")
     facts.append(f"updated {ago(info.updated_at)}")
-    out.print(" · ".join(facts), style="dim")
+    emit(Text(escape_controls(" · ".join(facts)), style="dim"))
     if info.forked_from:
-        out.print(escape_controls(f"forked from {info.forked_from} at entry {info.forked_at}"), style="dim")
+        emit(Text(escape_controls(f"forked from {info.forked_from} at entry {info.forked_at}"), style="dim"))
     if info.parent_id:
-        out.print(escape_controls(f"child of {info.parent_id}"), style="dim")
+        emit(Text(escape_controls(f"child of {info.parent_id}"), style="dim"))
 
     results: dict[str, ToolResultPart] = {}
     calls: set[str] = set()
-    for entry, _ in shown:
+    for entry, _ in view.shown:
         if isinstance(entry.body, Message):
             results.update((r.call_id, r) for r in entry.body.tool_results)
             calls.update(c.id for c in entry.body.tool_calls)
-    for entry, hidden in shown:
-        lines = _entry_lines(entry, results, calls, spans)
+    for entry, hidden in view.shown:
+        lines = _entry_lines(entry, results, calls, view.spans, view.children)
         if not lines:
             continue
-        out.print()
+        out.print(Text(indent.rstrip(), style="dim") if indent else "")
         for i, line in enumerate(lines):
             if hidden:
                 line.stylize("dim")
                 if i == 0:
                     line.append("  [reverted]", style="red")
-            out.print(line)
+            emit(line)
+        if isinstance(entry.body, Message):
+            for call in entry.body.tool_calls:
+                child = view.children.get(call.id)
+                if child is not None and child.id in view.nested:
+                    _print_transcript(view.nested[child.id], indent + "    │ ")
+
+
+def _child_line(child: SessionInfo, result: ToolResultPart | None) -> Any:
+    """Under a `task` call: the sub-agent's session, its agent, and how it ended."""
+    from rich.text import Text
+
+    meta = result.metadata if result is not None else {}
+    outcome = meta.get("outcome")
+    if result is None:
+        how = "no result (the run stopped while it worked)"
+    elif isinstance(outcome, str):
+        steps = meta.get("steps")
+        how = outcome + (f", {steps} step{'s' * (steps != 1)}" if isinstance(steps, int) else "")
+    else:
+        how = "failed" if result.is_error else "done"
+    agent = f" ({child.agent})" if child.agent else ""
+    return Text.assemble(
+        "    ↳ sub-agent ", (escape_controls(child.id), "cyan"), escape_controls(f"{agent} · {how}"), style="dim"
+    )
 
 
 def _entry_lines(
-    entry: Entry, results: dict[str, ToolResultPart], calls: set[str], spans: list[RevertSpan]
+    entry: Entry,
+    results: dict[str, ToolResultPart],
+    calls: set[str],
+    spans: list[RevertSpan],
+    children: dict[str, SessionInfo] | None = None,
 ) -> list[Any]:
     from rich.text import Text
 
@@ -240,6 +317,9 @@ def _entry_lines(
                         (outcome, "red" if outcome.startswith("✗") else "green" if outcome[0] == "✓" else "dim"),
                     )
                 )
+                child = (children or {}).get(part.id)
+                if child is not None:
+                    lines.append(_child_line(child, results.get(part.id)))
             elif isinstance(part, ToolResultPart):
                 if part in orphans:
                     line = escape_controls(f"  ← {part.name or 'tool'} {result_outcome(part)}")

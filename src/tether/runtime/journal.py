@@ -1,11 +1,13 @@
 """`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it, with the known
 secrets redacted, to the session handle (stating the seq it expects), into the context engine's view of the
-history, and out again as the entry's durable events; every live event gets its number here.
+history, and out again as the entry's durable events; every live event gets its number here, and a
+sub-agent's events pass through unchanged (`forward`).
 `replay_events` gives the durable events of a session after any number, from the journal, with the numbers
 the run gave them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -50,6 +52,8 @@ class RunJournal:
         self.engine = engine
         self.redactor = redactor or Redactor()
         self.pending: list[Event] = []
+        self.reported = asyncio.Event()
+        """Set when `note` or `forward` queued an event while the loop waits on tool calls (it wakes to yield it)."""
         # live events numbered since the last entry, counting those of earlier runs in this process
         self._live = max(0, _last_live.get(session.id, 0) - live_number(self.last_seq, 0) + 1)
 
@@ -97,6 +101,14 @@ class RunJournal:
         if event.n:
             return
         self.pending.append(self.number(event))
+        self.reported.set()
+
+    def forward(self, event: Event) -> None:
+        """Queue an event of another session as it is, its session and number kept: a sub-agent's, which
+        its parent's run passes on to whoever follows the parent (numbered in the child's session, where
+        the child's journal replays it)."""
+        self.pending.append(event)
+        self.reported.set()
 
     def drain(self) -> list[Event]:
         """What is pending, in order; the queue is emptied."""

@@ -25,6 +25,7 @@ from .lease import DEFAULT_TTL, LeaseTerms
 from .lookup import find_session
 from .loop import AgentRun
 from .permission import PermissionCheck
+from .profiles import find_profile, narrowed
 from .state import DEFAULT_MAX_STEPS, RunOptions
 from .toolset import select_tools
 
@@ -55,6 +56,10 @@ class RunRequest:
     """Seconds to wait for a session another run holds (``--wait``: `math.inf`); None: refuse at once."""
     on_lease_wait: Callable[[SessionBusy], None] | None = None
     """Told who holds the session, once, when the run starts waiting for it."""
+    agent: str | None = None
+    """The agent profile to work as (``plan``, one of ``[agents.*]``; None: ``build``): its tools (which
+    `tools` may narrow further), its system prompt and model unless these are given; recorded with the
+    session."""
 
 
 @dataclass
@@ -120,11 +125,13 @@ def check_request(
     workspace = canonical_directory(request.directory)
     if not os.path.isdir(workspace):
         raise InvalidInput(f"the workspace {workspace} is not a directory")
-    tools = select_tools(request.tools, request.registry)
     config = config if config is not None else load_config()
+    profile = find_profile(request.agent, config)
+    selected = select_tools(request.tools, request.registry)
+    tools = narrowed(profile, select_tools(None, request.registry), selected.names() if request.tools else None)
     settings = context_settings(config)
     resolve = resolve or resolve_provider
-    resolved = resolve(request.model, config=config)
+    resolved = resolve(request.model or profile.model, config=config)
     if settings.compaction_model and settings.auto_compact is not False:
         try:
             resolve(settings.compaction_model, config=config)
@@ -136,8 +143,9 @@ def check_request(
         resolved,
         config,
         max_steps=request.max_steps,
-        system_prompt=request.system_prompt,
+        system_prompt=request.system_prompt or profile.system_prompt,
         tools=tools,
+        agent=profile,
         ask=request.ask,
         permission=request.permission,
         on_lease_wait=request.on_lease_wait,
@@ -177,7 +185,7 @@ async def _open_session(
             raise SessionNotFound(f"no earlier session in {workspace} to continue")
         session = last
     else:
-        return await SessionHandle.create(store, directory=workspace, model=resolved.id), True
+        return await SessionHandle.create(store, directory=workspace, model=resolved.id, agent=request.agent), True
     info = session.info
     imported = info.metadata.get(IMPORTED)
     updates: dict[str, Any] = {}
@@ -203,6 +211,8 @@ async def _open_session(
         updates["metadata"] = {**info.metadata, IMPORTED: {**imported, "confirmed": time.time()}}
     if request.model is not None and info.model != resolved.id:
         updates["model"] = resolved.id
+    if request.agent is not None and info.agent != request.agent:
+        updates["agent"] = request.agent
     if updates:
         await session.update(**updates)
     return session, False

@@ -30,6 +30,7 @@ from ..providers.catalog import unknown_model
 from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.records import LeaseRequest
 from ..store.reverts import active_tail
+from .children import with_children
 from .condense import condense_text, oversized
 from .configuration import context_settings
 from .handle import SessionHandle
@@ -95,6 +96,8 @@ class AgentRun:
             budget=engine.budget_for(model_info, settings),
             summarizer=self._summarizer(settings, config),
         )
+        state.tools = with_children(state, AgentRun)  # `task` runs sub-agents of this run
+        state.specs = state.tools.specs()
         state.entries = await active_tail(session.store, session.id, RESUME_TAIL, last_seq=info.entry_count)
         return state
 

@@ -175,7 +175,7 @@ class SessionManager:
                 entry.run = launched.run
                 async for event in launched.events():
                     self._publish(entry, event)
-                    if isinstance(event, Done | Error):
+                    if isinstance(event, Done | Error) and event.session_id == entry.session_id:
                         outcome = event
             except asyncio.CancelledError:
                 outcome = Error(session_id=entry.session_id, n=entry.last_n, code="cancelled", message="cancelled")
@@ -211,16 +211,25 @@ class SessionManager:
     # --- following ---------------------------------------------------------------------------------
 
     def _publish(self, entry: _Session, event: Event) -> None:
-        entry.last_n = max(entry.last_n, event.n)
-        if isinstance(event, RunStarted | Done | Error):
-            entry.boundaries.append(event)
+        if event.session_id != entry.session_id:
+            # a sub-agent's event, passed on by the run: its numbers are its own session's; those who
+            # follow the child itself get it too
+            child = self._sessions.get(event.session_id)
+            if child is not None:
+                self._publish(child, event)
+        else:
+            entry.last_n = max(entry.last_n, event.n)
+            if isinstance(event, RunStarted | Done | Error):
+                entry.boundaries.append(event)
         for subscriber in entry.subscribers:
             subscriber.offer(event)
 
     async def subscribe(self, session_id: str, after: int | None = None) -> AsyncIterator[Event]:
         """The session's events as they come. With `after`, first the durable events numbered after it,
         from the journal; a subscriber that falls more than the buffer behind is brought back the same way:
-        no durable event is missed or repeated, and nothing waits on a slow subscriber."""
+        no durable event is missed or repeated, and nothing waits on a slow subscriber. The events of the
+        session's sub-agents (`task`) come as they happen, with their own `session_id` and numbers; a
+        replay brings back only the session's own (the children's are in their own journals)."""
         await self.store.get_session(session_id)  # SessionNotFound before anything else
         entry = self._entry(session_id)
         subscriber = _Subscriber(self.subscriber_buffer)
@@ -239,9 +248,12 @@ class SessionManager:
                         yield event
                     continue
                 queued = await subscriber.queue.get()
-                if queued is None or queued.n <= last:
-                    continue  # a wake-up to catch up, or already given (a replay overtook the queue)
-                last = queued.n
+                if queued is None:
+                    continue  # a wake-up to catch up
+                if queued.session_id == session_id:  # a sub-agent's events are numbered in its own session
+                    if queued.n <= last:
+                        continue  # already given (a replay overtook the queue)
+                    last = queued.n
                 yield queued
         finally:
             entry.subscribers.discard(subscriber)

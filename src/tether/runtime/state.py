@@ -24,6 +24,7 @@ from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import LeaseTerms
 from .permission import PermissionCheck
+from .profiles import AgentProfile
 from .toolset import default_registry
 
 if TYPE_CHECKING:
@@ -76,6 +77,9 @@ class RunOptions:
     secrets: SecretPolicy | None = None
     """Which environment variables are kept from commands and whose values are kept out of the journal;
     None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""
+    agent: AgentProfile | None = None
+    """The agent profile the run works as (its tools, prompt and model are already applied to these
+    options); None: ``build``. Sub-agents that name none work as it too."""
 
 
 def run_secrets(config: Config | None) -> SecretPolicy:
@@ -148,6 +152,7 @@ class RunState:
             limits=self.options.tool_limits,
             secrets=self.secrets,
             redactor=self.journal.redactor,
+            emit=self.journal.note,
         )
 
     def objective(self) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from typing import Any
 
 import msgspec
 
@@ -63,11 +65,20 @@ async def _decide_and_run(state: RunState, call: ToolCallPart, ctx: ToolContext)
 
 
 def _batches(state: RunState, calls: Sequence[ToolCallPart]) -> list[list[ToolCallPart]]:
+    """Consecutive calls that may run together: read-only ones, or calls of one parallel tool (`task`)."""
     registry = state.tools
+
+    def kind(call: ToolCallPart) -> str | None:
+        if not call.arguments_ok:
+            return None
+        if registry.is_read_only(call.name):
+            return "read"
+        return f"parallel:{call.name}" if registry.is_parallel(call.name) else None
+
     batches: list[list[ToolCallPart]] = []
     for call in calls:
-        concurrent = registry.is_read_only(call.name) and call.arguments_ok
-        if concurrent and batches and all(registry.is_read_only(c.name) for c in batches[-1]):
+        concurrent = kind(call)
+        if concurrent and batches and all(kind(c) == concurrent for c in batches[-1]):
             batches[-1].append(call)
         else:
             batches.append([call])
@@ -81,21 +92,36 @@ async def run_tool_calls(
     then any condensing of an oversized output). `pending` loses each call whose result is journaled: what
     is left when the run is cancelled gets an 'aborted' result."""
     ctx = state.tool_context()
+    journal = state.journal
     for batch in _batches(state, calls):
-        tasks = [asyncio.ensure_future(_decide_and_run(state, call, ctx)) for call in batch]
+        tasks = [asyncio.ensure_future(_decide_and_run(state, call, replace(ctx, call_id=call.id))) for call in batch]
         try:
-            for next_done in asyncio.as_completed(tasks):
-                result = await next_done
-                call = next(c for c in batch if c.id == result.call_id)
-                if call.id in state.repeats:
-                    # Weak models repeat a call whose answer they already have; say so where they look.
-                    result = msgspec.structs.replace(result, content=f"{result.content}\n\n{REPEAT_NOTE}")
-                (stored,) = await state.append(Message.tool(result))
-                pending[:] = [c for c in pending if c.id != call.id]
-                for event in state.journal.drain():
+            unfinished = set(tasks)
+            while unfinished:
+                # what the calls report while they run (a sub-agent's events, a request for approval) goes
+                # out as it comes, not when the call ends
+                journal.reported.clear()
+                for event in journal.drain():
                     yield event
-                async for event in condense_tool_output(state, call, result, stored.seq):
-                    yield event
+                reported = asyncio.ensure_future(journal.reported.wait())
+                waiters: list[asyncio.Future[Any]] = [*unfinished, reported]
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    reported.cancel()
+                for task in [t for t in tasks if t in unfinished and t.done()]:  # in the model's order
+                    unfinished.discard(task)
+                    result = task.result()
+                    call = next(c for c in batch if c.id == result.call_id)
+                    if call.id in state.repeats:
+                        # Weak models repeat a call whose answer they already have; say so where they look.
+                        result = msgspec.structs.replace(result, content=f"{result.content}\n\n{REPEAT_NOTE}")
+                    (stored,) = await state.append(Message.tool(result))
+                    pending[:] = [c for c in pending if c.id != call.id]
+                    for event in journal.drain():
+                        yield event
+                    async for event in condense_tool_output(state, call, result, stored.seq):
+                        yield event
         finally:
             for task in tasks:
                 if not task.done():

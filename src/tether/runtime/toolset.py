@@ -1,6 +1,7 @@
-"""The tools a run offers: the built-in ones plus the tools of other engines (`session_recall`), assembled
-here so that no engine has to import another; choosing them by name (``--tools read,grep``); and giving
-`session_recall` its answer mode, which reads the evidence with RLM and the run's own model."""
+"""The tools a run offers: the built-in ones plus the tools of other engines (`session_recall`) and of the
+runtime (`task`), assembled here so that no engine has to import another; choosing them by name (``--tools
+read,grep``); and giving `session_recall` its answer mode, which reads the evidence with RLM and the run's
+own model."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from ..rlm import rlm_answer
 from ..rlm.engine import RlmLimits
 from ..tools.base import ToolRegistry
 from ..tools.builtin import builtin_tools
+from .tasks import TaskTool
 
 NO_TOOLS = "none"
 
 
 def default_registry() -> ToolRegistry:
-    """A fresh registry of the default tools: read, write, edit, bash, glob, grep, list, question and
-    session_recall (evidence mode; a run gives it answer mode with its own model)."""
-    return ToolRegistry([*builtin_tools(), SessionRecallTool()])
+    """A fresh registry of the default tools: read, write, edit, bash, glob, grep, list, question,
+    session_recall (evidence mode; a run gives it answer mode with its own model) and task (a run binds it
+    to itself: `children`)."""
+    return ToolRegistry([*builtin_tools(), SessionRecallTool(), TaskTool()])
 
 
 def select_tools(spec: str | None, registry: ToolRegistry | None = None) -> ToolRegistry:

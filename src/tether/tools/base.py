@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, Union, get_args, get_origin, overload, runtime_checkable
 
 from ..errors import InvalidInput, OutsideWorkspace, ToolError
+from ..events import Event
 from ..messages import ToolSpec
 from ..redaction import Redactor, SecretPolicy
 from ..store.protocols import Store
@@ -69,7 +70,8 @@ class ToolContext:
     with like. `ask` is how the `question` tool reaches a human; None means nobody can answer. `abort` is
     set by whoever cancels the run; long tools (bash, grep) stop early when it is set. `secrets` says which
     environment variables a command must not see; `redactor` takes known secret values out of what a tool
-    saves in the store itself (an oversized output's artifact), as the run's journal does for the rest."""
+    saves in the store itself (an oversized output's artifact), as the run's journal does for the rest.
+    `call_id` and `emit` say which call it is and how to report on it while it runs."""
 
     workspace: Path
     session_id: str
@@ -80,6 +82,11 @@ class ToolContext:
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
     redactor: Redactor = field(default_factory=Redactor)
+    call_id: str = ""
+    """The id of the call this context is for (empty outside a run's tool calls)."""
+    emit: Callable[[Event], None] | None = None
+    """Reports a live event of the call into the run's stream while it runs (numbered there): a sub-agent
+    starting, an approval being asked for. None: nobody listens."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()
@@ -193,6 +200,11 @@ class ToolRegistry:
         """Whether a call to `name` may run concurrently with others (unknown tools: no)."""
         tool = self._tools.get(name)
         return bool(tool is not None and tool.read_only)
+
+    def is_parallel(self, name: str) -> bool:
+        """Whether calls to `name` in one step run together although it is not read-only: a tool says so
+        with a ``parallel = True`` attribute (the `task` tool: each call works in a session of its own)."""
+        return bool(getattr(self._tools.get(name), "parallel", False))
 
     def specs(self) -> list[ToolSpec]:
         """The tools as the model sees them."""
