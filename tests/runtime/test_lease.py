@@ -103,8 +103,9 @@ def tether(tmp_path: Path) -> Tether:
 
 @pytest.mark.slow
 def test_a_second_run_is_refused_with_the_holder_named_or_waits(tether: Tether) -> None:
-    marker = tether.work / "started"
-    first = tether.start("run", "work slowly", command=f"touch {marker}; sleep 2")
+    marker, go = tether.work / "started", tether.work / "go"
+    # the first run's command holds the session until the test says go (a sleep raced a loaded machine)
+    first = tether.start("run", "work slowly", command=f"touch {marker}; until [ -e {go} ]; do sleep 0.05; done")
     wait_for(marker.exists, what="the first run's command")
     sid = tether.session_id()
     code, _, err = tether.run("run", "--session", sid, "me too")
@@ -113,8 +114,13 @@ def test_a_second_run_is_refused_with_the_holder_named_or_waits(tether: Tether) 
     assert f"session {sid} is busy: run run_" in line and f"pid {first.pid}" in line and " since " in line
     assert "--wait" in line
     # with --wait, the second run runs once the first is done: both prompts, in order, nothing interleaved
-    code, _, err = tether.run("run", "--session", sid, "--wait", "after you", command="echo second")
-    assert code == 0, err
+    second = tether.start("run", "--session", sid, "--wait", "after you", command="echo second")
+    assert second.stderr is not None
+    said = second.stderr.readline()  # the line it prints as it starts to wait, before the first is let go
+    go.touch()
+    _, rest = second.communicate(timeout=60)
+    err = said + rest
+    assert second.returncode == 0, err
     assert first.wait(30) == 0
     users = [b.text for b in tether.entries(sid) if isinstance(b, Message) and b.role == "user"]
     assert users == ["work slowly", "after you"]
