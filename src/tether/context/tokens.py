@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -35,6 +35,7 @@ from ..messages import (
     ToolResultPart,
     ToolSpec,
 )
+from ..providers.base import TokenCounter as TokenCounter
 
 log = logging.getLogger("tether.context")
 
@@ -52,15 +53,6 @@ TOOLS_OVERHEAD = 12
 IMAGE_TOKENS = 1_600
 """An image of unknown size: Anthropic charges about (width * height) / 750, so 1,600 covers a 1,092-pixel
 square; OpenAI's high-detail 512-pixel tiles cost less."""
-
-
-class TokenCounter(Protocol):
-    """Counts the tokens of a text. `source` names how: ``"tiktoken:o200k_base"`` or ``"heuristic"``."""
-
-    @property
-    def source(self) -> str: ...
-
-    def count(self, text: str) -> int: ...
 
 
 # --- exact counts ------------------------------------------------------------------------------------

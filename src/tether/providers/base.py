@@ -12,15 +12,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
 from ..errors import ProviderError
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCallPart, ToolSpec, Usage
 
-if TYPE_CHECKING:
-    from ..context.tokens import TokenCounter
+
+class TokenCounter(Protocol):
+    """Counts the tokens of a text. `source` names how: ``"tiktoken:o200k_base"``, ``"heuristic"``, a model's
+    own tokenizer. Defined here, beside the providers that may offer one (`TokenCounting`); the context
+    engine's counters (`tether.context.tokens`) are the others."""
+
+    @property
+    def source(self) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
 
 ToolChoice = str
 """``"auto"`` (the model decides), ``"none"`` (no tool calls), ``"required"`` (some tool call), or the name of
