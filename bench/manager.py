@@ -41,7 +41,8 @@ Figures (the README says the same at more length):
   on a slow model (`--wait-s`): what holding 1,000 runs costs when none of them is doing anything (their
   lease watchers).
 
-    python bench/manager.py [--sessions N] [--steps N] [--latency-ms MS] [--subscribers N] [--quick] [--dir DIR]
+    python bench/manager.py [--sessions N] [--steps N] [--latency-ms MS] [--subscribers N] [--only SECTIONS]
+                            [--quick] [--dir DIR]
 
 Last line: JSON with every figure, the machine (cpus, load average at the start and end of each section).
 """
@@ -78,6 +79,7 @@ from tether.runtime.manager import SessionManager, _Session
 from tether.store import SqliteStore
 from tether.tools.base import ToolRegistry, function_tool
 
+SECTIONS = ("steps", "fanout", "lease", "idle", "memory")
 TARGETS = (
     Target("manager_step_overhead_ratio", "<=", 1.5),
     Target("fanout_p99_ms", "<=", 10),
@@ -482,6 +484,7 @@ async def main() -> None:
     parser.add_argument("--fanout-runs", type=int, default=10, help="runs of the followed session")
     parser.add_argument("--lease-repeat", type=int, default=3000, help="lease and floor transactions, each")
     parser.add_argument("--wait-s", type=float, default=4.0, help="the model call the waiting runs are in")
+    parser.add_argument("--only", help=f"comma-separated sections to run (default: all of {','.join(SECTIONS)})")
     parser.add_argument("--quick", action="store_true", help="small sizes, seconds (what the test runs)")
     parser.add_argument("--dir", help="scratch directory (default: under .bench-out/)")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
@@ -491,12 +494,16 @@ async def main() -> None:
         args.subscribers, args.fanout_runs, args.lease_repeat, args.wait_s = 100, 2, 300, 1.0
     if args.steps < 2 or args.sessions < 1 or args.subscribers < 1:
         parser.error("--steps must be at least 2, --sessions and --subscribers at least 1")
+    only = SECTIONS if args.only is None else tuple(x.strip() for x in args.only.split(","))
+    if unknown := set(only) - set(SECTIONS):
+        parser.error(f"--only: no section {', '.join(sorted(unknown))}; the sections are {', '.join(SECTIONS)}")
     if args.memory_child:
         print(json.dumps(await memory_child(args, Path(args.dir))))
         return
 
     report = Report(targets=TARGETS)
     report.set("quick", args.quick)
+    report.set("sections", list(only))
     report.set(
         "sizes",
         {
@@ -523,11 +530,16 @@ async def main() -> None:
         model = SlowModel(args.steps, args.latency_ms / 1000)
         async with SqliteStore(scratch / "manager.db") as store:
             manager = new_manager(store, scratch, {None: model})
-            await steps_section(report, args, manager, model)
-            await fanout_section(report, args, manager, model)
-            await lease_section(report, args, store, scratch)
-            await idle_runs_section(report, args, store, scratch)
-        memory_section(report, args, scratch)
+            if "steps" in only:
+                await steps_section(report, args, manager, model)
+            if "fanout" in only:
+                await fanout_section(report, args, manager, model)
+            if "lease" in only:
+                await lease_section(report, args, store, scratch)
+            if "idle" in only:
+                await idle_runs_section(report, args, store, scratch)
+        if "memory" in only:
+            memory_section(report, args, scratch)
     report.set("loadavg_end", load())
     report.finish()
 
