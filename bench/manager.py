@@ -80,6 +80,20 @@ from tether.store import SqliteStore
 from tether.tools.base import ToolRegistry, function_tool
 
 SECTIONS = ("steps", "fanout", "lease", "idle", "memory")
+FIGURES = {
+    "steps": (
+        "step_cpu_us_single",
+        "step_cpu_us_concurrent",
+        "manager_step_overhead_ratio",
+        "concurrent_wall_s",
+        "concurrent_steps_per_s",
+    ),
+    "fanout": ("fanout_p50_ms", "fanout_p99_ms", "fanout_max_ms", "fanout_p99_ms_busy", "loop_lag_p99_ms_busy"),
+    "lease": ("lease_us", "lease_store_us", "lease_floor_us", "lease_vs_floor"),
+    "idle": ("idle_runs_cpu_pct",),
+    "memory": ("rss_kb_per_idle_session", "rss_kb_per_running_session"),
+}
+"""Each section's figures: those of a section left out by --only are null in the JSON, not absent."""
 TARGETS = (
     Target("manager_step_overhead_ratio", "<=", 1.5),
     Target("fanout_p99_ms", "<=", 10),
@@ -540,6 +554,10 @@ async def main() -> None:
                 await idle_runs_section(report, args, store, scratch)
         if "memory" in only:
             memory_section(report, args, scratch)
+    for section in SECTIONS:
+        if section not in only:
+            for key in FIGURES[section]:
+                report.set(key, None)
     report.set("loadavg_end", load())
     report.finish()
 

@@ -62,3 +62,27 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
 def test_a_bad_option_is_refused() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--steps", "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--steps" in proc.stderr
+
+
+def test_one_section_alone(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--only", "lease", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["sections"] == ["lease"]
+    assert figures["lease_vs_floor"] > 0
+    # the sections left out report null figures, and their targets are not judged
+    assert figures["manager_step_overhead_ratio"] is None and figures["rss_kb_per_idle_session"] is None
+    assert figures["targets"]["fanout_p99_ms"]["pass"] is None
+    assert "per-step cost" not in proc.stdout
+
+
+def test_an_unknown_section_is_refused() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--only", "lease,bogus"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and "--only" in proc.stderr and "bogus" in proc.stderr
