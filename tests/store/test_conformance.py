@@ -1010,6 +1010,41 @@ async def test_an_expired_lease_taken_again_by_its_holder_starts_anew(store: Sto
     assert again.since > first.since  # the same on every backend
 
 
+async def test_a_released_lease_is_free_and_released_once(store: Store) -> None:
+    sid = (await store.create_session()).id
+    first = await store.acquire_lease(sid, "run_a", ttl=30)
+    await store.request_lease(sid, "cancel")
+    assert await store.release_lease(sid, "run_a") is True
+    assert await store.release_lease(sid, "run_a") is False  # already given back
+    assert await store.get_lease(sid) is None
+    assert await store.request_lease(sid, "pause") is None  # nobody to ask
+    with pytest.raises(LeaseLost, match="no longer holds"):
+        await store.renew_lease(sid, "run_a", ttl=30)
+    again = await store.acquire_lease(sid, "run_a", ttl=30)  # its holder again: a new lease, no request
+    assert again.since >= first.since and again.request is None
+    for holder in ("run_b", "run_c", "run_d"):  # taken and given back, over and over
+        await store.release_lease(sid, (await store.get_lease(sid)).holder)  # type: ignore[union-attr]
+        assert (await store.acquire_lease(sid, holder, ttl=30, pid=7, host="h")).holder == holder
+    assert (await store.get_lease(sid)).holder == "run_d"  # type: ignore[union-attr]
+
+
+async def test_a_live_lease_is_taken_only_from_the_dead_holder_named(store: Store) -> None:
+    sid = (await store.create_session()).id
+    await store.acquire_lease(sid, "run_a", ttl=30, pid=1, host="h")
+    await store.request_lease(sid, "pause")
+    with pytest.raises(SessionBusy):
+        await store.acquire_lease(sid, "run_b", ttl=30, take_from="run_x")  # not the holder
+    taken = await store.acquire_lease(sid, "run_b", ttl=30, pid=2, host="h", take_from="run_a")
+    assert (taken.holder, taken.pid, taken.request) == ("run_b", 2, None)  # a new holder starts clean
+    assert await store.get_lease(sid) == taken
+    with pytest.raises(LeaseLost, match="to run run_b"):
+        await store.renew_lease(sid, "run_a", ttl=30)
+    assert await store.release_lease(sid, "run_a") is False
+    await store.request_lease(sid, "cancel")
+    same = await store.acquire_lease(sid, "run_b", ttl=30, pid=2, host="h", take_from="run_b")  # itself: renewed
+    assert (same.since, same.request) == (taken.since, "cancel")
+
+
 async def test_a_request_waits_in_the_lease_for_its_holder(store: Store) -> None:
     sid = (await store.create_session()).id
     assert await store.request_lease(sid, "cancel") is None  # nobody holds it: nothing to ask

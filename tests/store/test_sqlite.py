@@ -424,6 +424,28 @@ async def test_a_lease_holds_across_stores_on_one_file(tmp_path: Path) -> None:
         await second.close()
 
 
+async def test_a_lease_row_is_written_once_and_then_updated(tmp_path: Path) -> None:
+    """Release marks the row free (expires_at 0) and acquire takes it again: one row per session, each an
+    update of one page (an insert and a delete also wrote the key's index), and a file whose lease rows
+    were deleted on release (tether before this) works the same."""
+    path = tmp_path / "leases.db"
+    async with SqliteStore(path) as store, SqliteStore(path) as other:
+        sid = (await store.create_session()).id
+        for i in range(3):
+            await store.acquire_lease(sid, f"run_{i}", ttl=30, pid=1, host="h")
+            assert (await other.get_lease(sid)).holder == f"run_{i}"  # type: ignore[union-attr]
+            assert await store.release_lease(sid, f"run_{i}")
+            assert await other.get_lease(sid) is None
+        rows = store.conn.execute("SELECT holder, expires_at FROM leases WHERE session_id = ?", (sid,)).fetchall()
+        assert rows == [("run_2", 0)]
+        store.conn.execute("DELETE FROM leases")  # as an older tether leaves it
+        assert (await other.acquire_lease(sid, "run_x", ttl=30)).holder == "run_x"
+        with pytest.raises(SessionBusy):
+            await store.acquire_lease(sid, "run_y", ttl=30)
+        await store.delete_session(sid)
+        assert store.conn.execute("SELECT count(*) FROM leases").fetchone() == (0,)
+
+
 async def test_a_schema_4_file_gets_the_new_leases_table(tmp_path: Path) -> None:
     """Schema 4's leases table (session_id, owner, expires_at) was never used: 5 makes it anew."""
     path = tmp_path / "v4.db"

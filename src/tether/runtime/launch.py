@@ -110,9 +110,7 @@ config=config)``; `providers.registry.resolve_provider` unless a caller (a test,
 its own) gives another."""
 
 
-def check_request(
-    request: RunRequest, config: Config | None = None, *, resolve: Resolver | None = None
-) -> LaunchPlan:
+def check_request(request: RunRequest, config: Config | None = None, *, resolve: Resolver | None = None) -> LaunchPlan:
     """Check everything `request` asks for, without a store: the prompt, the step limit, the workspace, the
     tools, the configuration (read now unless given), the model and its provider, the summarizer. Raises
     `InvalidInput` or `ConfigError` saying what is wrong."""
