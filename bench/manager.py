@@ -330,7 +330,7 @@ async def follow(
     while True:
         received: list[list[tuple[int, int]]] = [[] for _ in range(args.subscribers)]
         tasks = [asyncio.create_task(subscriber(manager, sid, r)) for r in received]
-        while len(manager._sessions[sid].subscribers) < args.subscribers:
+        while (entry := manager._sessions.get(sid)) is None or len(entry.subscribers) < args.subscribers:
             await asyncio.sleep(0)  # each subscription is in place once its task first ran
         handle = await manager.start(sid, "again")
         await handle.result()
@@ -424,7 +424,7 @@ async def memory_child(args: argparse.Namespace, directory: Path) -> dict[str, A
         await run_batch(manager, model, args.sessions, args.steps)
         gc.collect()
         after = rss_kb()
-        held = len(manager._sessions)
+        held = len(manager._sessions) + len(manager._recent)  # in use, and remembered (at most RECENT_SESSIONS)
     return {
         "rss_kb_per_idle_session": (after - baseline) / args.sessions,
         "rss_kb_per_running_session": (peak - before_warm) / args.sessions,

@@ -14,7 +14,7 @@ import pytest
 
 from tether import Message, ToolCallPart
 from tether.config import Config
-from tether.events import DURABLE_TYPES, Done, Error, Event, TextDelta, ToolCallComplete
+from tether.events import DURABLE_TYPES, Done, Error, Event, TextComplete, TextDelta, ToolCallComplete
 from tether.messages import Checkpoint
 from tether.providers.base import ModelRequest
 from tether.providers.catalog import unknown_model
@@ -174,7 +174,7 @@ async def test_a_subscriber_that_reads_nothing_stays_bounded_and_catches_up(stor
     first = await mgr.start(None, "warm up", tools="none")
     await first.result()
     sid = first.session_id
-    after = mgr._sessions[sid].last_n
+    after = (mgr._sessions.get(sid) or mgr._recent[sid]).last_n  # in use, or just let go
     stream = mgr.subscribe(sid, after=after)
     follower = asyncio.create_task(stream.__anext__())  # registered, then reads nothing while the run goes
     await asyncio.sleep(0.05)
@@ -256,3 +256,32 @@ async def test_shutdown_cancels_what_runs_and_refuses_new_prompts(store: SqliteS
         assert isinstance(await r.result(), Error) and await store.get_lease(r.session_id) is None
     with pytest.raises(Exception, match="shutting down"):
         await mgr.start(None, "too late")
+
+
+async def test_sessions_nothing_uses_are_let_go_and_followed_again_from_where_they_stand(
+    store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tether.runtime.manager.RECENT_SESSIONS", 2)
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: f"answer to {r.messages[-1].text}"))
+    handles = [await mgr.start(None, f"task {i}") for i in range(4)]
+    assert all(isinstance(r, Done) for r in [await h.result() for h in handles])
+    await asyncio.sleep(0)  # the workers' last steps
+    # nothing runs, waits or follows: none is in use, and only the two latest are remembered
+    assert mgr._sessions == {} and list(mgr._recent) == [h.session_id for h in handles[2:]]
+    # a later prompt to a forgotten one starts after what its journal holds: the new run, whole, nothing older
+    sid = handles[0].session_id
+    second = await mgr.start(sid, "two")
+    seen: list[Event] = []
+    async for event in mgr.subscribe(sid, after=second.after):
+        seen.append(event)
+        if isinstance(event, Done | Error):
+            break
+    assert isinstance(await second.result(), Done)
+    assert [type(e).__name__ for e in seen if type(e).__name__ in ("RunStarted", "TextComplete", "Done")] == [
+        "RunStarted",
+        "TextComplete",
+        "Done",
+    ]
+    assert [e.text for e in seen if isinstance(e, TextComplete)] == ["answer to two"]
+    await asyncio.sleep(0)
+    assert mgr._sessions == {} and sid in mgr._recent and len(mgr._recent) == 2

@@ -10,14 +10,14 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..config import Config
 from ..errors import InvalidInput, SessionBusy, TetherError
-from ..events import Done, Error, Event, RunStarted
+from ..events import Done, Error, Event, RunStarted, live_number
 from ..messages import Message
 from ..store.protocols import Store
 from .configuration import load_config
@@ -33,6 +33,10 @@ stopped at a step and resumes on demand); run by another process (its lease says
 
 SUBSCRIBER_BUFFER = 1024
 """Events a subscriber may fall behind by before it is moved to reading the journal."""
+
+RECENT_SESSIONS = 256
+"""Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
+starts and ends) for a subscriber that comes just after a run: the least recently used are forgotten."""
 
 
 @dataclass
@@ -113,6 +117,7 @@ class SessionManager:
         self.resolve = resolve
         self.subscriber_buffer = subscriber_buffer
         self._sessions: dict[str, _Session] = {}
+        self._recent: OrderedDict[str, _Session] = OrderedDict()
         self._closing = False
 
     # --- running -----------------------------------------------------------------------------------
@@ -147,6 +152,10 @@ class SessionManager:
             session_id = first.session.id
             plan = replace(plan, request=replace(plan.request, session=session_id))
         entry = self._entry(session_id)
+        if not entry.last_n:  # a session this manager does not follow (or has let go of): where it stands,
+            # after its last entry's durable events and before the live ones of the run to come
+            info = first.session.info if first is not None else await self.store.get_session(session_id)
+            entry.last_n = live_number(info.last_seq, 0) - 1
         handle = RunHandle(session_id, prompt, after=entry.last_n, plan=plan)
         if steer and entry.run is not None and prompt is not None:
             entry.run.steer(prompt)
@@ -162,11 +171,30 @@ class SessionManager:
     def _entry(self, session_id: str) -> _Session:
         entry = self._sessions.get(session_id)
         if entry is None:
-            entry = self._sessions[session_id] = _Session(session_id)
+            entry = self._recent.pop(session_id, None) or _Session(session_id)
+            self._sessions[session_id] = entry
         return entry
+
+    def _let_go(self, entry: _Session) -> None:
+        """Forget a session nothing runs, waits for or follows: a long-lived manager (a server) keeps only the
+        sessions in use, not every one it ever touched. What it knew is in the store."""
+        in_use = entry.run is not None or entry.waiting or entry.subscribers or entry.riders
+        if in_use or self._sessions.get(entry.session_id) is not entry:
+            return
+        del self._sessions[entry.session_id]
+        entry.worker = None
+        self._recent[entry.session_id] = entry
+        while len(self._recent) > RECENT_SESSIONS:
+            self._recent.popitem(last=False)
 
     async def _work(self, entry: _Session, first: LaunchedRun | None) -> None:
         """Run the session's waiting prompts one after another, publishing their events."""
+        try:
+            await self._run_waiting(entry, first)
+        finally:
+            self._let_go(entry)
+
+    async def _run_waiting(self, entry: _Session, first: LaunchedRun | None) -> None:
         while entry.waiting:
             handle = entry.waiting[0]
             outcome: Done | Error | None = None
@@ -257,17 +285,21 @@ class SessionManager:
                 yield queued
         finally:
             entry.subscribers.discard(subscriber)
+            if entry.worker is None or entry.worker.done():
+                self._let_go(entry)
 
     async def _catch_up(self, entry: _Session, after: int) -> AsyncIterator[Event]:
         """The durable events after `after` from the journal, with the run starts and ends since (live
-        events, kept apart for this) in their places."""
-        boundaries = sorted((e for e in entry.boundaries if e.n > after), key=lambda e: e.n)
+        events, kept apart for this) in their places. The boundaries are looked at again before each event:
+        a run that goes on while the journal is read publishes its start before it appends what follows."""
+        given = after
         async for event in replay_events(self.store, entry.session_id, after):
-            while boundaries and boundaries[0].n < event.n:
-                yield boundaries.pop(0)
+            for boundary in sorted((b for b in entry.boundaries if given < b.n < event.n), key=lambda b: b.n):
+                yield boundary
             yield event
-        for event in boundaries:
-            yield event
+            given = event.n
+        for boundary in sorted((b for b in entry.boundaries if b.n > given), key=lambda b: b.n):
+            yield boundary
 
     # --- control -----------------------------------------------------------------------------------
 
