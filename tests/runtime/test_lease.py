@@ -160,9 +160,10 @@ async def test_a_lease_of_another_machine_is_waited_out_until_it_expires(tmp_pat
 
 @pytest.mark.slow
 def test_a_cancel_from_another_process_stops_the_run_within_a_second(tether: Tether) -> None:
-    marker = tether.work / "started"
-    runner = tether.start("run", "a long job", command=f"touch {marker}; sleep 3600")
+    marker, pidfile = tether.work / "started", tether.work / "job.pid"
+    runner = tether.start("run", "a long job", command=f"sleep 3600 & echo $! > {pidfile}; touch {marker}; wait")
     wait_for(marker.exists, what="the long command")
+    job = int(pidfile.read_text())
     sid = tether.session_id()
     code, out, err = tether.run("sessions", "cancel", sid)
     asked = time.monotonic()
@@ -173,6 +174,7 @@ def test_a_cancel_from_another_process_stops_the_run_within_a_second(tether: Tet
     results = [r for b in tether.entries(sid) if isinstance(b, Message) for r in b.tool_results]
     assert len(results) == 1 and results[0].is_error and "aborted" in results[0].content
     assert tether.lease_holder(sid) is None
+    wait_for(lambda: not process_alive(job), what="the cancelled command's process to be killed")
     code, _, err = tether.run("sessions", "cancel", sid)
     assert code == 1 and "no run is working in session" in err
 
