@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tether import Message, ToolCallPart
-from tether.config import Config
+from tether.config import Config, PermissionsConfig
 from tether.events import DURABLE_TYPES, Done, Error, Event, TextComplete, TextDelta, ToolCallComplete
 from tether.messages import Checkpoint
 from tether.providers.base import ModelRequest
@@ -65,7 +65,9 @@ def manager(store: SqliteStore, tmp_path: Path, provider: ScriptedProvider, **kw
         return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
 
     defaults = RunRequest(None, directory=tmp_path, registry=ToolRegistry([look, slow]))
-    return SessionManager(store, config=Config(), defaults=defaults, resolve=resolve, **kwargs)
+    # `slow` changes nothing, but is not marked read-only: these tests allow it, as a user's config would
+    config = Config(permissions=PermissionsConfig(allow=["slow"]))
+    return SessionManager(store, config=config, defaults=defaults, resolve=resolve, **kwargs)
 
 
 @pytest.fixture
