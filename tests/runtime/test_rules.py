@@ -86,7 +86,7 @@ def test_a_bash_deny_pattern_matches_the_command_alone_and_with_arguments(ws: Pa
     assert bash(no_rm, "rm", ws) == "deny"
     assert bash(no_rm, "rmdir x", ws) == "ask"  # another command
     decision = no_rm.decide("bash", {"command": "rm -rf build"}, read_only=False, workspace=ws)
-    assert "`rm -rf build`: denied by the rule bash(rm *) (from test)" == decision.reason
+    assert decision.reason == "`rm -rf build`: denied by the rule bash(rm *) (from test)"
     assert decision.rule == "bash(rm *)"
 
 
@@ -321,7 +321,7 @@ def test_always_suggests_a_narrow_rule_per_part_not_yet_allowed(ws: Path) -> Non
 
 @pytest.mark.parametrize("text", ["bash(", "bash)", "", "bash(git) x", "ba sh", "bash()"])
 def test_a_malformed_rule_is_a_clear_error(text: str) -> None:
-    with pytest.raises(InvalidInput, match="not a rule|pattern in the parentheses is empty"):
+    with pytest.raises(InvalidInput, match=r"not a rule|pattern in the parentheses is empty"):
         parse_rule(text, "allow")
 
 
