@@ -37,6 +37,14 @@ which passes the parsed `Config` to whatever needs it.
     system_prompt = "You review code. Report problems; change nothing."
     model = "openai/gpt-4.1"           # default: the model of the run
     tools = ["read", "grep", "glob"]   # default: every tool; `read_only = true` keeps only those that change nothing
+    permissions = { deny = ["bash(git push*)"] }  # the agent's own approval rules (allow, ask, deny)
+
+    [permissions]                      # approval rules (see `tether.runtime.rules`); a workspace's own
+    allow = ["bash(git status*)", "bash(pytest*)"]  # .tether/config.toml may hold this table too
+    ask = ["edit(migrations/**)"]
+    deny = ["bash(rm -rf *)", "read(**/secrets/**)"]
+    mode = "default"                   # accept-edits, plan, never-ask or bypass
+    timeout = 600                      # seconds an approval waits before it counts as a no
 
 Keys belong in the environment; `api_key` is accepted here for people who keep their config private, and is
 never shown by `repr`.
@@ -46,7 +54,7 @@ from __future__ import annotations
 
 import tomllib
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -112,6 +120,25 @@ class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     bash: BashConfig = msgspec.field(default_factory=BashConfig)
 
 
+PermissionMode = Literal["default", "accept-edits", "plan", "never-ask", "bypass"]
+
+
+class RulesConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Approval rules ``TOOL`` or ``TOOL(PATTERN)`` by what they do (checked where the runtime reads them):
+    an agent profile's ``[agents.NAME.permissions]``."""
+
+    allow: list[str] = msgspec.field(default_factory=list)
+    ask: list[str] = msgspec.field(default_factory=list)
+    deny: list[str] = msgspec.field(default_factory=list)
+
+
+class PermissionsConfig(RulesConfig, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[permissions]``: the approval rules, the permission mode, and how long an approval waits."""
+
+    mode: PermissionMode | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
 class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     """``[runtime]``: how runs hold their sessions, and how many sub-agents they may run."""
 
@@ -136,8 +163,9 @@ class AgentConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     model: str | None = None
     tools: list[str] | None = None
     read_only: bool | None = None
-    rules: Any = None
-    """Approval rules of the agent, in the approval rules' own format (read by the approvals work)."""
+    permissions: RulesConfig | None = None
+    """``[agents.NAME.permissions]``: the agent's own approval rules, a layer over the run's (a sub-agent's
+    never allow what its parent's rules would not)."""
 
 
 class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -151,6 +179,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     agents: dict[AgentName, AgentConfig] = msgspec.field(default_factory=dict)
+    permissions: PermissionsConfig = msgspec.field(default_factory=PermissionsConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

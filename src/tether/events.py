@@ -6,7 +6,8 @@ two kinds:
 
 - **durable** events are derived from a journal entry by `durable_events` (an assistant message gives
   `ThinkingComplete`, `TextComplete`, `UsageReport` and one `ToolCallStart` per call; a tool message one
-  `ToolCallComplete` per result; a checkpoint `CheckpointReached`; a compaction `CompactionCompleted`).
+  `ToolCallComplete` per result; a checkpoint `CheckpointReached`; a compaction `CompactionCompleted`; an
+  approval request `ApprovalRequested`, its decision `ApprovalResolved`).
   The k-th event of the entry at seq s is numbered ``s * EVENT_SPAN + k``, so they can be replayed from the
   journal after any number, by anyone who can read it, with the same numbers;
 - **live** events (deltas, progress, the start and end of a run, compaction attempts) exist only while the
@@ -24,7 +25,17 @@ from typing import Any, Literal
 
 import msgspec
 
-from .messages import Checkpoint, Compaction, Entry, Message, ThinkingPart, Usage
+from .messages import (
+    APPROVAL_DECISION_MARKER,
+    APPROVAL_REQUEST_MARKER,
+    Checkpoint,
+    Compaction,
+    Entry,
+    Marker,
+    Message,
+    ThinkingPart,
+    Usage,
+)
 
 EVENT_SPAN = 1_000_000
 """Event numbers per journal entry: the durable events of entry s, then the live events after it."""
@@ -80,9 +91,11 @@ class ToolCallComplete(_Event, tag="tool_call_complete"):
     success: bool
     duration_ms: float
     preview: str = ""
-    """The first line or so of the result, for a compact display."""
+    """The first line or so of the result, for a compact display (a refused call's: the whole reason)."""
     truncated: bool = False
     seq: int = 0
+    denied: bool = False
+    """The call did not run: the rules, a person, or a program's check refused it."""
 
 
 class UsageReport(_Event, tag="usage"):
@@ -128,15 +141,29 @@ class CompactionFailed(_Event, tag="compaction_failed"):
 
 
 class ApprovalRequested(_Event, tag="approval_requested"):
+    """A tool call waits for a person's decision (answer it with `SessionManager.answer`). `reason` says why
+    it asks; `suggestion` lists the rules an "always" would add."""
+
     call_id: str
     name: str
     arguments: Any = None
+    reason: str = ""
+    suggestion: list[str] = msgspec.field(default_factory=list)
+    seq: int = 0
 
 
 class ApprovalResolved(_Event, tag="approval_resolved"):
+    """The decision on an approval request: `approved` or not, `by` whom (``user``, ``timeout``), how far a
+    yes reaches (`scope`: ``once``, ``session``, ``project``, with the `rules` it added), and a denial's
+    `message` for the model."""
+
     call_id: str
     approved: bool
     by: str = ""
+    scope: str = "once"
+    rules: list[str] = msgspec.field(default_factory=list)
+    message: str = ""
+    seq: int = 0
 
 
 class Progress(_Event, tag="progress"):
@@ -241,6 +268,8 @@ DURABLE_TYPES: tuple[type[_Event], ...] = (
     UsageReport,
     CheckpointReached,
     CompactionCompleted,
+    ApprovalRequested,
+    ApprovalResolved,
 )
 """The event types `durable_events` derives from journal entries; every other type is live only."""
 
@@ -276,15 +305,17 @@ def durable_events(entry: Entry, session_id: str) -> list[Event]:
             for result in body.tool_results:
                 meta = result.metadata
                 duration = meta.get("duration")
+                denied = meta.get("error") == "denied"
                 out.append(
                     ToolCallComplete(
                         call_id=result.call_id,
                         name=result.name or "",
                         success=not result.is_error,
                         duration_ms=float(duration) * 1000 if isinstance(duration, int | float) else 0.0,
-                        preview=preview(result.content),
+                        preview=preview(result.content, 1000 if denied else 160),
                         truncated=bool(meta.get("truncated", False)),
                         seq=seq,
+                        denied=denied,
                     )
                 )
     elif isinstance(body, Checkpoint):
@@ -306,10 +337,44 @@ def durable_events(entry: Entry, session_id: str) -> list[Event]:
                 fallback=fallback if isinstance(fallback, str) else None,
             )
         )
+    elif isinstance(body, Marker) and body.name in (APPROVAL_REQUEST_MARKER, APPROVAL_DECISION_MARKER):
+        approval = _approval_event(body, seq)
+        if approval is not None:
+            out.append(approval)
     for k, event in enumerate(out):
         event.session_id = session_id
         event.n = event_number(seq, k)
     return out
+
+
+def _approval_event(marker: Marker, seq: int) -> Event | None:
+    """The event of an approval marker; None for one whose data is not what the runtime writes (an import)."""
+    data = marker.data
+    call_id = data.get("call_id")
+    if not isinstance(call_id, str):
+        return None
+
+    def texts(value: Any) -> list[str]:
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    if marker.name == APPROVAL_REQUEST_MARKER:
+        return ApprovalRequested(
+            call_id=call_id,
+            name=str(data.get("tool", "")),
+            arguments=data.get("arguments"),
+            reason=str(data.get("reason", "")),
+            suggestion=texts(data.get("suggestion")),
+            seq=seq,
+        )
+    return ApprovalResolved(
+        call_id=call_id,
+        approved=data.get("approved") is True,
+        by=str(data.get("by", "")),
+        scope=str(data.get("scope", "once")),
+        rules=texts(data.get("rules")),
+        message=str(data.get("message", "")),
+        seq=seq,
+    )
 
 
 def preview(text: str, limit: int = 160) -> str:

@@ -226,6 +226,15 @@ INTERRUPTED_MARKER = "interrupted"
 model replied, and the next prompt came). Derived contexts show the model a short note in its place."""
 
 
+APPROVAL_REQUEST_MARKER = "approval_request"
+"""``Marker(name="approval_request", data={"call_id", "tool", "arguments", "reason", "suggestion"})``: tool
+call `call_id` waits for a person's decision. Without a decision after it, it is still pending: the next
+run of the session asks again, and the call never runs before a yes."""
+APPROVAL_DECISION_MARKER = "approval_decision"
+"""``Marker(name="approval_decision", data={"call_id", "approved", "by", "scope", "rules"?, "message"?})``:
+the answer to the request for `call_id`."""
+
+
 EntryBody = Message | Revert | TitleChange | Checkpoint | Compaction | Marker
 ENTRY_KINDS: frozenset[str] = frozenset({"message", "revert", "title", "checkpoint", "compaction", "marker"})
 

@@ -51,7 +51,10 @@ class Session(SessionHandle):
         default: the session's model, else the configured default) is resolved as `tether run` does; with
         one, `model` is that provider's own model id. The user's configuration is read unless `options`
         gives one (``config=``). `options` are `tether.runtime.RunOptions` fields. The events of the run's
-        sub-agents (`task`) come too, with their own `session_id`: this run's end is its own `Done` or `Error`."""
+        sub-agents (`task`) come too, with their own `session_id`: this run's end is its own `Done` or `Error`.
+        No approval rules apply unless `options` gives them (``rules=Rules()`` for the built-in defaults, or
+        `tether.runtime.configuration.permission_rules` for the user's) with an ``approver``: a program that
+        drives its own loop decides what its tools may do (``permission=``)."""
         if "config" not in options:
             options["config"] = load_config()
         if provider is None:

@@ -440,3 +440,42 @@ def test_the_sample_session_through_a_real_process(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     usage = run_tether("sessions", "--limit", "x", home=home)
     assert usage.returncode == 2
+
+
+def test_show_marks_approved_denied_and_pending_calls(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+
+    async def build(store: Store) -> str:
+        session = await Session.create(store, directory=tmp_path)
+        calls = [ToolCallPart(id=f"c{i}", name="bash", arguments={"command": f"step {i}"}) for i in range(3)]
+        await session.append(
+            Message.user("go"),
+            Message.assistant(tool_calls=calls),
+            Marker(name="approval_request", data={"call_id": "c0", "tool": "bash", "reason": "asks by default"}),
+            Marker(name="approval_decision", data={"call_id": "c0", "approved": True, "by": "user", "scope": "once"}),
+            Message.tool(ToolResultPart(call_id="c0", name="bash", content="ok", metadata={"approval": "approved"})),
+            Marker(name="approval_request", data={"call_id": "c1", "tool": "bash", "reason": "asks by default"}),
+            Marker(
+                name="approval_decision",
+                data={"call_id": "c1", "approved": False, "by": "user", "message": "not now"},
+            ),
+            Message.tool(
+                ToolResultPart(
+                    call_id="c1",
+                    name="bash",
+                    content="bash: not run: the user did not allow it, and said: not now",
+                    is_error=True,
+                    metadata={"error": "denied", "approval": "denied"},
+                )
+            ),
+            Marker(name="approval_request", data={"call_id": "c2", "tool": "bash", "reason": "asks by default"}),
+        )
+        return session.id
+
+    sid = with_db(db, build)
+    out = ok(tether(db, "sessions", "show", sid))
+    assert '→ bash(command="step 0")  ✓ approved · ok' in out
+    assert '→ bash(command="step 1")  ✗ denied · bash: not run: the user did not allow it, and said: not now' in out
+    assert '→ bash(command="step 2")  ⏳ waiting for approval' in out
+    assert "? approval asked for bash: asks by default" in out
+    assert "✓ approved by user" in out and "✗ denied by user: not now" in out

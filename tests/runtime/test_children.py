@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tether import Message, Session, ToolCallPart
-from tether.config import AgentConfig, Config, RuntimeConfig
+from tether.config import AgentConfig, Config, PermissionsConfig, RuntimeConfig
 from tether.events import (
     DURABLE_TYPES,
     ApprovalRequested,
@@ -35,7 +35,7 @@ from tether.runtime.journal import replay_events
 from tether.runtime.launch import RunRequest
 from tether.runtime.loop import ABORTED
 from tether.runtime.manager import SessionManager
-from tether.runtime.permission import ALLOWED, Permission
+from tether.runtime.permission import ALLOWED, Answer, Permission
 from tether.runtime.tasks import TaskTool
 from tether.store import SqliteStore
 from tether.store.records import SessionInfo
@@ -90,13 +90,22 @@ async def children_of(store: SqliteStore, parent: str) -> list[SessionInfo]:
 
 
 def manager(
-    store: SqliteStore, tmp_path: Path, provider: ScriptedProvider, registry: ToolRegistry, **config: Any
+    store: SqliteStore,
+    tmp_path: Path,
+    provider: ScriptedProvider,
+    registry: ToolRegistry,
+    allow: tuple[str, ...] = ("block",),
+    **config: Any,
 ) -> SessionManager:
+    """A manager whose runs use `provider`; `allow`: the rules of the user's config (the tests' own tools
+    are not read-only, so they would ask)."""
+
     def resolve(model: str | None = None, **_: object) -> ResolvedModel:
         return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
 
     defaults = RunRequest(None, directory=tmp_path, registry=registry)
-    return SessionManager(store, config=Config(**config), defaults=defaults, resolve=resolve)
+    permissions = PermissionsConfig(allow=list(allow))
+    return SessionManager(store, config=Config(permissions=permissions, **config), defaults=defaults, resolve=resolve)
 
 
 async def test_a_task_runs_a_child_session_and_returns_its_answer_and_id(store: SqliteStore, tmp_path: Path) -> None:
@@ -282,20 +291,11 @@ async def test_a_child_cancelled_alone_is_an_error_result_and_its_parent_goes_on
 async def test_child_events_and_approval_requests_reach_the_parents_subscribers(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    """The parent's permission check is the child's: when it asks for approval of the child's `write` (an
-    `ApprovalRequested` through the call's `emit`, as the approvals work will), the request reaches whoever
-    follows the parent, tagged with the child's session; the answer given there lets the child go on."""
-    decisions: dict[str, asyncio.Future[bool]] = {}
-    checked: list[tuple[str, str]] = []
-
-    async def check(call: ToolCallPart, ctx: ToolContext) -> Permission:
-        checked.append((ctx.session_id, call.name))
-        if call.name != "write":
-            return ALLOWED
-        assert ctx.emit is not None and ctx.call_id == call.id
-        decisions[call.id] = asyncio.get_running_loop().create_future()
-        ctx.emit(ApprovalRequested(call_id=call.id, name=call.name, arguments=call.arguments))
-        return ALLOWED if await decisions[call.id] else Permission(False, "refused")
+    """The child's `write` asks (the parent's rules are the child's): its request reaches whoever follows
+    the parent, tagged with the child's session, and is listed by the manager; the answer given there, by
+    `SessionManager.answer`, lets the child go on. Nothing is written before the yes."""
+    answered: list[str] = []
+    mgr: SessionManager
 
     def child(request: ModelRequest) -> Message | str:
         if not results_of(request):
@@ -304,7 +304,7 @@ async def test_child_events_and_approval_requests_reach_the_parents_subscribers(
         return "wrote it"
 
     provider = ScriptedProvider(delegating(lambda: [task("t1", "write a file")], child))
-    mgr = manager(store, tmp_path, provider, tools())
+    mgr = manager(store, tmp_path, provider, tools(), allow=())
     session = await Session.create(store, directory=tmp_path)
     seen: list[Event] = []
 
@@ -312,25 +312,55 @@ async def test_child_events_and_approval_requests_reach_the_parents_subscribers(
         async for event in mgr.subscribe(session.id):
             seen.append(event)
             if isinstance(event, ApprovalRequested):
-                decisions[event.call_id].set_result(True)  # a person approves, from the parent's stream
+                assert not (tmp_path / "out.txt").exists()
+                (listed,) = await mgr.approvals()
+                assert (listed.session_id, listed.call_id) == (event.session_id, event.call_id)
+                assert [r.call_id for r in await mgr.approvals(session.id)] == ["w1"]  # the parent's own list
+                assert await mgr.status(session.id) == "waiting_for_approval"
+                answered.append(event.session_id)
+                # a person approves, from the parent's stream
+                assert await mgr.answer(event.session_id, event.call_id, Answer(True)) is None
             if isinstance(event, Done) and event.session_id == session.id:
                 return
 
     follower = asyncio.create_task(follow())
     await asyncio.sleep(0)
-    run = await mgr.start(session.id, "go", permission=check)
+    run = await mgr.start(session.id, "go")
     assert isinstance(await asyncio.wait_for(run.result(), 30), Done)
     await asyncio.wait_for(follower, 10)
 
     (kid,) = await children_of(store, session.id)
+    assert answered == [kid.id]
     (asked,) = [e for e in seen if isinstance(e, ApprovalRequested)]
-    # numbered in the child's session, after its entry 2 (the answer that made the call)
-    assert asked.session_id == kid.id and asked.name == "write" and asked.n // 1_000_000 == 2
+    # numbered in the child's session: the durable event of its entry 3 (the request, after the call)
+    assert asked.session_id == kid.id and asked.name == "write" and asked.n // 1_000_000 == 3
     from_child = [type(e).__name__ for e in seen if e.session_id == kid.id]
     assert from_child[0] == "RunStarted" and from_child[-1] == "Done"
-    assert from_child.index("ApprovalRequested") < from_child.index("ToolCallComplete")
+    assert from_child.index("ApprovalRequested") < from_child.index("ApprovalResolved")
+    assert from_child.index("ApprovalResolved") < from_child.index("ToolCallComplete")
     assert (tmp_path / "out.txt").read_text() == "written by the child\n"
-    assert checked == [(session.id, "task"), (kid.id, "write")]
+    assert await mgr.approvals() == [] and await mgr.status(session.id) == "idle"
+
+
+async def test_a_program_permission_check_is_the_childs_too(store: SqliteStore, tmp_path: Path) -> None:
+    checked: list[tuple[str, str]] = []
+
+    async def check(call: ToolCallPart, ctx: ToolContext) -> Permission:
+        checked.append((ctx.session_id, call.name))
+        return ALLOWED
+
+    def child(request: ModelRequest) -> Message | str:
+        if not results_of(request):
+            return Message.assistant(tool_calls=[ToolCallPart(id="l1", name="list", arguments={})])
+        return "listed"
+
+    provider = ScriptedProvider(delegating(lambda: [task("t1", "list")], child))
+    mgr = manager(store, tmp_path, provider, tools())
+    session = await Session.create(store, directory=tmp_path)
+    run = await mgr.start(session.id, "go", permission=check)
+    assert isinstance(await asyncio.wait_for(run.result(), 30), Done)
+    (kid,) = await children_of(store, session.id)
+    assert checked == [(session.id, "task"), (kid.id, "list")]
 
 
 async def test_a_child_never_has_more_tools_than_its_parent(store: SqliteStore, tmp_path: Path) -> None:

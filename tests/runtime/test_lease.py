@@ -53,6 +53,8 @@ class Tether:
         self.work.mkdir()
         self.home = tmp_path / "home"
         self.home.mkdir()
+        # the scripted model's commands are these tests' own: no one is at a terminal to approve them
+        (self.home / "config.toml").write_text('[permissions]\nallow = ["bash"]\n')
 
     def env(self, command: str, steps: int) -> dict[str, str]:
         return {**os.environ, "TETHER_HOME": str(self.home), "TEST_COMMAND": command, "TEST_STEPS": str(steps)}

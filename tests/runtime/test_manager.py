@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tether import Message, ToolCallPart
-from tether.config import Config
+from tether.config import Config, PermissionsConfig
+from tether.errors import InvalidInput
 from tether.events import DURABLE_TYPES, Done, Error, Event, TextComplete, TextDelta, ToolCallComplete
 from tether.messages import Checkpoint
 from tether.providers.base import ModelRequest
@@ -23,6 +24,7 @@ from tether.providers.scripted import ScriptedProvider, ScriptedResponse
 from tether.runtime.journal import replay_events
 from tether.runtime.launch import RunRequest
 from tether.runtime.manager import SessionManager
+from tether.runtime.permission import Answer
 from tether.store import SqliteStore
 from tether.tools.base import ToolRegistry, function_tool
 
@@ -65,7 +67,9 @@ def manager(store: SqliteStore, tmp_path: Path, provider: ScriptedProvider, **kw
         return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
 
     defaults = RunRequest(None, directory=tmp_path, registry=ToolRegistry([look, slow]))
-    return SessionManager(store, config=Config(), defaults=defaults, resolve=resolve, **kwargs)
+    # `slow` changes nothing, but is not marked read-only: these tests allow it, as a user's config would
+    config = Config(permissions=PermissionsConfig(allow=["slow"]))
+    return SessionManager(store, config=config, defaults=defaults, resolve=resolve, **kwargs)
 
 
 @pytest.fixture
@@ -285,3 +289,13 @@ async def test_sessions_nothing_uses_are_let_go_and_followed_again_from_where_th
     assert [e.text for e in seen if isinstance(e, TextComplete)] == ["answer to two"]
     await asyncio.sleep(0)
     assert mgr._sessions == {} and sid in mgr._recent and len(mgr._recent) == 2
+
+
+async def test_an_answer_to_a_call_that_waits_for_nothing_is_a_clear_error(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(steps(1)))
+    run = await mgr.start(None, "look once", tools=None)
+    assert isinstance(await run.result(), Done)
+    assert await mgr.approvals() == [] and await mgr.approvals(run.session_id) == []
+    assert await mgr.status(run.session_id) == "idle"
+    with pytest.raises(InvalidInput, match=f"no approval request for the call c9 waits in session {run.session_id}"):
+        await mgr.answer(run.session_id, "c9", Answer(True))

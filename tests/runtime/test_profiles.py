@@ -60,9 +60,9 @@ def test_config_adds_profiles_and_changes_the_built_in_ones() -> None:
 
 
 def test_a_read_only_profile_of_ones_own_and_its_rules_are_kept() -> None:
-    config = parse_config('[agents.look]\nread_only = true\nrules = { bash = "deny" }\n')
+    config = parse_config('[agents.look]\nread_only = true\npermissions = { deny = ["bash"] }\n')
     look = find_profile("look", config)
-    assert look.rules == {"bash": "deny"}
+    assert look.rules is not None and look.rules.deny == ["bash"]
     assert "write" not in profile_tools(look, default_registry()) and "read" in profile_tools(look, default_registry())
 
 

@@ -14,8 +14,9 @@ from rich.console import Console
 from ..events import Done
 from ..paths import canonical_directory
 from ..runtime.launch import RunRequest
+from .approval import terminal_approver
 from .render import TerminalRenderer, terminal_ask
-from .run import checked, launched_events, terminal_confirm
+from .run import checked, launched_events, permission_options, terminal_confirm
 from .state import cli_state
 
 HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
@@ -58,6 +59,7 @@ def read_message(prompt: str = "› ") -> str | None:
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="The workspace (default: here).")
 @click.option("--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list, or none.")
 @click.option("--agent", "agent", metavar="NAME", help="Work as this agent: build (default), plan, or [agents.NAME].")
+@permission_options
 @click.option("--yes", "-y", "yes", is_flag=True, help="Chat in an imported session without asking first.")
 def chat(
     session_ref: str | None,
@@ -67,9 +69,15 @@ def chat(
     directory: str | None,
     tools: str | None,
     agent: str | None,
+    permission_mode: str | None,
+    allow: tuple[str, ...],
+    deny: tuple[str, ...],
     yes: bool,
 ) -> None:
-    """Talk with the agent, one run per message, all in one session."""
+    """Talk with the agent, one run per message, all in one session.
+
+    A call that the approval rules ask about is asked here: y (once), a (always, in this session), p (always,
+    saved to the project's .tether/config.toml), n (no), or type what the agent should do instead."""
     from ..store import open_store
 
     workspace = canonical_directory(directory)
@@ -92,6 +100,10 @@ def chat(
                 tools=tools,
                 agent=agent,
                 ask=terminal_ask(err),
+                permission_mode=permission_mode,
+                allow=allow,
+                deny=deny,
+                approver=terminal_approver(err, renderer) if sys.stdin.isatty() else None,
                 confirmed=yes,
             )
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)

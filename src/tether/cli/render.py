@@ -130,6 +130,14 @@ class TerminalRenderer:
             self.status.stop()
             self.status = None
 
+    def interrupt(self) -> None:
+        """Make way for a question to the person: the streams end their line, the spinner stops (the next
+        tool event starts it again)."""
+        self._newline()
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
     def handle(self, event: Event) -> None:
         self.session = self.session or event.session_id
         if event.session_id != self.session:
@@ -163,7 +171,7 @@ class TerminalRenderer:
             label = self.running.pop(event.call_id, "") or shown(event.name)
             self._stop_spin()
             mark = "[green]✓[/green]" if event.success else "[red]✗[/red]"
-            detail = f" [dim]{event.duration_ms:.0f} ms[/dim]"
+            detail = "" if event.denied else f" [dim]{event.duration_ms:.0f} ms[/dim]"
             if not event.success and event.preview:
                 detail += f" [red]{shown(event.preview)}[/red]"
             elif event.truncated:

@@ -10,14 +10,17 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from typing import get_args
 
 import click
 from rich.console import Console
 
+from ..config import PermissionMode
 from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound, SessionBusy
 from ..events import Done, Error, Event, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
+from .approval import terminal_approver
 from .render import LOCAL_NOTICE, TerminalRenderer, shown, terminal_ask
 from .sanitize import escape_json_controls
 from .state import OptionError, cli_state, wants_json
@@ -56,6 +59,29 @@ def busy_line(busy: SessionBusy, *, waiting: bool = False) -> str:
         f"session {busy.session_id} is busy: {holder} holds it; wait for it with --wait, or stop it with "
         f"`tether sessions cancel {busy.session_id}`"
     )
+
+
+def permission_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--permission-mode``, ``--allow RULE`` and ``--deny RULE``, as `run` and `chat` take them."""
+    command = click.option(
+        "--deny", "deny", multiple=True, metavar="RULE", help="Deny what RULE matches, in this run. Repeatable."
+    )(command)
+    command = click.option(
+        "--allow",
+        "allow",
+        multiple=True,
+        metavar="RULE",
+        help="Allow what RULE matches without asking, in this run: a tool (read), or a tool and a pattern "
+        "(bash(git status*), edit(src/**)). Repeatable.",
+    )(command)
+    return click.option(
+        "--permission-mode",
+        "permission_mode",
+        type=click.Choice(get_args(PermissionMode)),
+        help="default: ask before edits, commands and unknown tools; accept-edits: edits in the workspace run "
+        "without asking; plan: read-only tools only; never-ask: deny what would ask (for CI); bypass: ask "
+        "nothing (deny rules still hold).",
+    )(command)
 
 
 def checked(request: RunRequest) -> LaunchPlan:
@@ -107,6 +133,7 @@ async def launched_events(
     "--tools", "tools", metavar="LIST", help="Tools the model may use: a comma list (read,grep,glob), or none."
 )
 @click.option("--agent", "agent", metavar="NAME", help="Work as this agent: build (default), plan, or [agents.NAME].")
+@permission_options
 @click.option("--yes", "-y", "yes", is_flag=True, help="Run an imported session without asking first.")
 @click.option("--wait", "wait", is_flag=True, help="If another run holds the session, wait for it (else: exit 3).")
 @click.option("--json", "json_flag", is_flag=True, help="One JSON object per event per line.")
@@ -120,6 +147,9 @@ def run(
     system_prompt: str | None,
     tools: str | None,
     agent: str | None,
+    permission_mode: str | None,
+    allow: tuple[str, ...],
+    deny: tuple[str, ...],
     yes: bool,
     wait: bool,
     json_flag: bool,
@@ -136,6 +166,11 @@ def run(
       tether run -m anthropic/claude-sonnet-5-5 "add type hints to utils.py"
       tether run --json "list the TODOs" | jq .type
       tether run --agent plan "how would you split parser.py?"
+      tether run --allow 'bash(pytest*)' --allow 'edit(src/**)' "make the tests pass"
+      tether run --permission-mode never-ask "lint the code"   # in CI: what would ask is denied
+
+    A call that the approval rules ask about is asked at the terminal (y, n, always, or a message for the
+    agent); with no terminal it is denied, and the denial says which --allow would let it run.
     """
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -166,6 +201,10 @@ def run(
             tools=tools,
             agent=agent,
             ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
+            permission_mode=permission_mode,
+            allow=allow,
+            deny=deny,
+            approver=terminal_approver(err, renderer) if sys.stdin.isatty() and renderer is not None else None,
             confirmed=yes,
             wait=math.inf if wait else None,
             on_lease_wait=lambda busy: err.print(f"[dim]{shown(busy_line(busy, waiting=True))}[/dim]"),

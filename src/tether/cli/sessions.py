@@ -17,6 +17,8 @@ import click
 
 from ..importers.tether_json import export_json, import_file, import_json, parse_export, session_record
 from ..messages import (
+    APPROVAL_DECISION_MARKER,
+    APPROVAL_REQUEST_MARKER,
     INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
@@ -241,12 +243,18 @@ def _print_transcript(view: _View, indent: str = "") -> None:
 
     results: dict[str, ToolResultPart] = {}
     calls: set[str] = set()
+    asked: set[str] = set()
     for entry, _ in view.shown:
         if isinstance(entry.body, Message):
             results.update((r.call_id, r) for r in entry.body.tool_results)
             calls.update(c.id for c in entry.body.tool_calls)
+        elif isinstance(entry.body, Marker) and entry.body.name == APPROVAL_REQUEST_MARKER:
+            asked.add(str(entry.body.data.get("call_id")))
+        elif isinstance(entry.body, Marker) and entry.body.name == APPROVAL_DECISION_MARKER:
+            asked.discard(str(entry.body.data.get("call_id")))
+    waiting = {call_id for call_id in asked if call_id not in results}
     for entry, hidden in view.shown:
-        lines = _entry_lines(entry, results, calls, view.spans, view.children)
+        lines = _entry_lines(entry, results, calls, view.spans, view.children, waiting)
         if not lines:
             continue
         out.print(Text(indent.rstrip(), style="dim") if indent else "")
@@ -288,7 +296,10 @@ def _entry_lines(
     calls: set[str],
     spans: list[RevertSpan],
     children: dict[str, SessionInfo] | None = None,
+    waiting: set[str] | None = None,
 ) -> list[Any]:
+    """The lines of one entry. A call is marked with its approval: approved or denied by a person, or
+    still waiting for one (`waiting`: requests without a decision or a result)."""
     from rich.text import Text
 
     body = entry.body
@@ -308,7 +319,7 @@ def _entry_lines(
                 size = f"{len(part.text):,} chars" if part.text else "redacted"
                 lines.append(Text(f"  [thinking · {size}]", style="dim italic"))
             elif isinstance(part, ToolCallPart):
-                outcome = escape_controls(result_outcome(results.get(part.id)))
+                outcome = escape_controls(_call_outcome(results.get(part.id), part.id in (waiting or ())))
                 lines.append(
                     Text.assemble(
                         "  → ",
@@ -347,9 +358,41 @@ def _entry_lines(
     if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
         seq = escape_controls(str(body.data.get("seq", "?")))
         return [head.append(f"⚡ turn interrupted: entry {seq} got no answer", style="yellow")]
+    if isinstance(body, Marker) and body.name == APPROVAL_REQUEST_MARKER:
+        text = f"? approval asked for {body.data.get('tool', 'a call')}: {body.data.get('reason', '')}"
+        return [head.append(escape_controls(text), style="yellow")]
+    if isinstance(body, Marker) and body.name == APPROVAL_DECISION_MARKER:
+        return [head.append(escape_controls(_decision_text(body.data)), style="dim")]
     if isinstance(body, Marker):
         return [head.append(escape_controls(f"• {body.name}"), style="dim")]
     return []
+
+
+def _call_outcome(result: ToolResultPart | None, waiting: bool) -> str:
+    """How a call ended, with its approval: ``✓ approved · ...``, ``✗ denied · ...`` (a person's no),
+    ``⏳ waiting for approval`` (a request that no one answered yet)."""
+    if result is None and waiting:
+        return "⏳ waiting for approval"
+    outcome = result_outcome(result)
+    approval = result.metadata.get("approval") if result is not None else None
+    if approval in ("approved", "denied"):
+        return f"{outcome[:1]} {approval} · {outcome[2:]}"
+    return outcome
+
+
+def _decision_text(data: dict[str, Any]) -> str:
+    by = str(data.get("by", "")) or "someone"
+    if data.get("approved") is not True:
+        said = f": {data['message']}" if data.get("message") else ""
+        return f"✗ denied by {by}{said}"
+    scope = data.get("scope")
+    rules = (
+        ", ".join(str(r) for r in data.get("rules", []) if isinstance(r, str))
+        if isinstance(data.get("rules"), list)
+        else ""
+    )
+    reach = {"session": f" for this session ({rules})", "project": f" for the project ({rules})"}.get(str(scope), "")
+    return f"✓ approved by {by}{reach}"
 
 
 _ROLE_STYLE = {"user": "bold green", "assistant": "bold blue", "system": "bold magenta", "tool": "bold yellow"}

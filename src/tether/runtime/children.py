@@ -1,6 +1,6 @@
 """Sub-agents: the `task` tool bound to a run. Each call runs a child session (`parent_id`: the run's session,
-in its directory) to its end inside the call, with at most the parent's tools and the parent's permission
-check; the child's events go out through the parent's run as they come, and a cancelled parent cancels it."""
+in its directory) to its end inside the call, with at most the parent's tools, the parent's permission
+check and approver, and rules that never allow more than the parent's; the child's events go out through the parent's run as they come, and a cancelled parent cancels it."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from ..providers.base import Provider
 from ..providers.registry import resolve_provider
 from ..store.records import SessionInfo
 from ..tools.base import ToolContext, ToolOutput, ToolRegistry
+from .configuration import rule_lists
 from .handle import SessionHandle
 from .profiles import AgentProfile, find_profile, profile_tools
+from .rules import Rules, layered
 from .state import RunOptions, RunState
 from .tasks import TaskRequest, TaskTool
 
@@ -85,6 +87,7 @@ class ChildRunner:
             opts,
             tools=tools,
             agent=profile,
+            rules=self._rules(profile),
             system_prompt=(opts.system_prompt or parent.session.info.system_prompt)
             if request.agent is None
             else profile.system_prompt,
@@ -121,6 +124,19 @@ class ChildRunner:
             return find_profile(request.agent, opts.config)
         except InvalidInput as exc:
             raise ToolError(str(exc)) from None
+
+    def _rules(self, profile: AgentProfile) -> Rules | None:
+        """The parent's rules as they stand (with what its session allowed since it started), the profile's
+        added, and never more than the parent's (`Rules.for_child`)."""
+        parent = self.parent.rules
+        if parent is None:
+            return None
+        source = f"the agent {profile.name}"
+        try:
+            own = layered([(source, rule_lists(profile.rules))]).rules if profile.rules is not None else ()
+        except InvalidInput as exc:
+            raise ToolError(f"[agents.{profile.name}.permissions]: {exc}") from None
+        return parent.for_child(own)
 
     def _tools(self, profile: AgentProfile, request: TaskRequest) -> ToolRegistry:
         """Never more than the parent's: its tools (the unbound ones; the child binds its own), as far as

@@ -19,12 +19,12 @@ from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from ..store.records import IMPORTED
 from ..tools.base import AskFn, ToolRegistry
-from .configuration import context_settings, load_config
+from .configuration import context_settings, load_config, permission_rules
 from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
 from .lookup import find_session
 from .loop import AgentRun
-from .permission import PermissionCheck
+from .permission import Approver, PermissionCheck
 from .profiles import find_profile, narrowed
 from .state import DEFAULT_MAX_STEPS, RunOptions
 from .toolset import select_tools
@@ -49,7 +49,18 @@ class RunRequest:
     """The tools `tools` chooses from (default: the default tools); a program's own tools go here."""
     ask: AskFn | None = None
     permission: PermissionCheck | None = None
-    """Decides whether each tool call may run (see `permission`); None: every call runs."""
+    """A program's own decision on each tool call, taken with the approval rules (the strictest wins)."""
+    permission_mode: str | None = None
+    """``default``, ``accept-edits``, ``plan``, ``never-ask`` or ``bypass`` (`rules`); None: as configured."""
+    allow: tuple[str, ...] = ()
+    """Rules this run adds (``--allow 'bash(git status*)'``), with those of the user's and the workspace's
+    ``[permissions]``."""
+    deny: tuple[str, ...] = ()
+    approver: Approver | None = None
+    """Who answers when a call must be asked about (a terminal's prompt); None: such a call is denied with a
+    reason that says how to allow it. The `SessionManager` gives its own (`answer`)."""
+    approval_timeout: float | None = None
+    """Seconds an approval waits before it counts as a no; None: ``[permissions] timeout``, else no limit."""
     confirmed: bool = False
     """Run an imported session without asking (``--yes``); the yes is recorded with the session."""
     wait: float | None = None
@@ -127,6 +138,14 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     profile = find_profile(request.agent, config)
     selected = select_tools(request.tools, request.registry)
     tools = narrowed(profile, select_tools(None, request.registry), selected.names() if request.tools else None)
+    rules = permission_rules(
+        config,
+        workspace,
+        mode=request.permission_mode,
+        allow=request.allow,
+        deny=request.deny,
+        agent=(profile.name, profile.rules),
+    )
     settings = context_settings(config)
     resolve = resolve or resolve_provider
     resolved = resolve(request.model or profile.model, config=config)
@@ -146,6 +165,9 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         agent=profile,
         ask=request.ask,
         permission=request.permission,
+        rules=rules,
+        approver=request.approver,
+        approval_timeout=request.approval_timeout or config.permissions.timeout,
         on_lease_wait=request.on_lease_wait,
     )
     if options.lease is not None and request.wait is not None:
@@ -157,7 +179,21 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
     """Open or create the session of a checked request (`SessionNotFound` when the one it names, or the
     last of its workspace, is not there)."""
     session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved)
-    return LaunchedRun(plan.request, session, created, plan.resolved, plan.options)
+    options = plan.options
+    directory = session.info.directory
+    if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs
+        request = plan.request
+        profile = options.agent
+        rules = permission_rules(
+            plan.config,
+            directory,
+            mode=request.permission_mode,
+            allow=request.allow,
+            deny=request.deny,
+            agent=(profile.name, profile.rules) if profile is not None else None,
+        )
+        options = replace(options, rules=rules)
+    return LaunchedRun(plan.request, session, created, plan.resolved, options)
 
 
 async def launch(store: Store, request: RunRequest, *, config: Config | None = None) -> LaunchedRun:

@@ -56,6 +56,15 @@ def process_alive(pid: int) -> bool:
         return True  # no /proc to look in: alive, as far as we can tell
 
 
+async def live_lease(store: Store, session_id: str) -> Lease | None:
+    """The session's lease, unless its holder is a process of this machine that is gone (its lease would
+    be taken over at once: the session is not busy)."""
+    lease = await store.get_lease(session_id)
+    if lease is not None and lease.pid is not None and lease.host == socket.gethostname():
+        return None if not process_alive(lease.pid) else lease
+    return lease
+
+
 class RunLease:
     """The lease of one run over one session (see the module docstring). `acquire` takes it (waiting, when
     the terms say so, with `on_wait` told who holds it); `watch` keeps it, calling `on_request` with what

@@ -30,6 +30,7 @@ from ..providers.catalog import unknown_model
 from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.records import LeaseRequest
 from ..store.reverts import active_tail
+from .approvals import awaiting
 from .children import with_children
 from .condense import condense_text, oversized
 from .configuration import context_settings
@@ -187,13 +188,24 @@ class AgentRun:
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:
-            # A run killed between a tool call and its result left calls without results: say so, never re-run.
-            for part in state.unanswered_calls():
-                await state.append(
-                    Message.tool(ToolResultPart(call_id=part.id, name=part.name, content=INTERRUPTED, is_error=True))
-                )
+            # A run killed between a tool call and its result left calls without results: say so, never re-run;
+            # those that waited for an approval never started: they are decided on (asked about) again.
+            unanswered_calls = state.unanswered_calls()
+            waiting = awaiting(state, unanswered_calls)
+            for part in unanswered_calls:
+                if part not in waiting:
+                    await state.append(
+                        Message.tool(
+                            ToolResultPart(call_id=part.id, name=part.name, content=INTERRUPTED, is_error=True)
+                        )
+                    )
             for event in journal.drain():
                 yield event
+            if waiting:
+                pending = list(waiting)
+                async for event in run_tool_calls(state, waiting, pending):
+                    yield event
+                pending = []
             if prompt is not None:
                 bodies: list[EntryBody] = []
                 unanswered = state.unanswered_prompt()

@@ -2,7 +2,8 @@
 steered into the run in progress), each run holding the session's lease; any number of subscribers follow a
 session's events, each through a bounded buffer, and one that falls behind is brought back through the
 journal (`replay_events`) rather than held in memory; runs are cancelled, paused and resumed here or, through
-the store, in another process; `shutdown` ends them all."""
+the store, in another process; a call that needs a person's yes waits until `answer` (from any task) gives
+one, and a request left by a stopped process is answered by resuming its session; `shutdown` ends them all."""
 
 from __future__ import annotations
 
@@ -20,16 +21,20 @@ from ..errors import InvalidInput, SessionBusy, TetherError
 from ..events import Done, Error, Event, RunStarted, live_number
 from ..messages import Message
 from ..store.protocols import Store
+from .approvals import journaled_requests
 from .configuration import load_config
 from .journal import replay_events
 from .launch import LaunchedRun, LaunchPlan, Resolver, RunRequest, check_request, open_run
+from .lease import live_lease
 from .loop import AgentRun
+from .permission import Answer, ApprovalRequest
 
 log = logging.getLogger("tether.runtime")
 
-Status = Literal["idle", "queued", "running", "paused", "busy_elsewhere"]
-"""Where a session stands: nothing running; prompts waiting in this process; a run here; paused (a run
-stopped at a step and resumes on demand); run by another process (its lease says)."""
+Status = Literal["idle", "queued", "running", "waiting_for_approval", "paused", "busy_elsewhere"]
+"""Where a session stands: nothing running; prompts waiting in this process; a run here; a run here (or one
+that stopped) waiting for a person's decision on a tool call (`approvals`, `answer`); paused (a run stopped
+at a step and resumes on demand); run by another process (its lease says)."""
 
 SUBSCRIBER_BUFFER = 1024
 """Events a subscriber may fall behind by before it is moved to reading the journal."""
@@ -96,6 +101,27 @@ class _Session:
     must not miss, or it would not know a run ended."""
 
 
+@dataclass
+class _Asked:
+    """An approval request a run of this manager waits on: `root` is the session the manager runs (a
+    sub-agent's request comes through its parent's run)."""
+
+    request: ApprovalRequest
+    root: str
+    answer: asyncio.Future[Answer]
+
+
+class _Approver:
+    """The approver of one session's runs: asks through the manager, which knows the session once it exists."""
+
+    def __init__(self, manager: SessionManager, root: str) -> None:
+        self.manager = manager
+        self.root = root
+
+    async def __call__(self, request: ApprovalRequest) -> Answer:
+        return await self.manager._ask(request, self.root)
+
+
 class SessionManager:
     """Drives many sessions in one process over one store (see the module docstring). `request` gives the
     defaults of every run (tools, step limit, workspace); `config` is read from the tether home unless
@@ -119,6 +145,10 @@ class SessionManager:
         self._sessions: dict[str, _Session] = {}
         self._recent: OrderedDict[str, _Session] = OrderedDict()
         self._closing = False
+        self._asked: dict[tuple[str, str], _Asked] = {}
+        self._given: dict[tuple[str, str], Answer] = {}
+        """Answers given for requests that no run of this manager waited on (a stopped run's): the run that
+        resumes the session takes them when it asks again."""
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -134,9 +164,14 @@ class SessionManager:
         """Run `prompt` in the session (None: a new one in `directory`; a None prompt continues where the
         session stopped). A session with a run in progress gets the prompt queued behind it, in order, or,
         with `steer`, read by that run at its next step. Every option is checked first (`check_request`):
-        a bad one raises and nothing is queued. Returns the prompt's handle."""
+        a bad one raises and nothing is queued. Returns the prompt's handle. Unless the defaults or `fields`
+        name an `approver`, a call that must be asked about waits for `answer`."""
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
+        approver: _Approver | None = None
+        if "approver" not in fields and self.defaults.approver is None:
+            approver = _Approver(self, session_id or "")
+            fields["approver"] = approver
         request = replace(
             self.defaults,
             prompt=prompt,
@@ -151,6 +186,8 @@ class SessionManager:
             first = await open_run(self.store, plan)
             session_id = first.session.id
             plan = replace(plan, request=replace(plan.request, session=session_id))
+            if approver is not None:
+                approver.root = session_id
         entry = self._entry(session_id)
         if not entry.last_n:  # a session this manager does not follow (or has let go of): where it stands,
             # after its last entry's durable events and before the live ones of the run to come
@@ -221,6 +258,8 @@ class SessionManager:
                 outcome = Error(session_id=entry.session_id, n=entry.last_n, code="internal", message=repr(exc))
             finally:
                 entry.run = None
+                for key in [k for k in self._given if k[0] == entry.session_id]:
+                    del self._given[key]  # answers its run did not ask for (the rules decided first)
             self._finish(entry, handle, outcome)
             for rider in entry.riders:
                 self._finish(entry, rider, outcome)
@@ -331,13 +370,72 @@ class SessionManager:
     async def status(self, session_id: str) -> Status:
         entry = self._sessions.get(session_id)
         if entry is not None and entry.run is not None:
-            return "running"
+            waits = any(a.root == session_id or a.request.session_id == session_id for a in self._asked.values())
+            return "waiting_for_approval" if waits else "running"
         if entry is not None and entry.waiting:
             return "queued"
         info = await self.store.get_session(session_id)
-        if await self.store.get_lease(session_id) is not None:
+        if await live_lease(self.store, session_id) is not None:
             return "busy_elsewhere"
+        if await journaled_requests(self.store, session_id):
+            return "waiting_for_approval"  # a run stopped while it waited: resuming it asks again
         return "paused" if info.state == "paused" else "idle"
+
+    # --- approvals ---------------------------------------------------------------------------------
+
+    async def _ask(self, request: ApprovalRequest, root: str) -> Answer:
+        key = (request.session_id, request.call_id)
+        given = self._given.pop(key, None)
+        if given is not None:
+            return given
+        asked = _Asked(request, root, asyncio.get_running_loop().create_future())
+        self._asked[key] = asked
+        try:
+            return await asked.answer
+        finally:
+            if self._asked.get(key) is asked:
+                del self._asked[key]
+
+    async def approvals(self, session_id: str | None = None) -> list[ApprovalRequest]:
+        """The approval requests that wait for an answer: those the runs of this manager wait on (of every
+        session, or of `session_id` and its sub-agents), in the order they were made; with `session_id`,
+        also those its journal holds from a run that stopped while it waited (another process's, or one
+        before a restart), when no run here or elsewhere has the session now."""
+        waiting = [
+            a.request
+            for a in self._asked.values()
+            if session_id is None or session_id in (a.root, a.request.session_id)
+        ]
+        if session_id is None or waiting:
+            return waiting
+        entry = self._sessions.get(session_id)
+        if entry is not None and (entry.run is not None or entry.waiting):
+            return []
+        if await live_lease(self.store, session_id) is not None:
+            return []
+        return await journaled_requests(self.store, session_id)
+
+    async def answer(self, session_id: str, call_id: str, answer: Answer) -> RunHandle | None:
+        """Answer the approval request of tool call `call_id` in `session_id` (a sub-agent's session for its
+        requests), from any task. A run of this manager waiting on it goes on (None is returned); a request
+        that a stopped run left in the journal is answered by resuming the session, whose run asks again
+        and takes this answer (its handle is returned). `InvalidInput` when no such request waits;
+        `SessionBusy` when another process runs the session (answer it there)."""
+        asked = self._asked.get((session_id, call_id))
+        if asked is not None:
+            if not asked.answer.done():
+                asked.answer.set_result(answer)
+            return None
+        await self.store.get_session(session_id)  # SessionNotFound first
+        journaled = [r.call_id for r in await self.approvals(session_id)]
+        if call_id not in journaled:
+            entry = self._sessions.get(session_id)
+            lease = await live_lease(self.store, session_id)
+            if lease is not None and (entry is None or entry.run is None):
+                raise lease.busy()
+            raise InvalidInput(f"no approval request for the call {call_id} waits in session {session_id}")
+        self._given[(session_id, call_id)] = answer
+        return await self.start(session_id, None)
 
     async def shutdown(self, *, wait: float = 0.0) -> None:
         """Take no more prompts; give the runs in progress `wait` seconds to finish, then cancel them (each

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config import AgentConfig, Config
+from ..config import AgentConfig, Config, RulesConfig
 from ..errors import ConfigError, InvalidInput
 from ..tools.base import ToolRegistry
 
@@ -29,7 +29,8 @@ PLAN_PROMPT = (
 class AgentProfile:
     """One agent profile. `tools` names the tools it may use (None: every tool the run has); `read_only`
     keeps only those that change nothing. `model` (``provider/model``) and `system_prompt` are None when
-    the run's own apply. `rules` are its approval rules, as config.toml wrote them."""
+    the run's own apply. `rules` are its approval rules (``[agents.NAME.permissions]``), a layer over the
+    run's (`configuration.permission_rules`; a sub-agent's never reach past its parent's: `children`)."""
 
     name: str
     description: str = ""
@@ -37,7 +38,7 @@ class AgentProfile:
     model: str | None = None
     tools: tuple[str, ...] | None = None
     read_only: bool = False
-    rules: Any = None
+    rules: RulesConfig | None = None
 
     def allows(self, name: str, registry: ToolRegistry) -> bool:
         """Whether this profile lets a run use the tool `name` of `registry`."""
@@ -69,7 +70,7 @@ def _merged(base: AgentProfile, section: AgentConfig) -> AgentProfile:
         "model": section.model,
         "tools": tuple(section.tools) if section.tools is not None else None,
         "read_only": section.read_only,
-        "rules": section.rules,
+        "rules": section.permissions,
     }
     return replace(base, **{k: v for k, v in fields.items() if v is not None})
 

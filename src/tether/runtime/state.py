@@ -23,8 +23,9 @@ from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
 from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import LeaseTerms
-from .permission import PermissionCheck
+from .permission import Approver, PermissionCheck
 from .profiles import AgentProfile
+from .rules import Rules, session_rules
 from .toolset import default_registry
 
 if TYPE_CHECKING:
@@ -69,7 +70,17 @@ class RunOptions:
     """How ``compaction_model`` (``provider/model``) becomes a provider; None: the registry's
     `resolve_provider` with `config`, as for ``--model``."""
     permission: PermissionCheck | None = None
-    """Decides whether each tool call may run (see `permission`); None: every call runs."""
+    """A program's own decision on each tool call (see `permission`), taken with `rules`: the strictest of
+    the two wins. None: `rules` alone decide."""
+    rules: Rules | None = None
+    """The approval rules and mode (`rules`; `launch` builds them from the configuration and the run's
+    flags); the session's own rules are added when the run starts. None: no rules (every call runs unless
+    `permission` says otherwise), as for a program that calls `Session.stream` itself."""
+    approver: Approver | None = None
+    """Who answers when a call must be asked about (`approvals`); None: nobody, and such a call is denied
+    with a reason that says how to allow it."""
+    approval_timeout: float | None = None
+    """Seconds an approval request waits before it counts as a no; None: it waits as long as it takes."""
     lease: LeaseTerms | None = field(default_factory=LeaseTerms)
     """How the run holds its session against other runs (see `lease`); None: it takes no lease."""
     on_lease_wait: Callable[[SessionBusy], None] | None = None
@@ -123,6 +134,8 @@ class RunState:
     pause_requested: bool = False
     """Another process asked the run to pause: it stops at its next step boundary."""
     secrets: SecretPolicy = field(init=False)
+    rules: Rules | None = field(init=False)
+    """The run's rules with the session's own (those an "always, in this session" added)."""
 
     def __post_init__(self) -> None:
         # read once, as the run starts: the secrets of the environment tether runs in, and those that the
@@ -131,6 +144,8 @@ class RunState:
         if not self.journal.redactor:
             config = self.options.config or Config()
             self.journal.redactor = self.secrets.redactor(os.environ, config_secrets(config))
+        rules = self.options.rules
+        self.rules = rules.adding(session_rules(self.session.info.metadata)) if rules is not None else None
 
     @property
     def session_id(self) -> str:

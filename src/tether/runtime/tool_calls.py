@@ -1,12 +1,12 @@
 """Running the tool calls of a step: consecutive read-only calls together, the others one at a time, in the
-model's order. Each call passes the permission decision first (`permission.PermissionCheck`, the one place
-where approval rules will decide), and each result is journaled as soon as it is known, so a crash loses at most
-the calls in flight. A call that repeats the one before it is flagged where the model looks."""
+model's order. Each call is decided on first, in order, before its batch runs (`approvals.decide`: the
+program's check and the rules; an ask waits for a person), and each result is journaled as soon as it is
+known, so a crash loses at most the calls in flight. A call that repeats the one before it is flagged where
+the model looks."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,11 +17,11 @@ from ..events import Event
 from ..messages import Message, ToolCallPart, ToolResultPart
 from ..tools.base import ToolContext
 from ..tools.runner import run_tool_call
+from .approvals import Decision, decide
 from .condense import condense_tool_output
-from .permission import ALLOWED, Permission
+from .journal import RunJournal
 from .state import RunState
-
-log = logging.getLogger("tether.runtime")
+from .toolset import batch_kind
 
 REPEAT_LIMIT = 3
 REPEAT_NOTE = (
@@ -44,45 +44,50 @@ def repeated_call(state: RunState, calls: Sequence[ToolCallPart]) -> str | None:
     return None
 
 
-async def _decide_and_run(state: RunState, call: ToolCallPart, ctx: ToolContext) -> ToolResultPart:
-    check = state.options.permission
-    try:
-        permission = ALLOWED if check is None else await check(call, ctx)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # a broken check refuses: a tool never runs without a decision
-        log.warning("the permission check failed on %s", call.name, exc_info=True)
-        permission = Permission(False, f"the permission check failed ({type(exc).__name__}: {exc})")
-    if not permission.allowed:
+async def _run_decided(state: RunState, call: ToolCallPart, ctx: ToolContext, decision: Decision) -> ToolResultPart:
+    if not decision.permission.allowed:
+        metadata: dict[str, object] = {"error": "denied"}
+        if decision.asked:  # `sessions show` marks what a person refused
+            metadata["approval"] = "denied"
         return ToolResultPart(
             call_id=call.id,
             name=call.name,
-            content=f"{call.name}: not run: {permission.reason or 'permission denied'}",
+            content=f"{call.name}: not run: {decision.permission.reason or 'permission denied'}",
             is_error=True,
-            metadata={"error": "denied"},
+            metadata=metadata,
         )
-    return await run_tool_call(state.tools, call, ctx)
+    result = await run_tool_call(state.tools, call, ctx)
+    if decision.asked:  # `sessions show` marks what a person let run
+        result = msgspec.structs.replace(result, metadata={**result.metadata, "approval": "approved"})
+    return result
 
 
 def _batches(state: RunState, calls: Sequence[ToolCallPart]) -> list[list[ToolCallPart]]:
-    """Consecutive calls that may run together: read-only ones, or calls of one parallel tool (`task`)."""
-    registry = state.tools
-
-    def kind(call: ToolCallPart) -> str | None:
-        if not call.arguments_ok:
-            return None
-        if registry.is_read_only(call.name):
-            return "read"
-        return f"parallel:{call.name}" if registry.is_parallel(call.name) else None
-
+    """Consecutive calls that may run together (`toolset.batch_kind`)."""
     batches: list[list[ToolCallPart]] = []
     for call in calls:
-        concurrent = kind(call)
-        if concurrent and batches and all(kind(c) == concurrent for c in batches[-1]):
+        concurrent = batch_kind(state.tools, call)
+        if concurrent and batches and all(batch_kind(state.tools, c) == concurrent for c in batches[-1]):
             batches[-1].append(call)
         else:
             batches.append([call])
     return batches
+
+
+async def _reported_until(journal: RunJournal, unfinished: set[asyncio.Future[Any]]) -> AsyncIterator[Event]:
+    """What is reported while `unfinished` run (a sub-agent's events, a request for approval), as it comes
+    rather than when they end; returns once one of them is done."""
+    while True:
+        journal.reported.clear()
+        for event in journal.drain():
+            yield event
+        if any(f.done() for f in unfinished):
+            return
+        reported = asyncio.ensure_future(journal.reported.wait())
+        try:
+            await asyncio.wait([*unfinished, reported], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            reported.cancel()
 
 
 async def run_tool_calls(
@@ -94,21 +99,30 @@ async def run_tool_calls(
     ctx = state.tool_context()
     journal = state.journal
     for batch in _batches(state, calls):
-        tasks = [asyncio.ensure_future(_decide_and_run(state, call, replace(ctx, call_id=call.id))) for call in batch]
-        try:
-            unfinished = set(tasks)
-            while unfinished:
-                # what the calls report while they run (a sub-agent's events, a request for approval) goes
-                # out as it comes, not when the call ends
-                journal.reported.clear()
-                for event in journal.drain():
+        contexts = {call.id: replace(ctx, call_id=call.id) for call in batch}
+        decisions: dict[str, Decision] = {}
+        # Nothing of this batch or after it has started while it is decided on: a cancel (a person away
+        # from a pending approval) leaves these calls without results, for the next run to decide again.
+        held, pending[:] = list(pending), []
+        for call in batch:
+            deciding = asyncio.ensure_future(decide(state, call, contexts[call.id]))
+            try:
+                async for event in _reported_until(journal, {deciding}):
                     yield event
-                reported = asyncio.ensure_future(journal.reported.wait())
-                waiters: list[asyncio.Future[Any]] = [*unfinished, reported]
-                try:
-                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    reported.cancel()
+            finally:
+                if not deciding.done():
+                    deciding.cancel()
+                    await asyncio.gather(deciding, return_exceptions=True)
+            decisions[call.id] = deciding.result()
+        pending[:] = held
+        tasks = [
+            asyncio.ensure_future(_run_decided(state, call, contexts[call.id], decisions[call.id])) for call in batch
+        ]
+        try:
+            unfinished: set[asyncio.Future[Any]] = set(tasks)
+            while unfinished:
+                async for event in _reported_until(journal, unfinished):
+                    yield event
                 for task in [t for t in tasks if t in unfinished and t.done()]:  # in the model's order
                     unfinished.discard(task)
                     result = task.result()

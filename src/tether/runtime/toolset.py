@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..context.engine import ModelLimits
 from ..errors import InvalidInput
+from ..messages import ToolCallPart
 from ..providers.base import Provider
 from ..recall.tool import Answer, Answerer, SessionRecallTool
 from ..rlm import rlm_answer
@@ -23,6 +24,16 @@ def default_registry() -> ToolRegistry:
     session_recall (evidence mode; a run gives it answer mode with its own model) and task (a run binds it
     to itself: `children`)."""
     return ToolRegistry([*builtin_tools(), SessionRecallTool(), TaskTool()])
+
+
+def batch_kind(registry: ToolRegistry, call: ToolCallPart) -> str | None:
+    """What a call may run together with, as a name: consecutive calls of one kind run at once (read-only
+    ones, or calls of one parallel tool such as `task`); None: it runs alone."""
+    if not call.arguments_ok:
+        return None
+    if registry.is_read_only(call.name):
+        return "read"
+    return f"parallel:{call.name}" if registry.is_parallel(call.name) else None
 
 
 def select_tools(spec: str | None, registry: ToolRegistry | None = None) -> ToolRegistry:
