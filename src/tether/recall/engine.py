@@ -25,6 +25,7 @@ from .query import Period, asks_when, content_words, periods, places_in_time, su
 
 if TYPE_CHECKING:
     from .embeddings import SemanticIndex
+    from .facts import FactIndex
 
 MAX_QUERY_CHARS = 10_000
 """Longer queries are cut: nobody recalls with more, and a pasted log should not cost a full scan."""
@@ -63,6 +64,9 @@ class Tuning:
     """Stored words added per query word by the semantic side ("instruments" also searches "violin")."""
     expand_similarity: float = 0.55
     """How close in meaning (cosine of single-word embeddings) an added word must be."""
+    facts: float = 0.5
+    """Bonus (in units of the best fact match) of a turn whose model-written facts match the query, when a
+    fact index is given. Not tuned: no capable model was at hand to write LoCoMo's facts (see README)."""
 
 
 DEFAULT_TUNING = Tuning()
@@ -98,6 +102,7 @@ async def recall(
     context: int = 1,
     include_reverted: bool = False,
     semantic: SemanticIndex | None = None,
+    facts: FactIndex | None = None,
     tuning: Tuning = DEFAULT_TUNING,
     now: float | None = None,
 ) -> RecallResult:
@@ -144,10 +149,17 @@ async def recall(
     analysis = await analyzing if analyzing is not None else None
     if analysis is not None and analysis.expansions and tuning.expansion:
         hits = _merge(hits, await store.search(" ".join(analysis.expansions), **filters), tuning.expansion)
-    if not hits:
+    by_facts = (
+        facts.search(query, directory=directory, session_id=session_id, limit=tuning.candidates)
+        if facts is not None and tuning.facts
+        else []
+    )
+    if not hits and not by_facts:
         took = (time.perf_counter() - started) * 1000
         return RecallResult(query=query, hits=[], took_ms=took, backlog=backlog)
-    ranked = _rerank(hits, query, tuning, periods(query, now=now if now is not None else time.time()))
+    ranked = _rerank(hits, query, tuning, periods(query, now=now if now is not None else time.time())) if hits else []
+    if by_facts:
+        ranked = _add_facts(ranked, by_facts, tuning.facts)
     if semantic is not None and analysis is not None:
         ranked = await semantic.rerank(analysis, ranked, weight=tuning.semantic)
     out = await _materialize(
@@ -174,6 +186,20 @@ def _merge(hits: list[SearchHit], extra: list[SearchHit], weight: float) -> list
         own = merged.get(key)
         merged[key] = msgspec.structs.replace(own or h, score=(own.score if own else 0.0) + weight * h.score)
     return sorted(merged.values(), key=lambda h: -h.score)
+
+
+def _add_facts(ranked: list[Candidate], found: list[tuple[str, int, float]], weight: float) -> list[Candidate]:
+    """The candidates with the fact matches added: `weight` x the fact's BM25 over the best fact's; a turn
+    that only its facts matched joins them."""
+    best = max(score for _, _, score in found) or 1.0
+    by_key = {(c.session_id, c.seq): c for c in ranked}
+    for sid, seq, score in found:
+        cand = by_key.get((sid, seq))
+        if cand is None:
+            cand = by_key[sid, seq] = Candidate(sid, seq)
+        cand.score += weight * score / best
+        cand.extra["facts"] = score
+    return sorted(by_key.values(), key=lambda c: -c.score)
 
 
 def _is_question(text: str) -> bool:
