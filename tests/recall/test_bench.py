@@ -61,7 +61,20 @@ def locomo_file(path: Path) -> Path:
             ],
         }
     ]
-    path.write_text(json.dumps(data))
+    other = {
+        "sample_id": "conv-other",
+        "conversation": {
+            "speaker_a": "Cy",
+            "speaker_b": "Di",
+            "session_1_date_time": "9:00 am on 2 March, 2023",
+            "session_1": [
+                {"speaker": "Cy", "dia_id": "D1:1", "text": "The build fails with ImportError in src/app.py"},
+                {"speaker": "Di", "dia_id": "D1:2", "text": "Pin numpy below 2, then rerun the tests."},
+            ],
+        },
+        "qa": [{"question": "What did Di say about numpy?", "answer": "pin it", "evidence": ["D1:2"], "category": 4}],
+    }
+    path.write_text(json.dumps([*data, other]))
     return path
 
 
@@ -69,10 +82,13 @@ def test_locomo_run_reports_every_figure(tmp_path: Path) -> None:
     result = run(str(locomo_file(tmp_path / "mini.json")), "--no-semantic", "--dir", str(tmp_path), cwd=tmp_path)
     for key in ("recall_at_5", "recall_at_10", "recall_at_25", "p50_ms", "p95_ms", "config", "configs"):
         assert key in result
-    assert result["config"] == "lexical" and result["questions"] == 3  # the one without evidence is left out
+    assert result["config"] == "lexical" and result["questions"] == 4  # the one without evidence is left out
     lexical = result["configs"]["lexical"]
-    assert set(lexical) >= {"recall_at_5", "index_build_s", "p50_ms", "category_4"}
-    assert result["recall_at_5"] == 1.0  # three questions, each with its evidence among five of five turns
+    assert set(lexical) >= {"recall_at_5", "index_build_s", "p50_ms", "categories", "conversations", "loo"}
+    assert set(lexical["conversations"]) == {"conv-test", "conv-other"}
+    assert set(lexical["loo"]["chosen"]) == {"conv-test", "conv-other"}  # constants chosen without each one
+    # every question has its evidence among the few turns of its conversation, tuned or not
+    assert result["recall_at_5"] == 1.0 and result["loo_recall_at_5"] == 1.0
 
 
 def test_scale_run_reports_every_figure(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -108,3 +109,30 @@ def test_backfill_of_an_older_file_shows_progress_then_finds(tmp_path: Path) -> 
     assert "nothing to backfill" in tether(path, "recall", "--backfill").stdout
     data = json.loads(tether(path, "recall", "heron", "--all", "--json", "--limit", "1000").stdout)
     assert len(data["hits"]) == 1000 and data["backlog"] == 0
+
+
+def test_facts_are_built_with_progress_then_used_as_keys(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.providers import ResolvedModel
+    from tether.providers.catalog import unknown_model
+    from tether.providers.scripted import ScriptedProvider
+
+    def model(request: Any) -> str:
+        # the fact writer's answer: the first turn shown gets a fact that names the table's owner
+        first = re.search(r"^\[(\d+)\] ", request.messages[-1].text, re.M)
+        return f"[{first.group(1)}] The users table belongs to the billing team." if first else ""
+
+    provider = ScriptedProvider(model, name="scripted")
+    monkeypatch.setattr(
+        "tether.providers.registry.resolve_provider",
+        lambda model=None, **_: ResolvedModel(provider=provider, model="test", info=unknown_model("scripted", "test")),
+    )
+    assert not tether(db, "recall", "billing team", "--all", "--json").exit_code
+    assert json.loads(tether(db, "recall", "billing team", "--all", "--json").stdout)["hits"] == []
+    built = tether(db, "recall", "--facts", "--all", "--facts-calls", "1")
+    assert built.exit_code == 0, built.output
+    assert "1 model calls" in built.stdout and "run it again to go on" in built.stdout and "turns read" in built.stderr
+    rest = tether(db, "recall", "--facts", "--all", "--json")
+    assert json.loads(rest.stdout)["calls"] == 1 and not json.loads(rest.stdout)["left"]
+    hits = json.loads(tether(db, "recall", "billing team", "--all", "--json").stdout)["hits"]
+    assert {(h["directory"], h["seq"]) for h in hits} >= {("/repo/a", 1), ("/repo/b", 1)}
+    assert len(provider.requests) == 2  # one call a session, none again for a recall

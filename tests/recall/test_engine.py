@@ -194,3 +194,22 @@ async def test_results_serialise_for_machines(store: Store) -> None:
     await chat(store, [("user", "the heron report")])
     data = msgspec.json.decode(msgspec.json.encode(await recall(store, "heron")))
     assert data["hits"][0]["seq"] == 1 and data["backlog"] == 0 and data["semantic"] is False
+
+
+async def test_a_named_date_does_not_outrank_an_exact_error_from_another_day(store: Store) -> None:
+    def day(text: str) -> float:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M").timestamp()
+
+    turns = {
+        "2024-03-01 10:00": "ran pytest, all green",
+        "2024-03-02 10:00": "pytest fails: ImportError in tests/test_api.py",
+    }
+    for n, (date, text) in enumerate(turns.items()):
+        info = SessionInfo(
+            id=f"ses_01JD8X3Q5T9N2C7KZ6W4M0R{n}YB", created_at=day(date), updated_at=day(date), directory="/w"
+        )
+        await store.import_session(info, [Entry(1, day(date), Message.user(text))])
+    hits = (await recall(store, "pytest ImportError tests/test_api.py 2024-03-01")).hits
+    assert "ImportError" in hits[0].excerpt  # the exact error wins over the day named
+    hits = (await recall(store, "what did pytest say on 2024-03-01")).hits
+    assert hits[0].excerpt == "ran pytest, all green"  # with nothing else to choose by, the day named decides

@@ -1,9 +1,12 @@
 """`tether recall "query"`: find what was said in earlier sessions of a directory (the current one unless
 --dir or --all), best first, each hit with where it comes from and its neighbours. `--backfill` indexes
-a store written before the search index existed; `--semantic` adds the embeddings side (extra)."""
+a store written before the search index existed; `--semantic` adds the embeddings side (extra); `--facts`
+has the configured model write fact lines for the stored turns (bounded, resumable), which later recalls
+use as extra keys."""
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime
 from typing import Any
@@ -14,6 +17,7 @@ from ..errors import InvalidInput
 from ..paths import canonical_directory
 from ..recall import RecallResult, recall
 from ..recall.backfill import backfill
+from ..recall.facts import FactIndex, FactProgress, default_fact_path
 from ..recall.render import when
 from ..store import Store
 from ..store.records import SEARCH_ROLES, BackfillProgress
@@ -55,6 +59,18 @@ def _progress(step: BackfillProgress, elapsed: float) -> None:
 @click.option("--reverted", is_flag=True, help="Include entries that a revert hid.")
 @click.option("--semantic", is_flag=True, help="Add the embeddings side (needs the `embeddings` extra).")
 @click.option("--backfill", "do_backfill", is_flag=True, help="Index entries stored before the index existed.")
+@click.option(
+    "--facts",
+    "build_facts",
+    is_flag=True,
+    help="Have the model write fact lines for stored turns (at most --facts-calls calls; run again to go on).",
+)
+@click.option(
+    "--facts-calls", type=click.IntRange(1), default=200, show_default=True, help="Model calls per --facts run."
+)
+@click.option(
+    "--model", "-m", "model_spec", metavar="MODEL", help="The model that writes the facts (default: configured)."
+)
 @click.option("--json", "json_flag", is_flag=True, help="Print one JSON object: the query, its hits, timings.")
 def recall_command(
     query: str | None,
@@ -69,6 +85,9 @@ def recall_command(
     reverted: bool,
     semantic: bool,
     do_backfill: bool,
+    build_facts: bool,
+    facts_calls: int,
+    model_spec: str | None,
     json_flag: bool,
 ) -> None:
     """Find what was said in earlier sessions: paths, decisions, instructions, errors.
@@ -77,19 +96,27 @@ def recall_command(
     (`in March`, `2026-05-01`, `yesterday`) favours what was said then."""
     if all_dirs and directory:
         raise click.UsageError("give --all or --dir, not both")
-    if not do_backfill and not (query or "").strip():
+    if not do_backfill and not build_facts and not (query or "").strip():
         raise click.UsageError('give a query: tether recall "what to look for"')
     where = None if all_dirs or session_ref else canonical_directory(directory)
     start, end = _timestamp(since, "--since"), _timestamp(until, "--until")
 
-    async def run(store: Store) -> RecallResult | BackfillProgress:
+    async def run(store: Store) -> RecallResult | BackfillProgress | FactProgress:
         if do_backfill:
             done = await backfill(store, progress=_progress)
             if done.entries_indexed:
                 click.echo("", err=True)
-            if not query:
+            if not query and not build_facts:
                 return done
         session_id = (await find_session(store, session_ref)).id if session_ref else None
+        if build_facts:
+            written = await _build_facts(store, where, session_id, model_spec, facts_calls)
+            if not query:
+                return written
+        facts = None
+        path = default_fact_path(store)
+        if path != ":memory:" and os.path.exists(path):
+            facts = FactIndex(store, path=path)
         index = None
         if semantic:
             from ..recall.embeddings import SemanticIndex, load_embedder
@@ -99,13 +126,24 @@ def recall_command(
         try:
             return await recall(
                 store, query or "", directory=where, session_id=session_id, role=role, since=start, until=end,
-                limit=limit, context=context, include_reverted=reverted, semantic=index,
+                limit=limit, context=context, include_reverted=reverted, semantic=index, facts=facts,
             )  # fmt: skip
         finally:
             if index is not None:
                 index.close()
+            if facts is not None:
+                facts.close()
 
     result = with_store(run)
+    if isinstance(result, FactProgress):
+        if wants_json(json_flag):
+            echo_json(result)
+        else:
+            more = "; run it again to go on" if result.left else ""
+            click.echo(
+                f"facts: {result.lines:,} lines for {result.turns:,} turns in {result.calls:,} model calls{more}"
+            )
+        return
     if isinstance(result, BackfillProgress):
         _say_backfilled(result, json_flag)
         return
@@ -113,6 +151,43 @@ def recall_command(
         echo_json(result)
         return
     _show(result, where)
+
+
+async def _build_facts(
+    store: Store, directory: str | None, session_id: str | None, model_spec: str | None, calls: int
+) -> FactProgress:
+    """Fact lines for the scope's turns, written by the configured model (or `model_spec`), with progress on
+    stderr."""
+    from ..messages import Message
+    from ..providers import ModelRequest, complete
+    from ..providers.registry import resolve_provider
+    from ..runtime.configuration import load_config
+
+    resolved = resolve_provider(model_spec, config=load_config())
+    if resolved.provider.name == "local":
+        click.echo(
+            "note: the embedded local model is too small to write useful facts; configure an API key or an "
+            "OpenAI-compatible server (--model)",
+            err=True,
+        )
+
+    async def write(prompt: str) -> str:
+        request = ModelRequest(model=resolved.model, messages=[Message.user(prompt)], max_output_tokens=1500)
+        return (await complete(resolved.provider, request)).message.text
+
+    def show(step: FactProgress) -> None:
+        click.echo(
+            f"\rfacts: {step.turns:,} turns read, {step.lines:,} lines, {step.calls:,} calls   ", err=True, nl=False
+        )
+
+    facts = FactIndex(store)
+    try:
+        done = await facts.build(write, directory=directory, session_id=session_id, max_calls=calls, progress=show)
+    finally:
+        facts.close()
+    if done.calls:
+        click.echo("", err=True)
+    return done
 
 
 def _say_backfilled(done: BackfillProgress, json_flag: bool) -> None:

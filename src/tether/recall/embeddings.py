@@ -6,6 +6,7 @@ match. Install with ``pip install 'tether[embeddings]'``; recall works fully wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sqlite3
@@ -32,6 +33,7 @@ TEXT_CHARS = 1_200
 """MiniLM reads 256 word pieces; more text than this would be cut by the model anyway."""
 RERANK_DEPTH = 300
 """Candidates re-ranked by meaning; the rest keep their word-match order below them."""
+
 CACHE_VECTORS = 200_000
 """Turn vectors kept in memory between queries (~1.5 KB each)."""
 
@@ -123,6 +125,27 @@ def default_threads() -> int:
     p50 28.7 against 30.7 ms, p90 72.6 against 80.7 ms; embedding before the search instead of alongside
     it, p50 28.8 ms (1 thread) and 31.8 ms (2) against 28.6 ms alongside on 1."""
     return max(1, (os.cpu_count() or 2) // 2)
+
+
+_BLAS: Any = None
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
+    """The vector products of one query (a few hundred rows) on one thread: OpenBLAS's own threads wake for
+    them and contend with the model's and the search's on a small machine (analyze took 7 ms a query with
+    them on 2 busy cores, 1 ms without). Without threadpoolctl (a dependency of sentence-transformers'),
+    nothing changes."""
+    global _BLAS
+    if _BLAS is None:
+        try:
+            from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+            _BLAS = ThreadpoolController()
+        except ImportError:
+            _BLAS = False
+    if _BLAS is False:
+        return contextlib.nullcontext()
+    return _BLAS.limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
 
 
 def _default_cache() -> Path:
@@ -531,7 +554,8 @@ class SemanticIndex:
             fresh = dict(zip(unknown, vectors[1:], strict=True))
             wanted = np.stack([matrix[row[w]] if w in row else fresh[w] for w in own])
             taken = {stem(w) for w in tokens(query)}
-            sims = matrix @ wanted.T  # (vocabulary, query words)
+            with one_blas_thread():
+                sims = matrix @ wanted.T  # (vocabulary, query words)
             depth = min(len(words) - 1, 4 * per_word + 8)
             for j in range(len(own)):
                 column = sims[:, j]
@@ -556,7 +580,8 @@ class SemanticIndex:
             return ranked
         q = query.vector
         keys = [k for k in ((c.session_id, c.seq) for c in head) if k in found]
-        sims = np.stack([found[k] for k in keys]) @ q
+        with one_blas_thread():
+            sims = np.stack([found[k] for k in keys]) @ q
         similarity = dict(zip(keys, sims.tolist(), strict=True))
         for cand in head:
             sim = similarity.get((cand.session_id, cand.seq))
