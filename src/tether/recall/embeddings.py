@@ -133,7 +133,7 @@ _BLAS: Any = None
 def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
     """The vector products of one query (a few hundred rows) on one thread: OpenBLAS's own threads wake for
     them and contend with the model's and the search's on a small machine (analyze took 7 ms a query with
-    them on 2 busy cores, 1 ms without). Without threadpoolctl (a dependency of sentence-transformers'),
+    them on 2 busy cores, 1 ms without). threadpoolctl is in the embeddings extra; without it,
     nothing changes."""
     global _BLAS
     if _BLAS is None:
