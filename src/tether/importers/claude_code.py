@@ -184,8 +184,8 @@ class _FileImport:
                     created_at=self.first_time,
                 )
 
-        count = info.entry_count if info else 0
-        writer = SessionWriter(self.store, sid, count, dry_run=self.dry_run, create=None if info else create)
+        known = info.entry_count if info else 0
+        writer = SessionWriter(self.store, sid, known=known, dry_run=self.dry_run, create=None if info else create)
         target = _Target(writer)
         self.targets.append(target)
         return target
@@ -220,7 +220,8 @@ class _FileImport:
     async def fork(self, base: _Target, at: int, first_uuid: str) -> _Target:
         fid = source_session_id(FORMAT, f"{self.key}/fork-{first_uuid}")
         info = await existing(self.store, fid)
-        target = _Target(SessionWriter(self.store, fid, info.entry_count if info else at, dry_run=self.dry_run))
+        known = info.entry_count if info else at
+        target = _Target(SessionWriter(self.store, fid, start=at, known=known, dry_run=self.dry_run))
         if info is None:
             await base.writer.flush()
             await base.writer.ensure()
@@ -252,8 +253,10 @@ class _FileImport:
                     created_at=self.first_time,
                 )
 
-        count = info.entry_count if info else 0
-        target = _Target(SessionWriter(self.store, cid, count, dry_run=self.dry_run, create=None if info else create))
+        known = info.entry_count if info else 0
+        target = _Target(
+            SessionWriter(self.store, cid, known=known, dry_run=self.dry_run, create=None if info else create)
+        )
         self.targets.append(target)
         return target
 
@@ -275,7 +278,7 @@ class _FileImport:
                 same_head = mark.get("head") == head_digest(self.path, offset)
             except OSError as e:
                 return self._failed(result, f"cannot read it: {e.strerror or e}")
-            if st.st_size < offset or not same_head:
+            if "head" in mark and (st.st_size < offset or not same_head):  # no head: an import cut short
                 return self._failed(
                     result,
                     "it was rewritten since it was imported (not only appended to), so it cannot be appended; "

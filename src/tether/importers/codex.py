@@ -137,7 +137,7 @@ class _RolloutImport:
                 same_head = mark.get("head") == head_digest(self.path, offset)
             except OSError as e:
                 return self._failed(result, f"cannot read it: {e.strerror or e}")
-            if st.st_size < offset or not same_head:
+            if "head" in mark and (st.st_size < offset or not same_head):  # no head: an import cut short
                 return self._failed(
                     result,
                     "it was rewritten since it was imported (not only appended to), so it cannot be appended; "
@@ -169,7 +169,7 @@ class _RolloutImport:
                 )
 
         self.writer = SessionWriter(
-            self.store, self.session_id, info.entry_count if info else 0, dry_run=self.dry_run,
+            self.store, self.session_id, known=info.entry_count if info else 0, dry_run=self.dry_run,
             create=None if info else create,
         )  # fmt: skip
         consumed, last = 0, 0

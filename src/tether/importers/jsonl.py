@@ -164,24 +164,26 @@ class FileResult:
 
 
 class SessionWriter:
-    """Appends to one session in batches, each entry with its source time. `count` is how many entries the
-    session has (written or waiting here); `known` how many the store already had when the import began:
-    an entry at or below it is skipped, because an earlier (perhaps interrupted) import wrote it already."""
+    """Appends to one session in batches, each entry with its source time. An import replays its file from
+    the first line: `count` is the seq of the last entry placed so far (from `start`: a fork begins with the
+    entries it copied), and `known` how many entries the store had when the import began: an entry at or
+    below it is not built again, because an earlier (perhaps interrupted) import wrote it already."""
 
     def __init__(
         self,
         store: Store,
         session_id: str,
-        count: int,
         *,
+        start: int = 0,
+        known: int = 0,
         dry_run: bool = False,
         create: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.create = create
         self.session_id = session_id
-        self.count = count
-        self.known = count
+        self.count = start
+        self.known = known
         self.written = 0
         self.dry_run = dry_run
         self._bodies: list[EntryBody] = []

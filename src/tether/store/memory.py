@@ -34,13 +34,13 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 from .validate import (
     check_artifact_id,
+    check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
     check_search_filters,
     check_update,
-    check_created_at,
     validate_bodies,
     validate_import,
 )
