@@ -374,3 +374,24 @@ async def test_the_shared_samples_import_whole_and_again_unchanged(store: Store)
         assert sum(written) == parseable
         assert len([p for p in result.problems if p.reason.startswith("not JSON")]) == len(lines) - parseable
         assert (await import_claude_code(store, path)).outcome == "unchanged"
+
+
+async def test_an_imported_session_asks_before_it_runs_and_a_later_import_keeps_the_yes(
+    store: Store, tmp_path: Path
+) -> None:
+    """Issue 12's protection holds for transcripts too: the session is marked imported, so launch asks
+    first; once a person said yes, importing the file's new lines keeps that yes."""
+    from tether.errors import ConfirmationRequired
+    from tether.runtime.launch import RunRequest, launch
+
+    path = write(tmp_path / f"{SID}.jsonl", conversation()[:3])
+    await import_claude_code(store, path)
+    sid = source_session_id("claude-code", SID)
+    with pytest.raises(ConfirmationRequired, match=f"imported \\(from {path}\\)"):
+        await launch(store, RunRequest("go on", session=sid, directory=tmp_path))
+    await launch(store, RunRequest("go on", session=sid, directory=tmp_path, confirmed=True))
+    assert isinstance((await store.get_session(sid)).metadata[IMPORTED]["confirmed"], float)
+    append(path, conversation()[3:])
+    grown = await import_claude_code(store, path)
+    assert grown.outcome == "grown" and grown.entries == 4
+    assert isinstance((await store.get_session(sid)).metadata[IMPORTED]["confirmed"], float)
