@@ -409,6 +409,21 @@ async def test_append_one_and_several_with_dense_seqs(store: Store) -> None:
     assert (await store.get_session(info.id)).entry_count == 4
 
 
+async def test_append_keeps_the_created_at_it_is_given(store: Store) -> None:
+    """An importer keeps its source's times: each entry gets the time given for it, stored and read back;
+    the session's updated_at is still the commit time."""
+    info = await store.create_session()
+    got = await store.append(info.id, [Message.user("old"), Message.assistant("older")], created_at=[1000.0, 999.5])
+    assert [e.created_at for e in got] == [1000.0, 999.5]
+    assert [e.created_at for e in await store.read(info.id)] == [1000.0, 999.5]
+    assert (await store.get_session(info.id)).updated_at > 1000.0
+    with pytest.raises(InvalidInput):
+        await store.append(info.id, [Message.user("x")], created_at=[1.0, 2.0])
+    with pytest.raises(InvalidInput):
+        await store.append(info.id, [Message.user("x")], created_at=[float("nan")])
+    assert (await store.get_session(info.id)).entry_count == 2
+
+
 async def test_seqs_are_per_session(store: Store) -> None:
     a = await store.create_session()
     b = await store.create_session()

@@ -17,6 +17,7 @@ from .state import CliError, CliState
 COMMANDS: list[tuple[str, str, str]] = [
     # name       "module:attribute" of a click command    summary shown by `tether --help` without importing it
     ("sessions", "tether.cli.sessions:sessions", "List, show, fork, delete, export and import sessions."),
+    ("import", "tether.cli.importing:import_command", "Import sessions from Claude Code, Codex or a tether export."),
     ("run", "tether.cli.run:run", "Run the agent on a prompt until it is done."),
     ("chat", "tether.cli.chat:chat", "Talk with the agent interactively."),
     ("models", "tether.cli.models:models", "List known models and the configured providers."),

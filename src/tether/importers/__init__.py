@@ -1,5 +1,6 @@
-"""Bringing sessions in and taking them out: tether's own JSON format (`tether_json`) now; Claude Code,
-Codex and opencode transcripts join it here, each a module that reads its format into the store."""
+"""Bringing sessions in and taking them out: tether's own JSON format (`tether_json`), Claude Code
+transcripts (`claude_code`) and Codex rollouts (`codex`), each a module that reads its format into the
+store; `sources` finds each tool's files and detects a file's format (opencode joins later)."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 from .validate import (
     check_artifact_id,
+    check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
@@ -186,17 +187,24 @@ class MemoryStore:
         return page.items[0] if page.items else None
 
     async def append(
-        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+        self,
+        session_id: str,
+        bodies: Sequence[EntryBody],
+        *,
+        expect_seq: int | None = None,
+        created_at: Sequence[float] | None = None,
     ) -> list[Entry]:
         info = self._get(session_id)
         first = info.entry_count + 1
         if expect_seq is not None and expect_seq != first:
             raise SeqConflict(session_id, expect_seq, first)
         validate_bodies(bodies, first)
+        times = check_created_at(created_at, len(bodies))
         encoded = [encode_body(b) for b in bodies]  # fails before anything changes
         now = self._now()
+        stamps = times if times is not None else [now] * len(encoded)
         rows = self._entries[session_id]
-        rows.extend((now, data) for data in encoded)
+        rows.extend(zip(stamps, encoded, strict=True))
         messages, t_in, t_out, cost = message_counters(bodies)
         title = info.title if info.title is not None else title_candidate(bodies)
         for body in bodies:
@@ -212,7 +220,7 @@ class MemoryStore:
             output_tokens=info.output_tokens + t_out,
             cost=pico_to_decimal(decimal_to_pico(info.cost) + decimal_to_pico(cost)),
         )
-        return [Entry(first + i, now, decode_body(data)) for i, data in enumerate(encoded)]
+        return [Entry(first + i, stamps[i], decode_body(data)) for i, data in enumerate(encoded)]
 
     async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
         self._get(session_id)

@@ -72,11 +72,18 @@ class Journal(Protocol):
         ...
 
     async def append(
-        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+        self,
+        session_id: str,
+        bodies: Sequence[EntryBody],
+        *,
+        expect_seq: int | None = None,
+        created_at: Sequence[float] | None = None,
     ) -> list[Entry]:
         """Append atomically, giving each body the next dense seq, and update the row's counters (and its
         default title) in the same transaction. With `expect_seq` (the seq the first new entry must get) a
-        writer that lost a race gets `SeqConflict` and nothing is written."""
+        writer that lost a race gets `SeqConflict` and nothing is written. `created_at` (one time per body)
+        keeps the times an importer read from its source; by default every entry gets the commit time. The
+        session's `updated_at` is the commit time either way."""
         ...
 
     async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:

@@ -70,6 +70,7 @@ from .records import (
 )
 from .validate import (
     check_artifact_id,
+    check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
@@ -562,7 +563,12 @@ class SqliteStore:
     # --- entries -----------------------------------------------------------------------------------
 
     async def append(
-        self, session_id: str, bodies: Sequence[EntryBody], *, expect_seq: int | None = None
+        self,
+        session_id: str,
+        bodies: Sequence[EntryBody],
+        *,
+        expect_seq: int | None = None,
+        created_at: Sequence[float] | None = None,
     ) -> list[Entry]:
         if session_id not in self._valid_ids:
             check_id(session_id, "session id")
@@ -572,6 +578,7 @@ class SqliteStore:
         n = len(bodies)
         if not n:
             raise InvalidInput("append needs at least one entry")
+        times = check_created_at(created_at, n)
         # Encode before taking the write lock: bad input fails here, and the lock is held only for SQL.
         rows = [(encode_body(b).decode(), _KINDS[type(b)]) for b in bodies]
         messages, t_in, t_out, cost = message_counters(bodies)
@@ -604,8 +611,8 @@ class SqliteStore:
                     if has_revert:
                         validate_bodies(bodies, first)  # raises inside the transaction: rolled back
                     if bump:
-                        return self._insert_rows(conn, session_id, first, rows, now, now)
-                    return self._insert_rows(conn, session_id, first, rows, max(now, updated_at), updated_at)
+                        return self._insert_rows(conn, session_id, first, rows, now, now, times)
+                    return self._insert_rows(conn, session_id, first, rows, max(now, updated_at), updated_at, times)
             row = conn.execute(_POSITION_SQL, (session_id,)).fetchone()
             if row is None:
                 raise SessionNotFound(session_id)
@@ -628,7 +635,7 @@ class SqliteStore:
             else:
                 now = max(now, updated_at)
                 conn.execute(_APPEND_SQL[title_mode, False], (*counters, session_id))
-            return self._insert_rows(conn, session_id, first, rows, now, now if bump else updated_at)
+            return self._insert_rows(conn, session_id, first, rows, now, now if bump else updated_at, times)
 
         # The common case commits inline; only a write lock held by another process goes through _write.
         try:
@@ -641,7 +648,7 @@ class SqliteStore:
         self._unindexed += 1
         if self._unindexed >= searchindex.FLUSH_EVERY:
             self._flush_index_now()
-        return [Entry(first + i, now, body) for i, body in enumerate(bodies)]
+        return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
 
     def _insert_rows(
         self,
@@ -651,8 +658,14 @@ class SqliteStore:
         rows: list[tuple[str, str]],
         now: float,
         session_updated_at: float,
+        times: list[float] | None = None,
     ) -> tuple[int, float]:
-        if len(rows) == 1:
+        if times is not None:
+            conn.executemany(
+                _INSERT_SQL,
+                [(session_id, first + i, kind, times[i], payload) for i, (payload, kind) in enumerate(rows)],
+            )
+        elif len(rows) == 1:
             conn.execute(_INSERT_SQL, (session_id, first, rows[0][1], now, rows[0][0]))
         else:
             conn.executemany(

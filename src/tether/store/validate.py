@@ -79,6 +79,19 @@ def validate_bodies(bodies: Sequence[EntryBody], first_seq: int) -> None:
                 raise InvalidInput(f"a revert at seq {seq} must point before itself, not to {body.to_seq}")
 
 
+def check_created_at(created_at: Sequence[float] | None, n: int) -> list[float] | None:
+    """The times an append was given for its bodies: one finite number per body, or None (commit time)."""
+    if created_at is None:
+        return None
+    times = list(created_at)
+    if len(times) != n:
+        raise InvalidInput(f"append got {len(times)} created_at times for {n} entries")
+    for t in times:
+        if isinstance(t, bool) or not isinstance(t, int | float) or t != t or t in (float("inf"), float("-inf")):
+            raise InvalidInput(f"created_at must be a finite number of seconds, not {t!r}")
+    return [float(t) for t in times]
+
+
 def validate_import(info: SessionInfo, entries: Sequence[Entry]) -> str:
     """What `import_session` checks before it writes: ids, a known state, dense seqs from 1, reverts that
     point back. Returns the session id."""

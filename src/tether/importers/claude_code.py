@@ -1,0 +1,699 @@
+"""Claude Code transcripts (``~/.claude/projects/<project>/<session>.jsonl``, sub-agents in
+``<session>/subagents/agent-<id>.jsonl`` or, in older versions, ``agent-<id>.jsonl`` beside them) into
+tether sessions. One source line becomes one entry, in file order:
+
+- ``user`` / ``assistant`` lines: messages (text, thinking with its signature, tool calls and results with
+  errors as errors, images and documents); a line of tool results is a ``tool`` message. Model, usage (once
+  per API message: Claude Code repeats it on each line of a streamed message) and cost (``costUSD`` when the
+  line has it, else tether's price list). What tether has no field for stays in the message's metadata
+  under ``claude_code`` (the line's ids, ``toolUseResult``, unknown content blocks).
+- the user line that carries a compaction's summary (``isCompactSummary``): a `Compaction` entry.
+- ``summary`` (of a line in this file), ``custom-title``, ``ai-title``: a `TitleChange`.
+- anything else (``system``, ``progress``, ``file-history-snapshot``, a type tether does not know, a JSON
+  value that is not an object): a `Marker` named ``claude-code.<type>`` holding the line's JSON.
+
+Branching (``parentUuid``): lines go to the session whose last line is their parent. A line whose parent is
+earlier in a session starts a fork of that session at the parent (a "redo from here"), so the first line
+written is the main one and each later branch a fork of it (a fork made after an import is appended as a
+fork when the file is imported again). A line without a known parent continues the line before it.
+Sidechain lines (sub-agents of older versions) and sub-agent files are child sessions of the session that
+ran them, linked to its ``Task`` call when the transcript says which.
+
+Importing again appends only what was added since (found by the session id derived from the source id)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..messages import (
+    Compaction,
+    EntryBody,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ThinkingPart,
+    TitleChange,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from ..store.protocols import Store
+from ..store.records import IMPORTED, SessionInfo
+from .jsonl import (
+    FileResult,
+    Problem,
+    SessionWriter,
+    SourceChanged,
+    decode_json,
+    existing,
+    head_digest,
+    import_mark,
+    parse_time,
+    raw_marker,
+    read_lines,
+    source_session_id,
+)
+
+FORMAT = "claude-code"
+
+__all__ = ["FORMAT", "TOOL_NAMES", "import_claude_code", "looks_like_claude_code", "session_key"]
+
+TOOL_NAMES: dict[str, tuple[str, dict[str, str]]] = {
+    # Claude Code's tool: (tether's tool of the same meaning, argument renames). Other arguments are kept
+    # as they are. Bash's timeout is in milliseconds, tether's in seconds: it is kept as `timeout_ms`.
+    "Bash": ("bash", {"timeout": "timeout_ms"}),
+    "Read": ("read", {"file_path": "path"}),
+    "Write": ("write", {"file_path": "path"}),
+    "Edit": ("edit", {"file_path": "path"}),
+    "Glob": ("glob", {}),
+    "Grep": ("grep", {"-i": "case_insensitive"}),
+    "LS": ("list", {}),
+    "Task": ("task", {"subagent_type": "agent"}),
+    "Agent": ("task", {"subagent_type": "agent"}),
+}
+"""The tool's own name is kept in the message's metadata (``claude_code.tool_names``: call id → name)."""
+
+_MESSAGE_FIELDS = ("role", "content", "model", "usage", "stop_reason")
+_LINE_FIELDS_KEPT_ELSEWHERE = ("type", "message", "timestamp")
+_AGENT_FILE = re.compile(r"^agent-(.+)$")
+
+
+def looks_like_claude_code(first: dict[str, Any]) -> bool:
+    """Whether a JSON line is one of Claude Code's (its entries carry ``sessionId`` and ``uuid``, or are
+    ``summary`` / ``file-history-snapshot`` lines that open a file)."""
+    kind = first.get("type")
+    if kind in ("summary", "file-history-snapshot", "custom-title", "ai-title", "queue-operation"):
+        return True
+    return isinstance(first.get("sessionId"), str) and ("uuid" in first or "parentUuid" in first)
+
+
+def session_key(path: str) -> tuple[str, str | None, str | None]:
+    """(source key, parent session id, agent id) of a transcript file: a session's own file is keyed by its
+    name (the session id); a sub-agent's by its parent session and its agent id."""
+    p = Path(path)
+    match = _AGENT_FILE.match(p.stem)
+    if match is None:
+        return p.stem, None, None
+    agent = match.group(1)
+    parent = p.parent.parent.name if p.parent.name == "subagents" else _first_session_id(path)
+    return f"{parent or '?'}/agent-{agent}", parent, agent
+
+
+def _first_session_id(path: str) -> str | None:
+    try:
+        for line in read_lines(path):
+            try:
+                obj = decode_json(line.data)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
+                return str(obj["sessionId"])
+            if line.no > 50:
+                break
+    except (OSError, SourceChanged):
+        return None
+    return None
+
+
+# --- the import of one file ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Target:
+    """One session this file's lines go to: the main line, a fork, or a sub-agent."""
+
+    writer: SessionWriter
+    tip: str | None = None
+    title: str | None = None
+
+    @property
+    def new(self) -> bool:
+        return self.writer.create is not None
+
+
+class _FileImport:
+    def __init__(self, store: Store, path: str, *, dry_run: bool) -> None:
+        self.store = store
+        self.path = path
+        self.dry_run = dry_run
+        self.key, self.parent_key, self.agent_id = session_key(path)
+        self.problems: list[Problem] = []
+        self.nodes: dict[str, tuple[_Target, int]] = {}
+        self.side_nodes: dict[str, _Target] = {}
+        self.side_groups: dict[str, _Target] = {}
+        self.targets: list[_Target] = []
+        self.last_node: str | None = None
+        self.names: dict[str, str] = {}  # call id -> the tool's name as Claude Code called it
+        self.task_prompts: dict[str, str] = {}  # a Task call's prompt -> its call id
+        self.agents: dict[str, str] = {}  # agent id -> the Task call that ran it
+        self.seen_usage: set[tuple[str, str]] = set()
+        self.fresh_usage = False
+        self.directory: str | None = None
+        self.session_id: str | None = None  # the source's session id, as its lines name it
+        self.first_time: float | None = None
+        self.model: str | None = None
+        self.pre_tokens: int | None = None
+        self.catalog: Any = None
+
+    # --- sessions ---
+
+    async def main_target(self, info: SessionInfo | None) -> _Target:
+        sid = source_session_id(FORMAT, self.key)
+        mark = import_mark(info)
+
+        async def create() -> None:
+            parent_id, extra = await self._parent_link()
+            if not self.dry_run:
+                await self.store.create_session(
+                    id=sid,
+                    directory=self.directory,
+                    parent_id=parent_id,
+                    metadata={IMPORTED: {**mark, **self._mark()}, **extra},
+                    created_at=self.first_time,
+                )
+
+        known = info.entry_count if info else 0
+        writer = SessionWriter(self.store, sid, known=known, dry_run=self.dry_run, create=None if info else create)
+        target = _Target(writer)
+        self.targets.append(target)
+        return target
+
+    async def _parent_link(self) -> tuple[str | None, dict[str, Any]]:
+        """A sub-agent file's parent session (when it was imported) and the `task` link to its call."""
+        if self.parent_key is None:
+            return None, {}
+        parent_id = source_session_id(FORMAT, self.parent_key)
+        parent = await existing(self.store, parent_id)
+        call_id = _meta_call_id(self.path)
+        if parent is None:
+            return None, {"imported_parent_id": parent_id}
+        if call_id is None and self.agent_id is not None:
+            call_id = import_mark(parent).get("agents", {}).get(self.agent_id)
+        task: dict[str, Any] = {"agent_id": self.agent_id}
+        if call_id:
+            task["call_id"] = call_id
+        return parent_id, {"task": task}
+
+    def _mark(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "source": self.path,
+            "format": FORMAT,
+            "at": time.time(),
+            "tool": FORMAT,
+            "path": self.path,
+            "source_id": self.session_id or self.key,
+            **extra,
+        }
+
+    async def fork(self, base: _Target, at: int, first_uuid: str) -> _Target:
+        fid = source_session_id(FORMAT, f"{self.key}/fork-{first_uuid}")
+        info = await existing(self.store, fid)
+        known = info.entry_count if info else at
+        target = _Target(SessionWriter(self.store, fid, start=at, known=known, dry_run=self.dry_run))
+        if info is None:
+            await base.writer.flush()
+            await base.writer.ensure()
+            if not self.dry_run:
+                title = f"{base.title or 'untitled'} (branch)"
+                await self.store.fork(base.writer.session_id, at, id=fid, title=title)
+                forked = await self.store.get_session(fid)
+                await self.store.update_session(
+                    fid, metadata={**forked.metadata, IMPORTED: self._mark(branch=first_uuid)}
+                )
+        self.targets.append(target)
+        return target
+
+    async def side_target(self, main: _Target, group: str, agent_id: str | None, call_id: str | None) -> _Target:
+        cid = source_session_id(FORMAT, f"{self.key}/side-{group}")
+        info = await existing(self.store, cid)
+
+        async def create() -> None:
+            await main.writer.ensure()
+            task: dict[str, Any] = {"agent_id": agent_id} if agent_id else {}
+            if call_id:
+                task["call_id"] = call_id
+            if not self.dry_run:
+                await self.store.create_session(
+                    id=cid,
+                    directory=self.directory,
+                    parent_id=main.writer.session_id,
+                    metadata={IMPORTED: self._mark(sidechain=group), "task": task},
+                    created_at=self.first_time,
+                )
+
+        known = info.entry_count if info else 0
+        target = _Target(
+            SessionWriter(self.store, cid, known=known, dry_run=self.dry_run, create=None if info else create)
+        )
+        self.targets.append(target)
+        return target
+
+    # --- lines ---
+
+    async def run(self) -> FileResult:
+        result = FileResult(self.path, FORMAT, "imported")
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        main_id = source_session_id(FORMAT, self.key)
+        info = await existing(self.store, main_id)
+        mark = import_mark(info)
+        result.session_id = main_id
+        if info is not None and mark:
+            offset = int(mark.get("offset", 0))
+            try:
+                same_head = mark.get("head") == head_digest(self.path, offset)
+            except OSError as e:
+                return self._failed(result, f"cannot read it: {e.strerror or e}")
+            if "head" in mark and (st.st_size < offset or not same_head):  # no head: an import cut short
+                return self._failed(
+                    result,
+                    "it was rewritten since it was imported (not only appended to), so it cannot be appended; "
+                    f"delete session {main_id} to import it anew",
+                )
+            if st.st_size == mark.get("size"):
+                result.outcome = "unchanged"
+                result.title = info.title
+                return result
+            if mark.get("confirmed") and info.entry_count != mark.get("entries", info.entry_count):
+                return self._failed(
+                    result,
+                    f"session {main_id} was continued in tether after its import, so the lines added to "
+                    "the file since are not appended to it; fork it (`tether sessions fork`) to keep both",
+                )
+            result.outcome = "grown"
+        if self.dry_run:
+            result.outcome = "would append" if info is not None else "would import"
+        main = await self.main_target(info)
+        current = main
+        consumed = 0
+        try:
+            for line in read_lines(self.path):
+                result.lines = line.no
+                if not line.data.strip():
+                    consumed = line.end
+                    continue
+                try:
+                    obj = decode_json(line.data)
+                except msgspec.DecodeError as e:
+                    if not line.complete:
+                        self.problems.append(
+                            Problem(
+                                self.path,
+                                line.no,
+                                "the last line is cut short (still being written, or truncated); "
+                                "it is left for the next import",
+                            )
+                        )
+                        result.lines = line.no - 1
+                        break
+                    self.problems.append(Problem(self.path, line.no, f"not JSON ({e}); skipped"))
+                    consumed = line.end
+                    continue
+                consumed = line.end
+                current = await self.place(obj, line.no, len(line.data), main, current)
+        except SourceChanged as e:
+            return self._failed(result, f"{e}; import it again")
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        for target in self.targets:
+            await target.writer.flush()
+        await self._finish(main, info, consumed, st.st_size)
+        result.entries = sum(t.writer.written for t in self.targets)
+        result.sessions = [t.writer.session_id for t in self.targets if t.writer.written]
+        result.title = main.title or (info.title if info else None)
+        result.problems = self.problems
+        return result
+
+    def _failed(self, result: FileResult, reason: str) -> FileResult:
+        result.outcome = "failed"
+        result.problems = [*self.problems, Problem(self.path, None, reason)]
+        return result
+
+    async def _finish(self, main: _Target, info: SessionInfo | None, consumed: int, size: int) -> None:
+        if self.dry_run or (main.new and not main.writer.written):
+            return  # nothing was written (an empty file): no session
+        await main.writer.ensure()
+        current = await self.store.get_session(main.writer.session_id)
+        mark = {
+            **import_mark(current),
+            **self._mark(),
+            "offset": consumed,
+            "size": size if consumed == size else consumed,
+            "head": head_digest(self.path, consumed),
+            "entries": current.entry_count,
+        }
+        known_agents = {**mark.get("agents", {}), **self.agents}
+        if known_agents:
+            mark["agents"] = known_agents
+        fields: dict[str, Any] = {"metadata": {**current.metadata, IMPORTED: mark}}
+        if self.model and current.model != self.model:
+            fields["model"] = self.model
+        await self.store.update_session(current.id, **fields)
+        for target in self.targets[1:]:
+            if not target.writer.written:
+                continue
+            child = await self.store.get_session(target.writer.session_id)
+            child_mark = {**import_mark(child), "entries": child.entry_count, "at": time.time()}
+            meta = {**child.metadata, IMPORTED: child_mark}
+            task = meta.get("task")
+            agent = task.get("agent_id") if isinstance(task, dict) else None
+            if isinstance(task, dict) and "call_id" not in task and agent in self.agents:
+                meta["task"] = {**task, "call_id": self.agents[agent]}
+            await self.store.update_session(child.id, metadata=meta)
+
+    async def place(self, obj: Any, no: int, size: int, main: _Target, current: _Target) -> _Target:
+        """Put one decoded line into the session it belongs to; returns where the next unparented line goes."""
+        if not isinstance(obj, dict):
+            kind = type(obj).__name__
+            self.problems.append(Problem(self.path, no, f"not a transcript entry (a JSON {kind}); kept as a marker"))
+            await self.emit(current, lambda: raw_marker("claude-code.unknown", no, obj), obj, size)
+            return current
+        if self.directory is None and isinstance(obj.get("cwd"), str) and obj["cwd"]:
+            self.directory = os.path.normpath(obj["cwd"])
+        if self.session_id is None and isinstance(obj.get("sessionId"), str):
+            self.session_id = obj["sessionId"]
+        if self.first_time is None:
+            self.first_time = parse_time(obj.get("timestamp"))
+        uuid = obj.get("uuid") if isinstance(obj.get("uuid"), str) else None
+        if obj.get("isSidechain") is True and self.agent_id is None:
+            return await self._place_side(obj, no, size, uuid, main, current)
+        if uuid is None:
+            await self.emit(current, lambda: self.convert(obj, no, current), obj, size)
+            return current
+        target, seq_parent = self._parent_of(obj)
+        if target is None:
+            target = current  # the first line of the tree
+        elif target.tip != seq_parent[1]:
+            target = await self.fork(target, seq_parent[0], uuid)
+        seq = await self.emit(target, lambda: self.convert(obj, no, target), obj, size)
+        self.nodes[uuid] = (target, seq)
+        target.tip = uuid
+        self.last_node = uuid
+        return target
+
+    def _parent_of(self, obj: dict[str, Any]) -> tuple[_Target | None, tuple[int, str | None]]:
+        """The session holding this line's parent, and (the parent's seq there, its uuid)."""
+        for key in ("parentUuid", "logicalParentUuid"):
+            parent = obj.get(key)
+            if isinstance(parent, str) and parent in self.nodes:
+                target, seq = self.nodes[parent]
+                return target, (seq, parent)
+        if self.last_node is not None:
+            target, seq = self.nodes[self.last_node]
+            return target, (seq, self.last_node)
+        return None, (0, None)
+
+    async def _place_side(
+        self, obj: dict[str, Any], no: int, size: int, uuid: str | None, main: _Target, current: _Target
+    ) -> _Target:
+        agent = obj.get("agentId") if isinstance(obj.get("agentId"), str) else None
+        parent = obj.get("parentUuid")
+        target = self.side_nodes.get(parent) if isinstance(parent, str) else None
+        if target is None:
+            group = agent or uuid or f"line-{no}"
+            target = self.side_groups.get(group)
+            if target is None:
+                call_id = self.agents.get(agent) if agent else None
+                if call_id is None:
+                    call_id = self.task_prompts.pop(_user_text(obj), None)
+                target = await self.side_target(main, group, agent, call_id)
+                self.side_groups[group] = target
+        await self.emit(target, lambda: self.convert(obj, no, target), obj, size)
+        if uuid is not None:
+            self.side_nodes[uuid] = target
+        return current
+
+    async def emit(self, target: _Target, build: Callable[[], EntryBody], obj: Any, size: int) -> int:
+        """Count the line's entry in `target` and, when the store does not have it yet, build and add it."""
+        seq = target.writer.take()
+        if isinstance(obj, dict):
+            self._note(obj)
+        if target.writer.needs(seq):
+            body = build()
+            if isinstance(body, TitleChange):
+                target.title = body.title
+            at = parse_time(obj.get("timestamp")) if isinstance(obj, dict) else None
+            await target.writer.add(body, at or self.first_time or time.time(), size)
+        return seq
+
+    def _note(self, obj: dict[str, Any]) -> None:
+        """What later lines need to know of this one, read whether or not it is written now."""
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                    name = str(block.get("name", ""))
+                    self.names[block["id"]] = name
+                    args = block.get("input")
+                    if name in ("Task", "Agent") and isinstance(args, dict) and isinstance(args.get("prompt"), str):
+                        self.task_prompts[args["prompt"]] = block["id"]
+                elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                    result = obj.get("toolUseResult")
+                    agent = result.get("agentId") if isinstance(result, dict) else block.get("agentId")
+                    if isinstance(agent, str):
+                        self.agents[agent] = block["tool_use_id"]
+        self.fresh_usage = False
+        if obj.get("type") == "assistant" and isinstance(message.get("usage"), dict):
+            key = (str(message.get("id")), str(obj.get("requestId")))
+            self.fresh_usage = message.get("id") is None or key not in self.seen_usage
+            self.seen_usage.add(key)
+        model = message.get("model")
+        if obj.get("type") == "assistant" and isinstance(model, str) and model != "<synthetic>":
+            self.model = model
+
+    # --- conversion ---
+
+    def convert(self, obj: dict[str, Any], no: int, target: _Target) -> EntryBody:
+        kind = obj.get("type")
+        if kind in ("user", "assistant"):
+            message = obj.get("message")
+            if not isinstance(message, dict) or not isinstance(message.get("content"), str | list):
+                self.problems.append(
+                    Problem(self.path, no, f"a {kind} line without a readable message; kept as a marker")
+                )
+                return raw_marker(f"claude-code.{kind}", no, obj, unreadable=True)
+            if kind == "user" and obj.get("isCompactSummary") is True:
+                return self._compaction(obj, message, target)
+            return self._message(obj, message, kind)
+        if kind == "system" and obj.get("subtype") == "compact_boundary":
+            meta = obj.get("compactMetadata")
+            if isinstance(meta, dict) and isinstance(meta.get("preTokens"), int):
+                self.pre_tokens = meta["preTokens"]
+        if kind == "summary" and isinstance(obj.get("summary"), str) and obj.get("leafUuid") in self.nodes:
+            return TitleChange(title=obj["summary"])
+        for key, field_name in (("custom-title", "customTitle"), ("ai-title", "aiTitle")):
+            if kind == key and isinstance(obj.get(field_name), str) and obj[field_name]:
+                return TitleChange(title=obj[field_name])
+        name = kind if isinstance(kind, str) and kind else "unknown"
+        return raw_marker(f"claude-code.{name}", no, obj)
+
+    def _compaction(self, obj: dict[str, Any], message: dict[str, Any], target: _Target) -> EntryBody:
+        content = message["content"]
+        text = content if isinstance(content, str) else "\n".join(_texts(content))
+        seq = target.writer.count
+        tokens, self.pre_tokens = self.pre_tokens, None
+        return Compaction(
+            summary=text,
+            first_kept_seq=seq,
+            strategy="claude-code",
+            tokens_before=tokens,
+            metadata={"claude_code": self._extra(obj)},
+        )
+
+    def _extra(self, obj: dict[str, Any]) -> dict[str, Any]:
+        extra = {k: v for k, v in obj.items() if k not in _LINE_FIELDS_KEPT_ELSEWHERE}
+        if extra.get("sessionId") == self.session_id:
+            extra.pop("sessionId")
+        if isinstance(extra.get("cwd"), str) and os.path.normpath(extra["cwd"]) == self.directory:
+            extra.pop("cwd")
+        return extra
+
+    def _message(self, obj: dict[str, Any], message: dict[str, Any], kind: str) -> Message:
+        extra = self._extra(obj)
+        leftover = {k: v for k, v in message.items() if k not in _MESSAGE_FIELDS}
+        if leftover:
+            extra["message"] = leftover
+        content = message["content"]
+        parts: list[Part] = []
+        unknown: list[dict[str, Any]] = []
+        renamed: dict[str, str] = {}
+        if isinstance(content, str):
+            parts.append(TextPart(text=content))
+        else:
+            for index, block in enumerate(content):
+                part = _part(block, self.names, renamed)
+                if part is None:
+                    unknown.append({"index": index, "block": block})
+                else:
+                    parts.append(part)
+        if unknown:
+            extra["blocks"] = unknown
+        if renamed:
+            extra["tool_names"] = renamed
+        has_results = any(isinstance(p, ToolResultPart) for p in parts)
+        if kind == "assistant":
+            model = message.get("model") if isinstance(message.get("model"), str) else None
+            return Message(
+                role="assistant",
+                parts=parts,
+                model=model,
+                provider="anthropic",
+                usage=self._usage(obj, message, model),
+                finish_reason=message.get("stop_reason") if isinstance(message.get("stop_reason"), str) else None,
+                metadata={"claude_code": extra},
+            )
+        return Message(role="tool" if has_results else "user", parts=parts, metadata={"claude_code": extra})
+
+    def _usage(self, obj: dict[str, Any], message: dict[str, Any], model: str | None) -> Usage | None:
+        raw = message.get("usage")
+        if not isinstance(raw, dict):
+            return None
+        if not self.fresh_usage:
+            return None  # the same API message, streamed over several lines: counted once
+
+        def n(name: str) -> int:
+            value = raw.get(name)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        reads, writes = n("cache_read_input_tokens"), n("cache_creation_input_tokens")
+        usage = Usage(
+            input_tokens=n("input_tokens") + reads + writes,
+            output_tokens=n("output_tokens"),
+            cache_read_tokens=reads,
+            cache_write_tokens=writes,
+        )
+        cost = _decimal(obj.get("costUSD"))
+        if cost is None and model:
+            cost = self._price(model, usage)
+        return msgspec.structs.replace(usage, cost=cost) if cost is not None else usage
+
+    def _price(self, model: str, usage: Usage) -> Decimal | None:
+        if self.catalog is None:
+            from ..providers.catalog import Catalog
+
+            self.catalog = Catalog()
+        info = self.catalog.get("anthropic", model) or self.catalog.get("anthropic", re.sub(r"-\d{8}$", "", model))
+        return info.cost(usage) if info is not None else None
+
+
+def _meta_call_id(path: str) -> str | None:
+    """The call that ran a sub-agent, from its ``agent-<id>.meta.json`` when Claude Code wrote one."""
+    meta = Path(path).with_suffix(".meta.json")
+    try:
+        data = decode_json(meta.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    if isinstance(data, dict):
+        for key in ("toolUseId", "toolUseID", "tool_use_id"):
+            if isinstance(data.get(key), str):
+                return str(data[key])
+    return None
+
+
+def _texts(blocks: list[Any]) -> list[str]:
+    return [
+        b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
+
+
+def _user_text(obj: dict[str, Any]) -> str:
+    message = obj.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    return "\n".join(_texts(content)) if isinstance(content, list) else ""
+
+
+def _decimal(value: object) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        result = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return result if result.is_finite() and result >= 0 else None
+
+
+def _part(block: Any, names: dict[str, str], renamed: dict[str, str]) -> Part | None:
+    """tether's part for one content block, or None for a block it has no part for (kept in metadata)."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind == "text" and isinstance(block.get("text"), str):
+        return TextPart(text=block["text"])
+    if kind == "thinking" and isinstance(block.get("thinking"), str):
+        signature = block.get("signature") if isinstance(block.get("signature"), str) else None
+        return ThinkingPart(text=block["thinking"], signature=signature, provider="anthropic")
+    if kind == "redacted_thinking" and isinstance(block.get("data"), str):
+        return ThinkingPart(redacted=block["data"], provider="anthropic")
+    if kind == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
+        name, arguments = block["name"], block.get("input")
+        mapped = TOOL_NAMES.get(name)
+        if mapped is not None and isinstance(arguments, dict):
+            tether_name, renames = mapped
+            arguments = {renames.get(k, k): v for k, v in arguments.items()}
+            renamed[block["id"]] = name
+            name = tether_name
+        return ToolCallPart(id=block["id"], name=name, arguments=arguments if arguments is not None else {})
+    if kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
+        content = block.get("content")
+        metadata: dict[str, Any] = {}
+        if isinstance(content, list):
+            text = "\n".join(_texts(content))
+            if any(not (isinstance(b, dict) and b.get("type") == "text") for b in content):
+                metadata["content"] = content  # images and other blocks, kept as they came
+        else:
+            text = content if isinstance(content, str) else "" if content is None else str(content)
+        name = names.get(block["tool_use_id"])
+        if name in TOOL_NAMES:
+            name = TOOL_NAMES[name][0]
+        return ToolResultPart(
+            call_id=block["tool_use_id"], content=text, is_error=block.get("is_error") is True, name=name,
+            metadata=metadata,
+        )  # fmt: skip
+    if kind in ("image", "document"):
+        source = block.get("source")
+        if not isinstance(source, dict):
+            return None
+        media = str(source.get("media_type") or ("image/*" if kind == "image" else "application/octet-stream"))
+        data: bytes | None = None
+        uri: str | None = None
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            try:
+                data = base64.b64decode(source["data"], validate=True)
+            except ValueError:
+                return None
+        elif source.get("type") == "url" and isinstance(source.get("url"), str):
+            uri = source["url"]
+        else:
+            return None
+        if kind == "image":
+            return ImagePart(media_type=media, data=data, uri=uri)
+        title = block.get("title") if isinstance(block.get("title"), str) else None
+        return FilePart(media_type=media, data=data, uri=uri, name=title)
+    return None
+
+
+async def import_claude_code(store: Store, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:
+    """Import one Claude Code transcript file (a session's or a sub-agent's), or append what it gained since
+    it was last imported. Bad lines are skipped and reported in the result; nothing raises for them."""
+    return await _FileImport(store, os.fspath(path), dry_run=dry_run).run()

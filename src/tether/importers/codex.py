@@ -1,0 +1,522 @@
+"""Codex rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``, the ``RolloutLine`` of
+codex-rs/protocol: ``{"timestamp", "type", "payload"}``, and the older files whose lines are bare response
+items after a first line of session metadata) into tether sessions:
+
+- ``session_meta``: the session's id, directory (``cwd``), time and instructions (its system prompt); the
+  rest is kept in the session's metadata under ``codex``.
+- ``response_item``: the model's items of one response (``reasoning``, ``message``, ``function_call``,
+  ``custom_tool_call``, ``local_shell_call``, and those tether has no part for, such as ``web_search_call``,
+  kept in its metadata) make one assistant message; a user message one user message (images included); each
+  tool output a ``tool`` message (a failed call's as an error). ``shell`` / ``local_shell_call`` /
+  ``shell_command`` / ``exec_command`` calls are tether's ``bash`` (the command line as one string; the call
+  as it came is kept in the message's metadata, ``codex.calls``).
+- ``event_msg``: ``token_count`` is the usage of the response before it (and its cost, from tether's price
+  list); ``user_message``, ``agent_message`` and ``agent_reasoning`` repeat response items for the UI and
+  add nothing; any other event is a `Marker` ``codex.<type>`` with its JSON.
+- ``compacted``: a `Compaction` (its replacement history kept in its metadata); ``turn_context``: the model
+  of what follows, and a `Marker` with its JSON; a line type tether does not know: a `Marker` with its JSON.
+
+Importing again appends only what was added since (the session id is derived from the rollout's id)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..messages import (
+    Compaction,
+    EntryBody,
+    ImagePart,
+    Message,
+    Part,
+    Role,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from ..store.protocols import Store
+from ..store.records import IMPORTED
+from .jsonl import (
+    FileResult,
+    Problem,
+    SessionWriter,
+    SourceChanged,
+    decode_data_uri,
+    decode_json,
+    existing,
+    head_digest,
+    import_mark,
+    parse_time,
+    raw_marker,
+    read_lines,
+    source_session_id,
+)
+
+FORMAT = "codex"
+
+__all__ = ["FORMAT", "import_codex", "looks_like_codex", "session_key"]
+
+ROLLOUT_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+_UI_COPIES = frozenset(
+    {"user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content", "agent_reasoning_section_break"}
+)
+_MODEL_ITEMS = frozenset(
+    {"reasoning", "function_call", "custom_tool_call", "local_shell_call", "web_search_call", "image_generation_call"}
+)
+_SHELLS = frozenset({"shell", "container.exec", "shell_command", "exec_command", "local_shell"})
+_UUID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})", re.I)
+
+
+def looks_like_codex(first: dict[str, Any]) -> bool:
+    """Whether a file's first JSON line is a Codex rollout's (a ``RolloutLine``, or the first line of an
+    older rollout: its session's id, time and instructions)."""
+    if first.get("type") in ROLLOUT_TYPES and "payload" in first:
+        return True
+    return "id" in first and "timestamp" in first and ("instructions" in first or "git" in first)
+
+
+def session_key(path: str) -> str:
+    """A rollout's source key: the session id in its file name (``rollout-<time>-<uuid>.jsonl``)."""
+    match = _UUID.search(Path(path).name)
+    return match.group(1).lower() if match else Path(path).stem
+
+
+@dataclass
+class _Group:
+    """The items of one model response, becoming one assistant message."""
+
+    parts: list[Part] = field(default_factory=list)
+    at: float | None = None
+    size: int = 0
+    calls: dict[str, Any] = field(default_factory=dict)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    usage: Usage | None = None
+
+
+class _RolloutImport:
+    def __init__(self, store: Store, path: str, *, dry_run: bool) -> None:
+        self.store = store
+        self.path = path
+        self.dry_run = dry_run
+        self.key = session_key(path)
+        self.session_id = source_session_id(FORMAT, self.key)
+        self.problems: list[Problem] = []
+        self.meta: dict[str, Any] = {}
+        self.model: str | None = None
+        self.directory: str | None = None
+        self.first_time: float | None = None
+        self.title: str | None = None
+        self.group: _Group | None = None
+        self.names: dict[str, str] = {}
+        self.cuts: set[int] = set()
+        self.catalog: Any = None
+        self.writer: SessionWriter
+        self.created = False
+
+    async def run(self) -> FileResult:
+        result = FileResult(self.path, FORMAT, "imported", session_id=self.session_id)
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        info = await existing(self.store, self.session_id)
+        mark = import_mark(info)
+        if info is not None and mark:
+            offset = int(mark.get("offset", 0))
+            try:
+                same_head = mark.get("head") == head_digest(self.path, offset)
+            except OSError as e:
+                return self._failed(result, f"cannot read it: {e.strerror or e}")
+            if "head" in mark and (st.st_size < offset or not same_head):  # no head: an import cut short
+                return self._failed(
+                    result,
+                    "it was rewritten since it was imported (not only appended to), so it cannot be appended; "
+                    f"delete session {self.session_id} to import it anew",
+                )
+            if st.st_size == mark.get("size"):
+                result.outcome, result.title = "unchanged", info.title
+                return result
+            if mark.get("confirmed") and info.entry_count != mark.get("entries", info.entry_count):
+                return self._failed(
+                    result,
+                    f"session {self.session_id} was continued in tether after its import, so the lines added to "
+                    "the file since are not appended to it; fork it (`tether sessions fork`) to keep both",
+                )
+            result.outcome = "grown"
+            self.cuts = {int(n) for n in mark.get("cuts", []) if isinstance(n, int)}
+        if self.dry_run:
+            result.outcome = "would append" if info is not None else "would import"
+
+        async def create() -> None:
+            self.created = True
+            if not self.dry_run:
+                await self.store.create_session(
+                    id=self.session_id,
+                    directory=self.directory,
+                    system_prompt=self._instructions(),
+                    metadata={IMPORTED: self._mark(), "codex": self._meta_kept()},
+                    created_at=self.first_time,
+                )
+
+        self.writer = SessionWriter(
+            self.store, self.session_id, known=info.entry_count if info else 0, dry_run=self.dry_run,
+            create=None if info else create,
+        )  # fmt: skip
+        consumed, last = 0, 0
+        try:
+            for line in read_lines(self.path):
+                result.lines = line.no
+                if not line.data.strip():
+                    consumed = line.end
+                    continue
+                try:
+                    obj = decode_json(line.data)
+                except msgspec.DecodeError as e:
+                    if not line.complete:
+                        self.problems.append(
+                            Problem(
+                                self.path,
+                                line.no,
+                                "the last line is cut short (still being written, or truncated); "
+                                "it is left for the next import",
+                            )
+                        )
+                        result.lines = line.no - 1
+                        break
+                    self.problems.append(Problem(self.path, line.no, f"not JSON ({e}); skipped"))
+                    consumed = line.end
+                    continue
+                consumed, last = line.end, line.no
+                await self.place(obj, line.no, len(line.data))
+                if line.no in self.cuts:
+                    await self.close()  # where an earlier import stopped with a response still open
+        except SourceChanged as e:
+            return self._failed(result, f"{e}; import it again")
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        if self.group is not None and last:
+            self.cuts.add(last)
+        await self.close()
+        await self.writer.flush()
+        if not self.dry_run and self.writer.create is None:
+            await self._finish(consumed, st.st_size)
+        result.entries = self.writer.written
+        result.sessions = [self.session_id] if self.writer.written else []
+        result.title = self.title or (info.title if info else None)
+        result.problems = self.problems
+        return result
+
+    def _failed(self, result: FileResult, reason: str) -> FileResult:
+        result.outcome = "failed"
+        result.problems = [*self.problems, Problem(self.path, None, reason)]
+        return result
+
+    def _instructions(self) -> str | None:
+        for key in ("instructions", "base_instructions"):
+            value = self.meta.get(key)
+            if isinstance(value, dict):
+                value = value.get("text")
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+    def _meta_kept(self) -> dict[str, Any]:
+        return {k: v for k, v in self.meta.items() if k not in ("instructions", "base_instructions")}
+
+    def _mark(self) -> dict[str, Any]:
+        return {
+            "source": self.path,
+            "format": FORMAT,
+            "at": time.time(),
+            "tool": FORMAT,
+            "path": self.path,
+            "source_id": str(self.meta.get("id") or self.key),
+        }
+
+    async def _finish(self, consumed: int, size: int) -> None:
+        current = await self.store.get_session(self.session_id)
+        mark = {
+            **import_mark(current),
+            **self._mark(),
+            "offset": consumed,
+            "size": size if consumed == size else consumed,
+            "head": head_digest(self.path, consumed),
+            "entries": current.entry_count,
+        }
+        if self.cuts:
+            mark["cuts"] = sorted(self.cuts)
+        fields: dict[str, Any] = {"metadata": {**current.metadata, IMPORTED: mark}}
+        if self.model and current.model != self.model:
+            fields["model"] = self.model
+        if self.title and self.created and current.title != self.title:
+            fields["title"] = self.title  # not the store's default (Codex's first user item is its context)
+        await self.store.update_session(current.id, **fields)
+
+    # --- lines ---
+
+    async def emit(self, body_or_build: Any, at: float | None, size: int) -> None:
+        seq = self.writer.take()
+        if self.writer.needs(seq):
+            body = body_or_build() if callable(body_or_build) else body_or_build
+            await self.writer.add(body, at or self.first_time or time.time(), size)
+
+    async def close(self) -> None:
+        """The response in progress is complete: journal it as one assistant message."""
+        group, self.group = self.group, None
+        if group is None:
+            return
+        metadata: dict[str, Any] = {"lines": group.lines}
+        if group.calls:
+            metadata["calls"] = group.calls
+        if group.items:
+            metadata["items"] = group.items
+        usage = group.usage
+
+        def build() -> Message:
+            return Message(
+                role="assistant", parts=group.parts, model=self.model, provider="openai", usage=usage,
+                metadata={"codex": metadata},
+            )  # fmt: skip
+
+        await self.emit(build, group.at, group.size)
+
+    async def place(self, obj: Any, no: int, size: int) -> None:
+        if not isinstance(obj, dict):
+            self.problems.append(
+                Problem(self.path, no, f"not a rollout line (a JSON {type(obj).__name__}); kept as a marker")
+            )
+            await self.close()
+            await self.emit(raw_marker("codex.unknown", no, obj), None, size)
+            return
+        at = parse_time(obj.get("timestamp"))
+        if self.first_time is None and at is not None:
+            self.first_time = at
+        kind, payload = obj.get("type"), obj.get("payload")
+        if kind in ROLLOUT_TYPES and isinstance(payload, dict):
+            await self._rollout_item(kind, payload, obj, no, at, size)
+        elif no == 1 and "id" in obj and "timestamp" in obj and "type" not in obj:
+            self._session_meta(obj)  # an older rollout's first line
+        elif isinstance(kind, str) and "payload" not in obj and "record_type" not in obj:
+            await self._response_item(obj, no, at, size)  # an older rollout's bare response item
+        else:
+            name = obj.get("record_type") or kind
+            await self.close()
+            await self.emit(raw_marker(f"codex.{name if isinstance(name, str) else 'unknown'}", no, obj), at, size)
+
+    def _session_meta(self, payload: dict[str, Any]) -> None:
+        self.meta = payload
+        if isinstance(payload.get("cwd"), str) and payload["cwd"]:
+            self.directory = os.path.normpath(payload["cwd"])
+        when = parse_time(payload.get("timestamp"))
+        if when is not None:
+            self.first_time = when
+
+    async def _rollout_item(
+        self, kind: str, payload: dict[str, Any], obj: dict[str, Any], no: int, at: float | None, size: int
+    ) -> None:
+        if kind == "session_meta":
+            if not self.meta:
+                self._session_meta(payload)
+                return
+            await self.close()
+            await self.emit(raw_marker("codex.session_meta", no, obj), at, size)  # a second one (a fork's)
+            return
+        if kind == "response_item":
+            await self._response_item(payload, no, at, size)
+            return
+        if kind == "event_msg":
+            event = payload.get("type")
+            if event in _UI_COPIES:
+                return  # the response item it repeats is journaled
+            if event == "token_count" and self.group is not None:
+                usage = self._usage(payload)
+                if usage is not None:
+                    self.group.usage = usage
+                    self.group.lines.append(no)
+                    await self.close()
+                    return
+        if kind == "turn_context" and isinstance(payload.get("model"), str):
+            self.model = payload["model"]
+        await self.close()
+        if kind == "compacted":
+            history = payload.get("replacement_history")
+            message = payload.get("message")
+
+            def build() -> EntryBody:
+                return Compaction(
+                    summary=message if isinstance(message, str) else "",
+                    first_kept_seq=self.writer.count,
+                    strategy="codex",
+                    metadata={"codex": {"line": no, **({"replacement_history": history} if history else {})}},
+                )
+
+            await self.emit(build, at, size)
+            return
+        name = payload.get("type") if kind == "event_msg" else kind
+        await self.emit(raw_marker(f"codex.{name if isinstance(name, str) else kind}", no, payload), at, size)
+
+    async def _response_item(self, item: dict[str, Any], no: int, at: float | None, size: int) -> None:
+        kind = item.get("type")
+        role = item.get("role")
+        if (kind == "message" and role == "assistant") or kind in _MODEL_ITEMS:
+            group = self.group
+            if group is None:
+                group = self.group = _Group(at=at)
+            group.lines.append(no)
+            group.size += size
+            part = self._model_part(item, group)
+            if part is not None:
+                group.parts.append(part)
+            elif kind != "message":
+                group.items.append({"line": no, "item": item})
+            return
+        await self.close()
+        if kind == "message":
+            parts = _content_parts(item.get("content"))
+            text = "".join(p.text for p in parts if isinstance(p, TextPart))
+            tether_role: Role = "user" if role == "user" else "system"
+            if tether_role == "user" and self.title is None and text.strip() and not text.lstrip().startswith("<"):
+                self.title = " ".join(text.split())[:80]
+            meta: dict[str, Any] = {"line": no}
+            if role not in ("user", "system"):
+                meta["role"] = role
+            await self.emit(Message(role=tether_role, parts=parts, metadata={"codex": meta}), at, size)
+            return
+        if kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = item.get("call_id")
+            if isinstance(call_id, str):
+                content, is_error, extra = _output(item.get("output"))
+                result = ToolResultPart(
+                    call_id=call_id, content=content, is_error=is_error, name=self.names.get(call_id),
+                    metadata=extra,
+                )  # fmt: skip
+                await self.emit(Message(role="tool", parts=[result], metadata={"codex": {"line": no}}), at, size)
+                return
+        name = kind if isinstance(kind, str) else "unknown"
+        await self.emit(raw_marker(f"codex.{name}", no, item), at, size)
+
+    def _model_part(self, item: dict[str, Any], group: _Group) -> Part | None:
+        kind = item.get("type")
+        if kind == "message":
+            texts = [p.text for p in _content_parts(item.get("content")) if isinstance(p, TextPart)]
+            return TextPart(text="".join(texts))
+        if kind == "reasoning":
+            summary = [s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict)]
+            content = [c.get("text", "") for c in item.get("content") or [] if isinstance(c, dict)]
+            encrypted = item.get("encrypted_content")
+            return ThinkingPart(
+                text="\n".join(t for t in (content or summary) if isinstance(t, str)),
+                redacted=encrypted if isinstance(encrypted, str) else None,
+                provider="openai",
+            )
+        if kind == "function_call" and isinstance(item.get("name"), str):
+            call_id = item.get("call_id") or item.get("id")
+            if not isinstance(call_id, str):
+                return None
+            raw = item.get("arguments")
+            call = ToolCallPart.from_raw(call_id, item["name"], raw if isinstance(raw, str) else "")
+            return self._mapped(call, group, item)
+        if kind == "custom_tool_call" and isinstance(item.get("name"), str) and isinstance(item.get("call_id"), str):
+            self.names[item["call_id"]] = item["name"]
+            group.calls[item["call_id"]] = {"custom": True}
+            return ToolCallPart(id=item["call_id"], name=item["name"], arguments={"input": item.get("input", "")})
+        if kind == "local_shell_call":
+            action = item.get("action")
+            call_id = item.get("call_id") or item.get("id")
+            if isinstance(action, dict) and isinstance(call_id, str):
+                call = ToolCallPart(id=call_id, name="local_shell", arguments=dict(action))
+                return self._mapped(call, group, item)
+        return None
+
+    def _mapped(self, call: ToolCallPart, group: _Group, item: dict[str, Any]) -> ToolCallPart:
+        """A Codex shell call as tether's `bash` (the command as one string); the call as it came is kept."""
+        args = call.arguments
+        if call.name in _SHELLS and isinstance(args, dict):
+            command = args.get("command", args.get("cmd"))
+            if isinstance(command, list) and all(isinstance(c, str) for c in command):
+                if len(command) == 3 and command[0] in ("bash", "sh", "zsh") and command[1] in ("-lc", "-c"):
+                    command = command[2]
+                else:
+                    command = shlex.join(command)
+            if isinstance(command, str):
+                rest = {k: v for k, v in args.items() if k not in ("command", "cmd", "type")}
+                group.calls[call.id] = {"name": call.name, "arguments": item.get("arguments", item.get("action"))}
+                self.names[call.id] = "bash"
+                return ToolCallPart(id=call.id, name="bash", arguments={"command": command, **rest})
+        self.names[call.id] = call.name
+        return call
+
+    def _usage(self, payload: dict[str, Any]) -> Usage | None:
+        info = payload.get("info")
+        last = info.get("last_token_usage") if isinstance(info, dict) else None
+        if not isinstance(last, dict):
+            return None
+
+        def n(name: str) -> int:
+            value = last.get(name)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        usage = Usage(
+            input_tokens=n("input_tokens"),
+            output_tokens=n("output_tokens"),
+            reasoning_tokens=n("reasoning_output_tokens"),
+            cache_read_tokens=n("cached_input_tokens"),
+        )
+        if self.model:
+            if self.catalog is None:
+                from ..providers.catalog import Catalog
+
+                self.catalog = Catalog()
+            model = self.catalog.get("openai", self.model)
+            cost = model.cost(usage) if model is not None else None
+            if cost is not None:
+                usage = msgspec.structs.replace(usage, cost=cost)
+        return usage
+
+
+def _content_parts(content: Any) -> list[Part]:
+    parts: list[Part] = []
+    for item in content if isinstance(content, list) else []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind in ("input_text", "output_text", "text") and isinstance(item.get("text"), str):
+            parts.append(TextPart(text=item["text"]))
+        elif kind == "input_image" and isinstance(item.get("image_url"), str):
+            decoded = decode_data_uri(item["image_url"])
+            if decoded is not None:
+                parts.append(ImagePart(media_type=decoded[0], data=decoded[1]))
+            else:
+                parts.append(ImagePart(media_type="image/*", uri=item["image_url"]))
+    return parts
+
+
+def _output(output: Any) -> tuple[str, bool, dict[str, Any]]:
+    """(text, is_error, metadata) of a function call's output: a string, a list of content items, or (older
+    rollouts) an object with ``content`` and ``success``."""
+    if isinstance(output, str):
+        return output, False, {}
+    if isinstance(output, list):
+        texts = [i.get("text", "") for i in output if isinstance(i, dict) and isinstance(i.get("text"), str)]
+        return "\n".join(texts), False, {"content": output}
+    if isinstance(output, dict):
+        content = output.get("content")
+        text = content if isinstance(content, str) else ""
+        return text, output.get("success") is False, {k: v for k, v in output.items() if k != "content"}
+    return "", False, {"output": output}
+
+
+async def import_codex(store: Store, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:
+    """Import one Codex rollout file, or append what it gained since it was last imported. Bad lines are
+    skipped and reported in the result; nothing raises for them."""
+    return await _RolloutImport(store, os.fspath(path), dry_run=dry_run).run()

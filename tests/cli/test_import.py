@@ -1,0 +1,117 @@
+"""`tether import`: paths and folders, each tool's own folder (found through CLAUDE_CONFIG_DIR and
+CODEX_HOME), --dir, --since, --dry-run, --json, what it says of a file it cannot read, and its exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tether.cli.importing import parse_since
+from tether.cli.main import cli
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
+ROLLOUT = "rollout-2025-09-20T10-00-00-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.jsonl"
+
+
+def claude_line(uuid: str, parent: str | None, text: str, cwd: str, sid: str) -> dict[str, Any]:
+    return {
+        "parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": cwd, "sessionId": sid,
+        "version": "1.0.80", "type": "user", "uuid": uuid, "timestamp": "2025-08-01T10:00:00Z",
+        "message": {"role": "user", "content": text},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    claude = tmp_path / "claude"
+    codex = tmp_path / "codex"
+    for sid, cwd in (
+        ("11111111-1111-4111-8111-111111111111", "/work/app"),
+        ("22222222-2222-4222-8222-222222222222", "/work/other"),
+    ):
+        project = claude / "projects" / cwd.replace("/", "-")
+        project.mkdir(parents=True, exist_ok=True)
+        (project / f"{sid}.jsonl").write_text(json.dumps(claude_line("u1", None, f"hello from {cwd}", cwd, sid)) + "\n")
+    day = codex / "sessions" / "2025" / "09" / "20"
+    day.mkdir(parents=True)
+    shutil.copy(FIXTURES / ROLLOUT, day / ROLLOUT)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
+    monkeypatch.setenv("CODEX_HOME", str(codex))
+    return {"claude": claude, "codex": codex, "db": tmp_path / "t.db"}
+
+
+def run(homes: dict[str, Path], *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--store", str(homes["db"]), "import", *args], env=dict(os.environ))
+
+
+def test_all_imports_both_tools_and_again_nothing(homes: dict[str, Path]) -> None:
+    first = run(homes, "--all", "--json")
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.output)
+    assert report["outcomes"] == {"imported": 3}
+    assert sorted(f["format"] for f in report["files"]) == ["claude-code", "claude-code", "codex"]
+    again = run(homes, "--all")
+    assert again.exit_code == 0 and "3 files: 3 unchanged; wrote 0 entries." in again.output
+    listed = CliRunner().invoke(cli, ["--store", str(homes["db"]), "sessions", "--all", "--json"])
+    assert len(json.loads(listed.output)) == 3
+
+
+def test_dir_since_and_dry_run(homes: dict[str, Path]) -> None:
+    only = run(homes, "--from", "claude-code", "--dir", "/work/app", "--dry-run", "--json")
+    assert only.exit_code == 0, only.output
+    report = json.loads(only.output)
+    assert [f["outcome"] for f in report["files"]] == ["would import"] and report["dry_run"] is True
+    assert "/work/app" in report["files"][0]["path"].replace("-", "/")
+    listed = CliRunner().invoke(cli, ["--store", str(homes["db"]), "sessions", "--all", "--json"])
+    assert json.loads(listed.output) == []  # a dry run writes nothing
+    codex_only = json.loads(run(homes, "--from", "codex", "--dir", "/home/dev/project", "--json").output)
+    assert [f["format"] for f in codex_only["files"]] == ["codex"]
+    old = time.time() - 10 * 86400
+    for path in homes["claude"].rglob("*.jsonl"):
+        os.utime(path, (old, old))
+    recent = json.loads(run(homes, "--from", "claude-code", "--since", "2d", "--json").output)
+    assert recent["files"] == []
+    nothing = run(homes, "--from", "claude-code", "--since", "2d")
+    assert "Nothing to import: no transcripts found in" in nothing.output
+
+
+def test_paths_detect_each_format_and_report_bad_files(homes: dict[str, Path], tmp_path: Path) -> None:
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"event": "something", "n": 1}\n')
+    bad_line = tmp_path / "c.jsonl"
+    good = claude_line("u1", None, "hi", "/work/app", "33333333-3333-4333-8333-333333333333")
+    bad_line.write_text(json.dumps(good) + "\n{oops\n")
+    result = run(homes, str(FIXTURES / ROLLOUT), str(odd), str(bad_line))
+    assert result.exit_code == 1  # one file could not be imported at all
+    assert "failed" in result.output and str(odd) in result.output
+    assert "not a Claude Code transcript, a Codex rollout or a tether export" in result.output
+    assert "line 1 is a JSON object with keys event, n" in result.output
+    assert f"warning: {bad_line}:2: not JSON" in result.output
+    assert "imported  codex" in result.output and "imported  claude-code" in result.output
+
+
+def test_usage_errors(homes: dict[str, Path]) -> None:
+    assert run(homes).exit_code == 2 and "say what to import" in run(homes).output
+    both = run(homes, "--all", str(homes["claude"]))
+    assert both.exit_code == 2 and "not both" in both.output
+    assert run(homes, "--from", "tether").exit_code == 2
+    assert run(homes, "--all", "--since", "yesterday-ish").exit_code == 2
+
+
+def test_parse_since() -> None:
+    assert parse_since("7d", now=1_000_000.0) == 1_000_000.0 - 7 * 86400
+    assert parse_since("90m", now=1_000_000.0) == 1_000_000.0 - 5400
+    assert parse_since("2025-06-01T00:00:00Z") == 1748736000.0
+
+
+def test_help_explains_sources_and_reimport() -> None:
+    out = CliRunner().invoke(cli, ["import", "--help"]).output
+    assert "--from" in out and "~/.claude/projects" in out and "~/.codex/sessions" in out
+    assert "Importing again is safe" in out

@@ -1,0 +1,148 @@
+"""Codex rollouts: the fixtures in tests/fixtures/codex (hand-written to codex-rs/protocol's types; see the
+README there) in the current and the older layout, usage from token counts, shell calls as bash, failed
+calls as errors, compaction, unknown lines, bad lines, and importing again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tether.importers.codex import import_codex
+from tether.importers.jsonl import source_session_id
+from tether.messages import Compaction, ImagePart, Marker, Message, TextPart, ThinkingPart, ToolCallPart
+from tether.store import Store, open_store
+from tether.store.records import IMPORTED
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
+ROLLOUT = FIXTURES / "rollout-2025-09-20T10-00-00-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.jsonl"
+LEGACY = FIXTURES / "legacy-rollout-2025-05-07T17-24-21-5973b6c0-94b8-487b-a530-2aeb6098ae0e.jsonl"
+ROLLOUT_ID = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+
+
+async def test_a_rollout_becomes_a_session(store: Store) -> None:
+    result = await import_codex(store, ROLLOUT)
+    assert result.outcome == "imported" and result.problems == []
+    info = await store.get_session(source_session_id("codex", ROLLOUT_ID))
+    assert info.directory == "/home/dev/project" and info.model == "gpt-5"
+    assert info.system_prompt == "You are Codex, a coding agent."
+    assert info.title == "Why does the test in tests/test_math.py fail?"  # not the environment context
+    assert info.metadata[IMPORTED]["source_id"] == ROLLOUT_ID
+    assert info.metadata["codex"]["git"]["branch"] == "main"
+    got = [e.body for e in await store.read(info.id)]
+    kinds = [b.role if isinstance(b, Message) else f"{type(b).__name__}:{getattr(b, 'name', '')}" for b in got]
+    assert kinds == [
+        "user",  # environment context
+        "Marker:codex.turn_context",
+        "user",
+        "assistant",  # reasoning + shell call, with the first token count
+        "Marker:codex.exec_command_end",
+        "tool",
+        "assistant",  # apply_patch
+        "tool",
+        "assistant",  # rm, then (no token count between) the web search and the answer
+        "tool",
+        "assistant",
+        "Compaction:",
+        "Marker:codex.world_state",
+        "user",
+    ]
+    question = got[2]
+    assert question.parts[0] == TextPart(text="Why does the test in tests/test_math.py fail?")
+    assert isinstance(question.parts[1], ImagePart) and question.parts[1].media_type == "image/png"
+    first = got[3]
+    assert isinstance(first.parts[0], ThinkingPart) and first.parts[0].redacted == "gAAAAABo-encrypted-reasoning"
+    assert first.parts[1] == ToolCallPart(
+        id="call_shell_1", name="bash",
+        arguments={"command": "pytest -q tests/test_math.py", "workdir": "/home/dev/project", "timeout_ms": 120000},
+    )  # fmt: skip
+    assert first.metadata["codex"]["calls"]["call_shell_1"]["name"] == "shell"  # the call as it came
+    assert first.usage is not None and first.usage.input_tokens == 5200 and first.usage.cache_read_tokens == 4096
+    assert first.usage.reasoning_tokens == 128 and first.usage.cost is not None  # gpt-5's prices
+    assert got[5].parts[0].name == "bash" and '"exit_code":1' in got[5].parts[0].content
+    assert got[6].parts[0].name == "apply_patch" and "*** Begin Patch" in got[6].parts[0].arguments["input"]
+    assert got[9].parts[0].content == "failed in sandbox: permission denied"
+    answer = got[10]
+    assert answer.text == "The test expected 2 + 2 to be 5; I fixed the assertion."
+    assert answer.metadata["codex"]["items"][0]["item"]["type"] == "web_search_call"  # kept, no part for it
+    assert isinstance(got[11], Compaction) and got[11].first_kept_seq == 12
+    assert got[11].metadata["codex"]["replacement_history"][0]["role"] == "user"
+    assert info.input_tokens == 5200 + 5400 + 5600 and info.output_tokens == 180 + 80 + 40
+
+
+async def test_the_older_layout(store: Store) -> None:
+    result = await import_codex(store, LEGACY)
+    assert result.outcome == "imported" and result.problems == []
+    got = [e.body for e in await store.read(source_session_id("codex", "5973b6c0-94b8-487b-a530-2aeb6098ae0e"))]
+    assert [getattr(b, "role", getattr(b, "name", "")) for b in got] == [
+        "codex.state", "user", "codex.state", "assistant", "tool", "assistant", "codex.state",
+    ]  # fmt: skip
+    failed = got[4].parts[0]
+    assert failed.is_error and failed.content.startswith("ls: cannot open directory")
+    assert got[3].parts[0].arguments == {"command": "ls -la"}
+
+
+async def test_importing_again_and_after_growth(store: Store, tmp_path: Path) -> None:
+    lines = ROLLOUT.read_bytes().splitlines(keepends=True)
+    path = tmp_path / ROLLOUT.name
+    path.write_bytes(b"".join(lines[:9]))  # a whole response, its token count included
+    first = await import_codex(store, path)
+    assert first.outcome == "imported"
+    assert (await import_codex(store, path)).outcome == "unchanged"
+    with open(path, "ab") as f:
+        f.write(b"".join(lines[9:]))
+    grown = await import_codex(store, path)
+    assert grown.outcome == "grown" and grown.problems == []
+    sid = source_session_id("codex", ROLLOUT_ID)
+    whole = [e.body for e in await store.read(sid)]
+    async with open_store("memory://") as other:
+        once = await import_codex(other, ROLLOUT)
+        assert whole == [e.body for e in await other.read(sid)]  # the same as one import of it all
+    assert first.entries + grown.entries == once.entries == len(whole)
+    assert (await import_codex(store, path)).outcome == "unchanged"
+
+
+async def test_a_response_cut_by_the_end_of_the_file_stays_cut(store: Store, tmp_path: Path) -> None:
+    """The file ends in the middle of a response (its token count is not written yet): the response is
+    journaled as it is, and where it was cut is remembered, so that importing the rest appends after it
+    instead of shifting what follows; its token count, when it comes, is kept as a marker."""
+    lines = ROLLOUT.read_bytes().splitlines(keepends=True)
+    path = tmp_path / ROLLOUT.name
+    path.write_bytes(b"".join(lines[:8]))
+    first = await import_codex(store, path)
+    sid = source_session_id("codex", ROLLOUT_ID)
+    head = [e.body for e in await store.read(sid)]
+    assert head[-1].role == "assistant" and head[-1].usage is None
+    with open(path, "ab") as f:
+        f.write(b"".join(lines[8:]))
+    grown = await import_codex(store, path)
+    whole = [e.body for e in await store.read(sid)]
+    assert whole[: len(head)] == head and first.entries + grown.entries == len(whole)
+    assert isinstance(whole[len(head)], Marker) and whole[len(head)].name == "codex.token_count"
+    assert [b.role for b in whole if isinstance(b, Message)].count("user") == 3  # nothing twice
+    assert (await import_codex(store, path)).outcome == "unchanged"
+
+
+async def test_bad_and_unknown_lines(store: Store, tmp_path: Path) -> None:
+    lines = ROLLOUT.read_bytes().splitlines()
+    path = tmp_path / ROLLOUT.name
+    path.write_bytes(b"\n".join([*lines[:4], b"garbage{", b"[1, 2]", *lines[4:], b'{"timestamp": "2025-09-2']))
+    result = await import_codex(store, path)
+    assert result.outcome == "imported"
+    assert [(p.line, p.reason.split(" (")[0].split(";")[0]) for p in result.problems] == [
+        (5, "not JSON"),
+        (6, "not a rollout line"),
+        (len(lines) + 3, "the last line is cut short"),
+    ]
+    got = [e.body for e in await store.read(source_session_id("codex", ROLLOUT_ID))]
+    assert Marker(name="codex.unknown", data={"line": 6, "raw": [1, 2]}) in got
+
+
+async def test_a_rollout_line_of_another_version_is_kept(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / ROLLOUT.name
+    meta = ROLLOUT.read_bytes().splitlines()[0]
+    future = {"timestamp": "2026-01-01T00:00:00Z", "type": "response_item", "payload": {"type": "hologram", "x": 1}}
+    path.write_bytes(meta + b"\n" + json.dumps(future).encode() + b"\n")
+    result = await import_codex(store, path)
+    assert result.outcome == "imported" and result.entries == 1
+    got = [e.body for e in await store.read(source_session_id("codex", ROLLOUT_ID))]
+    assert got == [Marker(name="codex.hologram", data={"line": 2, "raw": {"type": "hologram", "x": 1}})]
