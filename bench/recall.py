@@ -49,6 +49,7 @@ from tether.errors import MissingExtra
 from tether.ids import new_session_id
 from tether.messages import Entry, Message, TextPart, ToolCallPart, ToolResultPart
 from tether.recall import DEFAULT_TUNING, Tuning, recall
+from tether.recall.keys import KeyIndex, default_key_path
 from tether.store import SqliteStore, searchindex
 from tether.store.records import SessionInfo
 from tether.store.searchtext import indexed_text, tokens
@@ -133,12 +134,17 @@ def load_locomo(path: Path) -> list[Conversation]:
     return out
 
 
+CAPTIONS = True
+"""Whether a shared photo's caption (LoCoMo's `blip_caption`) joins its turn's text; --no-captions: not, as a
+text-only tether session holding an image part would have it."""
+
+
 def turn_message(turn: dict[str, Any], speaker_a: str) -> Message:
     """A LoCoMo turn as a tether message: the first speaker as the user, the other as the assistant, the
     speaker's name and the dialog id in metadata, a shared photo as its caption (what a text model sees)."""
     parts = [TextPart(text=str(turn.get("text", "")))]
     caption = turn.get("blip_caption")
-    if caption:
+    if caption and CAPTIONS:
         parts.append(TextPart(text=f"[shares a photo: {caption}]"))
     speaker = str(turn.get("speaker", ""))
     return Message(
@@ -228,6 +234,24 @@ class MemoStore:
         return getattr(self._store, name)
 
 
+class MemoKeys(KeyIndex):
+    """The turn keys with every search remembered (by its query, filters and `previous` weight), for tuning:
+    synced once, before."""
+
+    def __init__(self, inner: KeyIndex) -> None:
+        self.inner = inner
+        self._memo: dict[Any, Any] = {}
+
+    async def sync(self, store: Any, **kw: Any) -> bool:
+        return True
+
+    async def search(self, store: Any, query: str, **kw: Any) -> Any:
+        key = (query, tuple(sorted(kw.items())))
+        if key not in self._memo:
+            self._memo[key] = await self.inner.search(store, query, **kw)
+        return self._memo[key]
+
+
 class CachedEmbedder:
     """An embedder that remembers what it embedded: the turns on disk across runs (a file keyed by model
     and text), so a rerun does not spend a minute embedding the same 2,000 turns again; queries in memory,
@@ -277,7 +301,9 @@ class CachedEmbedder:
         return np.stack([found[t] for t in texts]).astype(np.float32)
 
 
-async def evaluate(store: Any, conversations: list[Conversation], *, semantic: Any, tuning: Tuning) -> Outcome:
+async def evaluate(
+    store: Any, conversations: list[Conversation], *, semantic: Any, tuning: Tuning, keys: KeyIndex | bool = True
+) -> Outcome:
     at: dict[int, list[float]] = {k: [] for k in KS}
     latencies: list[float] = []
     for conv in conversations:
@@ -287,7 +313,7 @@ async def evaluate(store: Any, conversations: list[Conversation], *, semantic: A
             t0 = time.perf_counter()
             result = await recall(
                 store, q.text, directory=f"/locomo/{conv.sample_id}", limit=max(KS), context=0,
-                semantic=semantic, tuning=tuning, now=asked,
+                semantic=semantic, keys=keys, tuning=tuning, now=asked,
             )  # fmt: skip
             latencies.append((time.perf_counter() - t0) * 1000)
             found = [str(h.metadata.get("dia_id", "")) for h in result.hits]
@@ -299,6 +325,7 @@ async def evaluate(store: Any, conversations: list[Conversation], *, semantic: A
 # The constants the engine is tuned with, and the values leave-one-out tries for each (the shipped value is
 # always tried too). Coordinate ascent from the shipped constants, one constant at a time.
 SPACE: dict[str, tuple[float, ...]] = {
+    "previous": (0.0, 0.1, 0.2, 0.3),
     "after_question": (0.0, 0.5, 1.0, 1.5),
     "after": (0.0, 0.15, 0.3, 0.5),
     "before": (0.0, 0.15, 0.3, 0.5),
@@ -321,8 +348,9 @@ class Tuner:
     ascent over `SPACE` on the mean of recall@5 and @10) and scored on it. Every configuration tried is
     evaluated once on every question (memoized by its constants), so the folds share the work."""
 
-    def __init__(self, store: Any, conversations: list[Conversation], semantic: Any) -> None:
+    def __init__(self, store: Any, conversations: list[Conversation], semantic: Any, keys: KeyIndex) -> None:
         self.store = MemoStore(store)
+        self.keys = MemoKeys(keys)
         self.conversations = conversations
         self.semantic = semantic
         self.memo: dict[Tuning, Outcome] = {}
@@ -330,7 +358,9 @@ class Tuner:
 
     async def outcome(self, tuning: Tuning) -> Outcome:
         if tuning not in self.memo:
-            self.memo[tuning] = await evaluate(self.store, self.conversations, semantic=self.semantic, tuning=tuning)
+            self.memo[tuning] = await evaluate(
+                self.store, self.conversations, semantic=self.semantic, tuning=tuning, keys=self.keys
+            )
         return self.memo[tuning]
 
     async def objective(self, tuning: Tuning, train: set[int]) -> float:
@@ -465,15 +495,19 @@ async def run_locomo(args: argparse.Namespace, report: Report) -> None:
     with scratch_dir(args.dir, keep=args.keep) as where:
         report.set("filesystem", filesystem_of(where))
         store = SqliteStore(where / "recall.db")
+        keys = KeyIndex(where / "recall.db.keys")
         try:
             t0 = time.perf_counter()
             await store_locomo(store, conversations)
             stored = time.perf_counter() - t0
             async for _ in store.backfill_search(batch=1000):
                 pass
+            indexed = time.perf_counter() - t0
+            await keys.sync(store, limit=1 << 62)
             lexical_build = time.perf_counter() - t0
             report.row("store the sessions (import_session)", "store_s", stored, "s", digits=2)
-            report.row("  ... and index them (FTS5)", "index_build_s", lexical_build, "s", digits=2)
+            report.row("  ... and index them (FTS5)", "index_build_s", indexed, "s", digits=2)
+            report.row("  ... and their turn keys (FTS5)", "keys_build_s", lexical_build - indexed, "s", digits=2)
             runs: list[tuple[str, Any, float]] = [("lexical", None, lexical_build)]
             if not args.no_semantic:
                 try:
@@ -503,7 +537,7 @@ async def run_locomo(args: argparse.Namespace, report: Report) -> None:
                 report.section(f"configuration {name!r}: as shipped (its default constants, nothing tuned)")
                 if semantic is not None:
                     semantic.embedder.live = True  # the query's embedding is part of what is timed
-                out = await evaluate(store, conversations, semantic=semantic, tuning=DEFAULT_TUNING)
+                out = await evaluate(store, conversations, semantic=semantic, tuning=DEFAULT_TUNING, keys=keys)
                 if semantic is not None:
                     semantic.embedder.live = False
                 fig = breakdown(out.at, questions, owner, conversations)
@@ -517,7 +551,7 @@ async def run_locomo(args: argparse.Namespace, report: Report) -> None:
                     continue
                 report.section(f"configuration {name!r}: leave one conversation out")
                 t2 = time.perf_counter()
-                tuner = Tuner(store, conversations, semantic)
+                tuner = Tuner(store, conversations, semantic, keys)
                 held_at, chosen = await tuner.leave_one_out(DEFAULT_TUNING)
                 held = breakdown(held_at, questions, owner, conversations)
                 held["chosen"] = {c.sample_id: changed(t) for c, t in zip(conversations, chosen, strict=True)}
@@ -531,6 +565,7 @@ async def run_locomo(args: argparse.Namespace, report: Report) -> None:
                 )
                 loo[name] = held
         finally:
+            keys.close()
             await store.close()
     report.section("per conversation and per category: as shipped, and leave-one-out")
     show_table(report, figures, loo)
@@ -575,6 +610,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--int8", action="store_true", help="also the semantic side with the model in int8")
     parser.add_argument("--no-loo", action="store_true", help="skip leave-one-conversation-out (as shipped only)")
     parser.add_argument(
+        "--no-captions",
+        action="store_true",
+        help="leave LoCoMo's photo captions out of the turns' text (a text-only session would not hold them)",
+    )
+    parser.add_argument(
         "--embed-cache",
         default=str(REPO_ROOT / ".bench-out" / "embed-cache.sqlite"),
         help="where turn vectors are kept between runs (default: .bench-out/embed-cache.sqlite)",
@@ -591,6 +631,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.path is None) == (args.scale is None):
         parser.error("give a LoCoMo file, or --scale N")
     report = Report(targets=LOCOMO_TARGETS if args.path else SCALE_TARGETS)
+    global CAPTIONS
+    CAPTIONS = not args.no_captions
+    report.set("captions", CAPTIONS)
     report.set("cpus", os.cpu_count())
     report.set("loadavg_start", [round(x, 2) for x in os.getloadavg()])
     report.set("python", platform.python_version())
@@ -820,9 +863,15 @@ async def run_scale(args: argparse.Namespace, report: Report) -> None:
                 if step.sessions_done % 500 < 100:
                     print(f"   ... {step.entries_indexed:,} messages indexed", flush=True)
             indexed = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            keys = KeyIndex(default_key_path(store))  # where recall's own finds it
+            await keys.sync(store, limit=1 << 62)
+            keys.close()
+            keyed = time.perf_counter() - t0
             report.row("store (import_session, one transaction a session)", "scale_store_s", stored, "s")
             report.row("index them (FTS5, batches of 10,000, then merged)", "scale_index_s", indexed, "s")
             report.row("  per message", "scale_index_us_per_message", indexed / n * 1e6, "us")
+            report.row("their turn keys (recall's side FTS5 file)", "scale_keys_s", keyed, "s")
             size = sum(f.stat().st_size for f in where.iterdir() if f.name.startswith("scale.db"))
             report.row("database size", "scale_db_mb", size / 1e6, "MB")
             scoped, unscoped, found = await scale_queries(store, ids, args.queries, rng)

@@ -95,7 +95,8 @@ async def test_semantic_recall_finds_what_shares_no_word_with_the_query() -> Non
     lexical = await recall(store, "which instruments", tuning=Tuning(before=0, after=0, second=0))
     assert lexical.hits == []
     hybrid = await recall(store, "which instruments", semantic=index, tuning=Tuning(before=0, after=0, second=0))
-    assert hybrid.semantic and [(h.session_id, h.seq) for h in hybrid.hits] == [(a, 1)]
+    # first; the reply after it follows, found by the expansion ("clarinet") in the turn before it
+    assert hybrid.semantic and [(h.session_id, h.seq) for h in hybrid.hits][:1] == [(a, 1)]
 
 
 async def test_turns_not_embedded_yet_keep_their_word_rank() -> None:

@@ -33,11 +33,14 @@ async def test_the_answer_after_a_matching_question_is_found(store: Store) -> No
         ]
         + [("user", f"unrelated chatter {i}") for i in range(20)],
     )
-    result = await recall(store, "which database did we pick", limit=3)
-    assert [h.seq for h in result.hits][:2] == [2, 3]
-    top = result.hits[0]
+    # by the store's search the question matches and lifts its answer; by the turn keys (the default) the
+    # answer matches itself, its key holding the question's words, and comes first
+    lifted = await recall(store, "which database did we pick", limit=3, keys=False)
+    assert [h.seq for h in lifted.hits][:2] == [2, 3]
+    top = lifted.hits[0]
     assert top.session_id == sid and top.title and top.directory == "/w"
     assert [c.seq for c in top.context] == [1, 3]  # its neighbours, one each side by default
+    assert [h.seq for h in (await recall(store, "which database did we pick", limit=3)).hits][:2] == [3, 2]
 
 
 async def test_context_size_and_zero_context(store: Store) -> None:
@@ -141,20 +144,26 @@ def test_periods_named_in_queries() -> None:
     assert periods("may I ask about march madness", now=now) == []
 
 
-async def test_lifted_neighbours_obey_the_filters(store: Store) -> None:
+@pytest.mark.parametrize("keys", [False, True], ids=["store-search", "turn-keys"])
+async def test_lifted_neighbours_obey_the_filters(store: Store, keys: bool) -> None:
+    # by the store's search the answer is only lifted; by the turn keys it matches too (the question's words)
     await chat(store, [("user", "what port does the api use?"), ("assistant", "eight thousand and eighty")])
-    assert [h.seq for h in (await recall(store, "api port")).hits] == [1, 2]
-    assert [h.role for h in (await recall(store, "api port", role="user")).hits] == ["user"]
+    assert sorted(h.seq for h in (await recall(store, "api port", keys=keys)).hits) == [1, 2]
+    assert [h.role for h in (await recall(store, "api port", role="user", keys=keys)).hits] == ["user"]
+    assert [h.role for h in (await recall(store, "api port", role="assistant", keys=keys)).hits] == (
+        ["assistant"] if keys else []
+    )
     later = time.time() + 3600
-    assert (await recall(store, "api port", since=later)).hits == []
+    assert (await recall(store, "api port", since=later, keys=keys)).hits == []
 
 
-async def test_lifted_neighbours_that_a_revert_hid_stay_hidden(store: Store) -> None:
+@pytest.mark.parametrize("keys", [False, True], ids=["store-search", "turn-keys"])
+async def test_lifted_neighbours_that_a_revert_hid_stay_hidden(store: Store, keys: bool) -> None:
     sid = await chat(store, [("user", "what port does the api use?"), ("assistant", "eight thousand and eighty")])
     await store.append(sid, [Revert(to_seq=1)])
-    assert [h.seq for h in (await recall(store, "api port")).hits] == [1]
-    shown = (await recall(store, "api port", include_reverted=True)).hits
-    assert [(h.seq, h.reverted) for h in shown] == [(1, False), (2, True)]
+    assert [h.seq for h in (await recall(store, "api port", keys=keys)).hits] == [1]
+    shown = (await recall(store, "api port", include_reverted=True, keys=keys)).hits
+    assert sorted((h.seq, h.reverted) for h in shown) == [(1, False), (2, True)]
 
 
 async def test_non_message_neighbours_are_skipped(store: Store) -> None:

@@ -1,0 +1,441 @@
+"""Turn keys: each stored turn as recall finds it, by its own words and, weighted lower, by the words of the
+turn before it in its session's active history (the question a reply answers, the request a tool output
+serves), in a side SQLite FTS5 file beside the store. Kept up to date from the store's entries by `sync`,
+which recall runs before it searches; never on the append path."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..messages import Entry, Revert
+from ..store.protocols import Store
+from ..store.records import SearchHit, SessionInfo
+from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
+from ..store.searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
+
+KEY_VERSION = 1
+"""Bump when what a key holds changes (`indexed_text`, `PREVIOUS_CHARS`, the columns): the file is then
+built again."""
+
+PREVIOUS_CHARS = 1_000
+"""Of the turn before, its last this many characters join a turn's key: a question, or the end of a long
+tool output, not 30,000 characters that would drown the turn's own words in BM25's length normalisation."""
+
+SYNC_LIMIT = 8_000
+"""Entries a recall reads into the keys before it searches; past that (a large store's first recall) the
+rest waits for the next one and this recall searches the store's own index."""
+
+COMMON = 10_000
+"""As the store's index does: a query word in more turns than this is dropped when the query has rarer words."""
+
+_SEQ_BITS = 32
+_ROLE_BITS = 2
+_NUM_SHIFT = _SEQ_BITS + _ROLE_BITS
+_ROLES = {"user": 1, "assistant": 2, "tool": 3}
+_ROLE_NAMES = {v: k for k, v in _ROLES.items()}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    num INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL UNIQUE,
+    directory TEXT,
+    created_at REAL NOT NULL,
+    upto INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_directory ON sessions (directory);
+CREATE TABLE IF NOT EXISTS reverts (num INTEGER NOT NULL, seq INTEGER NOT NULL, to_seq INTEGER NOT NULL,
+    PRIMARY KEY (num, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS times (rid INTEGER PRIMARY KEY, created_at REAL NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS keys_fts USING fts5(
+    own, previous, tokenize = 'porter unicode61', detail = full, content = ''
+);
+"""
+"""Rows are turns, their rowid ``num << 34 | seq << 2 | role`` as in the store's index (a session is a rowid
+range, a role is two bits). The FTS table is contentless: it keeps terms, not text. SQLite before 3.43
+cannot forget a contentless row without its text, so a session that goes (deleted, or replaced under its
+id) only loses its ``sessions`` row: searches join on it, and its rows wait, counted in ``meta.orphans``,
+for a rebuild once they are a quarter of the file."""
+
+
+def default_key_path(store: Store) -> str:
+    """Where a store's turn keys live: beside its SQLite file, or in memory for other stores."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path != ":memory:":
+        return path + ".keys"
+    return ":memory:"
+
+
+def _rid(num: int, seq: int, role: str) -> int:
+    return (num << _NUM_SHIFT) | (seq << _ROLE_BITS) | _ROLES[role]
+
+
+class KeyIndex:
+    """The turn keys of a store's sessions in their own SQLite file (`path`, default beside the store).
+    `sync(store)` reads what the store gained since the last sync; `search(store, query, ...)` is the store's
+    `search` over these keys, `previous` weighting the words of the turn before."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.executescript(_SCHEMA)
+        version = self._meta("version")
+        if version != KEY_VERSION:
+            if version is not None:
+                self._reset()
+            self._set_meta("version", KEY_VERSION)
+        self._infos: dict[str, SessionInfo] = {}
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _meta(self, key: str) -> int | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return int(row[0]) if row is not None else None
+
+    def _set_meta(self, key: str, value: int) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def _reset(self) -> None:
+        """Everything again from nothing: an old format, or too many orphaned rows."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for table in ("sessions", "reverts", "times"):
+                self._conn.execute(f"DELETE FROM {table}")
+            self._conn.execute("INSERT INTO keys_fts (keys_fts) VALUES ('delete-all')")
+            self._set_meta("orphans", 0)
+            self._set_meta("rows", 0)
+            self._conn.execute("COMMIT")
+
+    def count(self) -> int:
+        """Turns with a key (orphaned rows left out)."""
+        with self._lock:
+            return (self._meta("rows") or 0) - (self._meta("orphans") or 0)
+
+    # --- sync ---------------------------------------------------------------------------------------
+
+    async def sync(
+        self,
+        store: Store,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        limit: int = SYNC_LIMIT,
+        batch: int = 512,
+    ) -> bool:
+        """Read into the keys what the store gained since the last sync (of one directory or session, or
+        all), at most `limit` entries; True when nothing in that scope is left behind. A session the store
+        no longer has, or that was replaced under its id, is dropped (an unscoped sync drops every session
+        the store lost). Memory is bounded by `batch` turns."""
+        if session_id is not None:
+            try:
+                infos = [await store.get_session(session_id)]
+            except LookupError:
+                return True  # nothing to find in it: the search says so
+        else:
+            infos = []
+            cursor: str | None = None
+            while True:
+                page = await store.list_sessions(directory=directory, limit=1000, cursor=cursor)
+                infos.extend(page.items)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        with self._lock:
+            known = {
+                sid: (num, created_at, upto, where)
+                for num, sid, created_at, upto, where in self._conn.execute(
+                    "SELECT num, session_id, created_at, upto, directory FROM sessions"
+                )
+            }
+        if directory is None and session_id is None:
+            alive = {info.id for info in infos}
+            self._drop([sid for sid in known if sid not in alive])
+        budget = limit
+        for info in infos:
+            self._infos[info.id] = info
+            num, created_at, upto, where = known.get(info.id, (None, info.created_at, 0, info.directory))
+            if num is not None and (created_at != info.created_at or info.entry_count < upto):
+                self._drop([info.id])  # another session under the same id
+                num, upto = None, 0
+            if num is not None and where != info.directory:
+                with self._lock:
+                    self._conn.execute("UPDATE sessions SET directory = ? WHERE num = ?", (info.directory, num))
+            if info.entry_count <= upto:
+                continue
+            if budget <= 0:
+                return False
+            end = min(info.entry_count, upto + budget)
+            budget -= await self._sync_session(store, info, num, upto, end, batch)
+            if end < info.entry_count:
+                return False
+        with self._lock:
+            rows, orphans = self._meta("rows") or 0, self._meta("orphans") or 0
+        if orphans > 1000 and orphans * 4 > rows:
+            self._reset()
+            return await self.sync(store, directory=directory, session_id=session_id, limit=limit, batch=batch)
+        return True
+
+    def _drop(self, session_ids: Iterable[str]) -> None:
+        with self._lock:
+            for sid in session_ids:
+                row = self._conn.execute("SELECT num FROM sessions WHERE session_id = ?", (sid,)).fetchone()
+                if row is None:
+                    continue
+                lo, hi = row[0] << _NUM_SHIFT, ((row[0] + 1) << _NUM_SHIFT) - 1
+                self._conn.execute("BEGIN IMMEDIATE")
+                (gone,) = self._conn.execute(
+                    "SELECT count(*) FROM times WHERE rid BETWEEN ? AND ?", (lo, hi)
+                ).fetchone()
+                self._conn.execute("DELETE FROM times WHERE rid BETWEEN ? AND ?", (lo, hi))
+                self._conn.execute("DELETE FROM reverts WHERE num = ?", (row[0],))
+                self._conn.execute("DELETE FROM sessions WHERE num = ?", (row[0],))
+                self._set_meta("orphans", (self._meta("orphans") or 0) + int(gone))
+                self._conn.execute("COMMIT")
+                self._infos.pop(sid, None)
+
+    async def _sync_session(
+        self, store: Store, info: SessionInfo, num: int | None, upto: int, end: int, batch: int
+    ) -> int:
+        """Keys for entries upto+1..end of one session; returns how many entries were read."""
+        with self._lock:
+            if num is None:
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO sessions (session_id, directory, created_at, upto) VALUES (?, ?, ?, 0)",
+                    (info.id, info.directory, info.created_at),
+                )
+                num = int(self._conn.execute("SELECT num FROM sessions WHERE session_id = ?", (info.id,)).fetchone()[0])
+        previous = await _previous_text(store, info.id, upto) if upto else ""
+        rows: list[tuple[int, str, str, float]] = []
+        reverts: list[tuple[int, int]] = []
+        last = upto
+        async for entry in store.iter_entries(info.id, upto + 1, batch=batch):
+            if entry.seq > end:
+                break
+            last = entry.seq
+            body = entry.body
+            if type(body) is Revert:
+                reverts.append((entry.seq, body.to_seq))
+                # what comes next follows the turn the revert went back to (or, when it only hid a revert,
+                # the turns that one had hidden)
+                previous = await _previous_text(store, info.id, entry.seq)
+                continue
+            text = indexed_text(body)
+            if text is None:
+                continue
+            role: str = body.role  # type: ignore[union-attr]  # indexed_text: messages only
+            rows.append(
+                (_rid(num, entry.seq, role), document(text), document(previous[-PREVIOUS_CHARS:]), entry.created_at)
+            )
+            previous = text
+            if len(rows) >= batch:
+                if not self._write(num, upto, entry.seq, rows, reverts):
+                    return last - upto  # another process got there first: its keys stand
+                upto, rows, reverts = entry.seq, [], []
+        self._write(num, upto, last, rows, reverts)
+        return last - upto
+
+    def _write(
+        self, num: int, upto: int, last: int, rows: list[tuple[int, str, str, float]], reverts: list[tuple[int, int]]
+    ) -> bool:
+        """One transaction: the rows, the reverts and the new `upto`, unless another writer moved it."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute("SELECT upto FROM sessions WHERE num = ?", (num,)).fetchone()
+                if row is None or row[0] != upto:
+                    self._conn.execute("ROLLBACK")
+                    return False
+                self._conn.executemany(
+                    "INSERT INTO keys_fts (rowid, own, previous) VALUES (?, ?, ?)", [r[:3] for r in rows]
+                )
+                self._conn.executemany(
+                    "INSERT INTO times (rid, created_at) VALUES (?, ?)", [(r[0], r[3]) for r in rows]
+                )
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO reverts (num, seq, to_seq) VALUES (?, ?, ?)",
+                    [(num, seq, to_seq) for seq, to_seq in reverts],
+                )
+                self._conn.execute("UPDATE sessions SET upto = ? WHERE num = ?", (last, num))
+                self._set_meta("rows", (self._meta("rows") or 0) + len(rows))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return True
+
+    # --- search -------------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        store: Store,
+        query: str,
+        *,
+        previous: float,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        """What `store.search` returns, ranked on the keys: BM25 over a turn's own words and, weighted by
+        `previous`, the words of the turn before it (the length normalisation counts both). Call `sync`
+        first; the hits' text, times and metadata are read from the store."""
+        terms = query_terms(query)
+        stems = [t for term in terms for t in term.tokens]
+        with self._lock:
+            match = match_expression(self._without_common_terms(terms))
+            if match is None:
+                return []
+            where = ["keys_fts MATCH ?"]
+            params: list[Any] = [match]
+            joins = ""
+            if session_id is not None:
+                row = self._conn.execute("SELECT num FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+                if row is None:
+                    return []
+                where.append("f.rowid BETWEEN ? AND ?")
+                params += [row[0] << _NUM_SHIFT, ((row[0] + 1) << _NUM_SHIFT) - 1]
+            elif directory is not None:
+                where.append(f"(f.rowid >> {_NUM_SHIFT}) IN (SELECT num FROM sessions WHERE directory = ?)")
+                params.append(directory)
+            elif self._meta("orphans"):
+                where.append(f"(f.rowid >> {_NUM_SHIFT}) IN (SELECT num FROM sessions)")
+            if role is not None:
+                where.append(f"(f.rowid & {(1 << _ROLE_BITS) - 1}) = ?")
+                params.append(_ROLES.get(role, 0))
+            if since is not None or until is not None:
+                joins = " JOIN times t ON t.rid = f.rowid"
+                if since is not None:
+                    where.append("t.created_at >= ?")
+                    params.append(since)
+                if until is not None:
+                    where.append("t.created_at < ?")
+                    params.append(until)
+            sql = (
+                f"SELECT f.rowid, bm25(keys_fts, 1.0, ?) AS rank FROM keys_fts f{joins}"
+                f" WHERE {' AND '.join(where)} ORDER BY rank LIMIT ?"
+            )
+            fetch = limit if include_reverted else limit + 16
+            while True:
+                rows = self._conn.execute(sql, (previous, *params, fetch)).fetchall()
+                found = self._visible(rows, include_reverted)
+                if len(found) >= limit or len(rows) < fetch:
+                    break
+                fetch *= 4  # reverts hid many of the best: look further down
+        return await self._hits(store, found[:limit], stems)
+
+    def _without_common_terms(self, terms: list[QueryTerm]) -> list[QueryTerm]:
+        if len(terms) < 2:
+            return terms
+        rare = []
+        for term in terms:
+            (n,) = self._conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM keys_fts WHERE keys_fts MATCH ? LIMIT ?)",
+                (f"own : {term.fts()}", COMMON + 1),
+            ).fetchone()
+            if n <= COMMON:
+                rare.append(term)
+        return rare or terms
+
+    def _visible(self, rows: list[tuple[int, float]], include_reverted: bool) -> list[tuple[int, float, bool]]:
+        """(rowid, rank, reverted) of the rows, those a revert hid left out unless `include_reverted`."""
+        nums = sorted({rid >> _NUM_SHIFT for rid, _ in rows})
+        spans: dict[int, list[tuple[int, int]]] = {}
+        if nums:
+            marks = ",".join("?" * len(nums))
+            for num, seq, to_seq in self._conn.execute(
+                f"SELECT num, seq, to_seq FROM reverts WHERE num IN ({marks})", nums
+            ):
+                spans.setdefault(num, []).append((seq, to_seq))
+        effective = {num: hidden_spans(reverts) for num, reverts in spans.items()}
+        out = []
+        for rid, rank in rows:
+            reverted = is_hidden((rid >> _ROLE_BITS) & ((1 << _SEQ_BITS) - 1), effective.get(rid >> _NUM_SHIFT, ()))
+            if include_reverted or not reverted:
+                out.append((rid, rank, reverted))
+        return out
+
+    async def _hits(self, store: Store, found: list[tuple[int, float, bool]], stems: list[str]) -> list[SearchHit]:
+        """The rows as the store's hits: their entries read from the store, a run of neighbouring seqs at a
+        time."""
+        with self._lock:
+            nums = sorted({rid >> _NUM_SHIFT for rid, _, _ in found})
+            marks = ",".join("?" * len(nums))
+            sessions = dict(
+                self._conn.execute(f"SELECT num, session_id FROM sessions WHERE num IN ({marks})", nums).fetchall()
+            )
+        wanted: dict[str, list[int]] = {}
+        for rid, _, _ in found:
+            sid = sessions.get(rid >> _NUM_SHIFT)
+            if sid is not None:
+                wanted.setdefault(sid, []).append((rid >> _ROLE_BITS) & ((1 << _SEQ_BITS) - 1))
+        entries: dict[tuple[str, int], Entry] = {}
+        for sid, seqs in wanted.items():
+            try:
+                for lo, hi in _runs(sorted(seqs)):
+                    for entry in await store.read(sid, lo, hi):
+                        entries[sid, entry.seq] = entry
+            except LookupError:
+                continue  # deleted since the last sync
+        out: list[SearchHit] = []
+        for rid, rank, reverted in found:
+            sid = sessions.get(rid >> _NUM_SHIFT)
+            if sid is None:
+                continue
+            hit_entry = entries.get((sid, (rid >> _ROLE_BITS) & ((1 << _SEQ_BITS) - 1)))
+            text = indexed_text(hit_entry.body) if hit_entry is not None else None
+            if hit_entry is None or text is None:
+                continue
+            entry = hit_entry
+            info = self._infos.get(sid)
+            if info is None:
+                info = self._infos[sid] = await store.get_session(sid)
+            out.append(
+                SearchHit(
+                    session_id=sid,
+                    seq=entry.seq,
+                    role=_ROLE_NAMES[rid & ((1 << _ROLE_BITS) - 1)],
+                    created_at=entry.created_at,
+                    score=-rank,
+                    excerpt=excerpt_of(text, stems),
+                    title=info.title,
+                    directory=info.directory,
+                    metadata=dict(getattr(entry.body, "metadata", {})),
+                    reverted=reverted,
+                )
+            )
+        return out
+
+
+def _runs(seqs: list[int], gap: int = 4) -> list[tuple[int, int]]:
+    """Sorted seqs as ranges to read: seqs at most `gap` apart share one read."""
+    out: list[tuple[int, int]] = []
+    for seq in seqs:
+        if out and seq - out[-1][1] <= gap:
+            out[-1] = (out[-1][0], seq)
+        else:
+            out.append((seq, seq))
+    return out
+
+
+async def _previous_text(store: Store, session_id: str, last_seq: int) -> str:
+    """The text of the last message of the active history up to `last_seq` ("" when there is none)."""
+    async for entry in ActiveWalk(store, session_id, last_seq):
+        text = indexed_text(entry.body)
+        if text is not None:
+            return text
+    return ""
