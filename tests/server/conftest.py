@@ -124,8 +124,13 @@ def serve(
 
     def run() -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
         loop_box.append(loop)
         loop.run_until_complete(server.serve())
+        left = asyncio.all_tasks(loop)  # sse-starlette's shutdown watcher outlives the server
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         loop.close()
 
     thread = threading.Thread(target=run, name="tether-test-server", daemon=True)
