@@ -108,7 +108,7 @@ def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] 
             for media_type, other in answer.also.items():
                 entry["content"][media_type] = {"schema": other}
         has_input = bool(operation.get("parameters")) or "requestBody" in operation
-        codes = {*errors, *((422,) if has_input else ())}
+        codes = {*errors, *((422,) if has_input else ()), *((413,) if "requestBody" in operation else ())}
         for status in sorted(codes):
             responses[str(status)] = {
                 "description": ERROR_DESCRIPTIONS.get(status, "An error"),

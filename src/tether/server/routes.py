@@ -29,6 +29,7 @@ from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
 from .openapi import Answer, Routes
 from .schemas import (
+    MAX_SEQ,
     CompactRequest,
     ContextBudget,
     ContextMessage,
@@ -183,8 +184,10 @@ async def list_children(
 async def list_entries(
     state: State,
     session_id: Ref,
-    start: Annotated[int, Query(ge=1, description="The first entry (raw journal)")] = 1,
-    end: Annotated[int | None, Query(ge=1, description="The last entry (default: start + limit - 1)")] = None,
+    start: Annotated[int, Query(ge=1, le=MAX_SEQ, description="The first entry (raw journal)")] = 1,
+    end: Annotated[
+        int | None, Query(ge=1, le=MAX_SEQ, description="The last entry (default: start + limit - 1)")
+    ] = None,
     tail: Annotated[int | None, Query(ge=1, le=MAX_PAGE, description="The last N entries instead")] = None,
     active: Annotated[bool, Query(description="With tail: leave out what reverts hid")] = True,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 200,
@@ -200,7 +203,7 @@ async def list_entries(
     return answer(EntryPage(entries=entries, last_seq=info.entry_count))
 
 
-async def get_entry(state: State, session_id: Ref, seq: Annotated[int, PathParam(ge=1)]) -> Response:
+async def get_entry(state: State, session_id: Ref, seq: Annotated[int, PathParam(ge=1, le=MAX_SEQ)]) -> Response:
     info = await find_session(state.store, session_id)
     found = await state.store.read(info.id, seq, seq)
     if not found:
@@ -361,8 +364,10 @@ async def recall_route(
     directory: Annotated[str | None, Query(description="Only this directory's sessions")] = None,
     session_id: Annotated[str | None, Query(max_length=200, description="Only this session")] = None,
     role: Annotated[Literal["user", "assistant", "tool"] | None, Query()] = None,
-    since: Annotated[float | None, Query(description="Entries from this time on (seconds since the epoch)")] = None,
-    until: Annotated[float | None, Query(description="Entries before this time")] = None,
+    since: Annotated[
+        float | None, Query(ge=0, le=1e12, description="Entries from this time on (epoch seconds)")
+    ] = None,
+    until: Annotated[float | None, Query(ge=0, le=1e12, description="Entries before this time")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
     context: Annotated[int, Query(ge=0, le=20, description="Neighbours shown around each hit")] = 1,
     reverted: Annotated[bool, Query(description="Include entries a revert hid")] = False,

@@ -16,6 +16,11 @@ from ..messages import Entry, Message
 from ..runtime.activity import ActivityStatus
 from ..store.records import Lease, SessionInfo
 
+MAX_SEQ = 2**53 - 1
+"""The largest entry number a request may name (what JSON numbers hold exactly, and far more than a journal)."""
+MAX_EVENT = 2**63 - 1
+"""The largest event number a request may name."""
+
 # --- requests ----------------------------------------------------------------------------------------------
 
 
@@ -63,12 +68,12 @@ class UpdateSession(_Body):
 
 
 class ForkRequest(_Body):
-    at: int | None = Field(default=None, ge=0, description="copy entries 1..at (default: all)")
+    at: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="copy entries 1..at (default: all)")
     title: str | None = Field(default=None, min_length=1, max_length=500)
 
 
 class RevertRequest(_Body):
-    to_seq: int = Field(..., ge=0, description="hide every entry after this one from the active history")
+    to_seq: int = Field(..., ge=0, le=MAX_SEQ, description="hide every entry after this one from the active history")
     reason: str | None = Field(default=None, max_length=2000)
 
 

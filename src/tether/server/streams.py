@@ -22,6 +22,7 @@ from ..runtime.activity import Activity
 from ..runtime.lookup import find_session
 from .openapi import Answer, Routes
 from .routes import Ref, State
+from .schemas import MAX_EVENT
 from .state import ServerState
 
 SEND_TIMEOUT = 60.0
@@ -34,7 +35,7 @@ def _after(last_event_id: str | None, after: int | None) -> int | None:
     """Where a stream starts: the `Last-Event-ID` a reconnecting client sends wins over `?after=`."""
     if last_event_id is not None and last_event_id.strip():
         value = last_event_id.strip()
-        if not value.isdigit() or len(value) > 30:
+        if not value.isdigit() or int(value) > MAX_EVENT:
             raise InvalidInput(f"Last-Event-ID must be an event number, not {value[:40]!r}")
         return int(value)
     return after
@@ -55,7 +56,9 @@ async def session_events(
     state: State,
     request: Request,
     session_id: Ref,
-    after: Annotated[int | None, Query(ge=0, description="Replay the events after this number, then go live")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_EVENT, description="Replay the events after this number, then go live")
+    ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=40)] = None,
 ) -> EventSourceResponse:
     info = await find_session(state.store, session_id)
@@ -77,7 +80,9 @@ async def session_events(
 async def activity(
     state: State,
     request: Request,
-    after: Annotated[int | None, Query(ge=0, description="Replay what the server keeps after this number")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_EVENT, description="Replay what the server keeps after this number")
+    ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=40)] = None,
 ) -> EventSourceResponse:
     start = _after(last_event_id, after)
