@@ -14,7 +14,18 @@ import click
 from rich.console import Console
 
 from ..errors import ConfirmationRequired, InvalidInput, NotFound, SessionBusy
-from ..events import Done, Error, event_json
+from ..events import (
+    DURABLE_TYPES,
+    EVENT_SPAN,
+    LIVE_OFFSET,
+    Done,
+    Error,
+    Event,
+    RunStarted,
+    TextComplete,
+    TextDelta,
+    event_json,
+)
 from .render import BUSY_EXIT, TerminalRenderer, busy_line, shown
 from .sanitize import escape_json_controls
 
@@ -84,13 +95,15 @@ def run_remote(
                     err.print(f"[red]error:[/red] {shown(busy_line(busy))}", highlight=False)
                     return BUSY_EXIT
                 session_id = run.session_id
+                text = _TextFill(session_id)
                 code = 1
                 async for event in client.events(session_id, after=run.after, until_done=True):
                     if as_json:
                         sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
                         sys.stdout.flush()
                     elif renderer is not None:
-                        renderer.handle(event)
+                        for shown_event in text.fill(event):
+                            renderer.handle(shown_event)
                     if event.session_id != session_id:
                         continue
                     if isinstance(event, Done):
@@ -123,3 +136,39 @@ def run_remote(
                     pass
 
     return asyncio.run(main())
+
+
+class _TextFill:
+    """The text deltas a follower missed, filled in. Following a run over SSE can start after its first deltas
+    went out (the stream opens after the prompt is taken), and the journal gives back only the completed
+    text. Live numbers have no gaps, so a delta that does not follow the last event seen means some were
+    missed: deltas are shown while they follow on, and a completed text shows what they did not."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.expected: int | None = None
+        self.shown = ""
+        self.broken = False
+
+    def fill(self, event: Event) -> list[Event]:
+        if event.session_id != self.session_id:
+            return [event]
+        if isinstance(event, DURABLE_TYPES):
+            self.expected = (event.n // EVENT_SPAN) * EVENT_SPAN + LIVE_OFFSET  # live numbers restart there
+            self.broken = False
+            if isinstance(event, TextComplete):
+                shown, self.shown = self.shown, ""
+                rest = event.text[len(shown) :] if event.text.startswith(shown) else "\n" + event.text
+                if rest:
+                    return [TextDelta(session_id=event.session_id, n=event.n, text=rest), event]
+            return [event]
+        if isinstance(event, RunStarted):  # a run's first event: what follows it is all there is
+            self.broken = False
+        else:
+            self.broken = self.broken or self.expected is None or event.n != self.expected
+        self.expected = event.n + 1
+        if isinstance(event, TextDelta):
+            if self.broken:
+                return []  # some before it were missed: the completed text will show it all
+            self.shown += event.text
+        return [event]
