@@ -348,3 +348,16 @@ async def _until_done(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         yield event
         if isinstance(event, Done | Error):
             return
+
+
+async def test_shutdown_ends_every_subscription_and_the_activity_feed(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: "answer"))
+    info = await store.create_session(directory=str(tmp_path))
+    events = mgr.subscribe(info.id)
+    feed = mgr.activity.follow()
+    waiting = [asyncio.create_task(anext(events)), asyncio.create_task(anext(feed))]
+    await asyncio.sleep(0)
+    await mgr.shutdown()
+    for task in waiting:
+        with pytest.raises(StopAsyncIteration):
+            await task

@@ -6,6 +6,7 @@ context, export and import, recall, models, health."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 from pathlib import Path
@@ -16,6 +17,8 @@ from tether.client import TetherClient
 from tether.errors import ConfigError, ImportFormatError, InvalidInput, NotFound, SessionBusy, SessionNotFound
 from tether.events import Done, Event, RunStarted
 from tether.messages import Message, Revert, TitleChange
+from tether.server import ServerSettings
+from tether.store import SqliteStore
 
 from .conftest import GATES, Served, gated, serve, tool_steps
 
@@ -251,3 +254,29 @@ def raw_request(
         return response.status, response.read().decode()
     finally:
         connection.close()
+
+
+async def test_a_server_that_stops_cancels_its_runs_through_the_manager(tmp_path: Path) -> None:
+    """Stopping mid-run (grace 0): the run is cancelled as a cancel does (its partial work kept, its lease
+    given back), its followers get its end, and their stream then closes."""
+    GATES.pop("stop", None)
+    with serve(tmp_path, gated("stop"), settings=ServerSettings(shutdown_grace=0)) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="long job")
+            assert created.run is not None
+            sid = created.session.id
+            seen: list[Event] = []
+            events = client.events(sid, after=created.run.after, reconnect=0)
+            async for event in events:
+                seen.append(event)
+                if type(event).__name__ == "ToolCallStart":
+                    break
+            served.server.should_exit = True
+            with contextlib.suppress(Exception):  # the stream closes when the server is gone
+                async for event in events:
+                    seen.append(event)
+            store = SqliteStore(tmp_path / "server.db")
+    assert type(seen[-1]).__name__ == "Error" and seen[-1].code == "cancelled"  # type: ignore[attr-defined]
+    async with store:
+        assert await store.get_lease(sid) is None
+        assert (await store.read(sid))[0].body.text == "long job"  # type: ignore[union-attr]

@@ -60,6 +60,7 @@ class _Follower:
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Activity | None] = asyncio.Queue(maxsize=size)
         self.overflowed = False
+        self.closed = False
 
     def offer(self, activity: Activity) -> None:
         if self.overflowed:
@@ -81,6 +82,14 @@ class ActivityFeed:
         self._kept: deque[Activity] = deque(maxlen=kept)
         self._followers: set[_Follower] = set()
         self._buffer = buffer
+
+    def close(self) -> None:
+        """End every follower (the process stops)."""
+        for follower in self._followers:
+            follower.closed = True
+            while not follower.queue.empty():
+                follower.queue.get_nowait()
+            follower.queue.put_nowait(None)
 
     def publish(self, activity: Activity) -> Activity:
         self.last_n += 1
@@ -123,6 +132,8 @@ class ActivityFeed:
                     pending = self._since(last)
                     continue
                 queued = await follower.queue.get()
+                if follower.closed:
+                    return
                 pending = [] if queued is None else [queued]
         finally:
             self._followers.discard(follower)

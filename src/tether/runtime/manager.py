@@ -77,6 +77,14 @@ class _Subscriber:
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=size)
         self.overflowed = False
+        self.closed = False
+
+    def close(self) -> None:
+        """End the subscription (the manager shuts down): wakes it, to return."""
+        self.closed = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
     def offer(self, event: Event) -> None:
         if self.overflowed:
@@ -354,6 +362,8 @@ class SessionManager:
                         yield event
                     continue
                 queued = await subscriber.queue.get()
+                if subscriber.closed:
+                    return
                 if queued is None:
                     continue  # a wake-up to catch up
                 if queued.session_id == session_id:  # a sub-agent's events are numbered in its own session
@@ -530,7 +540,8 @@ class SessionManager:
 
     async def shutdown(self, *, wait: float = 0.0) -> None:
         """Take no more prompts; give the runs in progress `wait` seconds to finish, then cancel them (each
-        keeps what it did and releases its lease); drop what is still waiting."""
+        keeps what it did and releases its lease); drop what is still waiting; then end every subscription
+        (each has had the runs' last events) and the activity feed's followers."""
         self._closing = True
         workers = [e.worker for e in self._sessions.values() if e.worker is not None and not e.worker.done()]
         if workers and wait > 0:
@@ -541,3 +552,7 @@ class SessionManager:
         for worker in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
+        for entry in self._sessions.values():
+            for subscriber in entry.subscribers:
+                subscriber.close()
+        self.activity.close()

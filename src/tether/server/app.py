@@ -56,8 +56,7 @@ def create_app(
         try:
             yield
         finally:
-            if not state.stopping.is_set():
-                await state.stop()
+            await state.stop()
             if own:
                 await opened.close()
 

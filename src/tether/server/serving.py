@@ -37,7 +37,7 @@ class TetherServer(uvicorn.Server):
 
     async def shutdown(self, sockets: Any = None) -> None:
         state: ServerState | None = getattr(self.app.state, "tether", None)
-        if state is not None and not state.stopping.is_set():
+        if state is not None:
             await state.stop()
         await super().shutdown(sockets)
 

@@ -4,9 +4,7 @@ import the app."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import anyio
+from dataclasses import dataclass
 
 from ..config import Config
 from ..runtime.manager import SessionManager
@@ -18,17 +16,19 @@ IMPORT_PATH = "/sessions/import"
 
 @dataclass
 class ServerState:
-    """What the routes share: the store, the manager, the settings and configuration, and `stopping`, set
-    when the server begins to stop (event streams end then)."""
+    """What the routes share: the store, the manager, the settings and configuration; `stopped` once
+    `stop` ran."""
 
     store: Store
     manager: SessionManager
     settings: ServerSettings
     config: Config
-    stopping: anyio.Event = field(default_factory=anyio.Event)
+    stopped: bool = False
 
     async def stop(self) -> None:
-        """Stop gracefully: no more prompts, the runs in progress get the grace period and are then cancelled
-        (each keeps what it did), and the event streams end once the runs' last events went out."""
-        await self.manager.shutdown(wait=self.settings.shutdown_grace)
-        self.stopping.set()
+        """Stop gracefully (once): no more prompts, the runs in progress get the grace period and are then
+        cancelled (each keeps what it did), and the event streams end once the runs' last events went out
+        (the manager's shutdown ends every subscription)."""
+        if not self.stopped:
+            self.stopped = True
+            await self.manager.shutdown(wait=self.settings.shutdown_grace)

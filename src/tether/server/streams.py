@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import anyio
 from fastapi import FastAPI, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -47,8 +48,10 @@ def _response(state: ServerState, frames: AsyncIterator[ServerSentEvent]) -> Eve
         ping=state.settings.heartbeat,
         send_timeout=SEND_TIMEOUT,
         headers=STREAM_HEADERS,
-        shutdown_event=state.stopping,
-        shutdown_grace_period=1.0,
+        # when sse-starlette sees the server stop, the stream gets the grace period: the manager's shutdown
+        # ends it after the runs' last events went out
+        shutdown_event=anyio.Event(),
+        shutdown_grace_period=state.settings.shutdown_grace + 1.0,
     )
 
 
