@@ -267,6 +267,27 @@ class TetherClient:
     async def import_session(self, data: bytes, *, new_id: bool = False) -> SessionInfo:
         return await self._call("POST", "/sessions/import", SessionInfo, content=data, params={"new_id": new_id})
 
+    async def approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The tool calls that wait for a person's answer (of every session, or of one)."""
+        found = await self._call(
+            "GET", "/approvals", dict[str, list[dict[str, Any]]], params={"session_id": session_id}
+        )
+        return found["approvals"]
+
+    async def answer(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        approved: bool,
+        scope: Literal["once", "session", "project"] = "once",
+        message: str = "",
+    ) -> RunAccepted | None:
+        """Answer an approval request; a run the answer resumed is returned (None: the waiting run goes on)."""
+        body = {"approved": approved, "scope": scope, "message": message}
+        path = f"/sessions/{session_id}/approvals/{call_id}"
+        return (await self._call("POST", path, dict[str, RunAccepted | None], json=body)).get("run")
+
     async def recall(self, query: str, **filters: Any) -> RecallResult:
         return await self._call("GET", "/recall", RecallResult, params={"q": query, **filters})
 

@@ -46,6 +46,24 @@ async def wait_for(gate: str) -> str:
     return f"gate {gate} opened"
 
 
+@function_tool
+async def change(what: str) -> str:
+    """Change something (not read-only: the default permission mode asks first)."""
+    return f"changed {what}"
+
+
+def asks(what: str) -> Callable[[ModelRequest], Message | str]:
+    """A model that calls `change` once (which asks first), then says how it went."""
+
+    def respond(request: ModelRequest) -> Message | str:
+        last = request.messages[-1]
+        if last.role == "user":
+            return Message.assistant(tool_calls=[ToolCallPart(id="ch1", name="change", arguments={"what": what})])
+        return f"result: {last.tool_results[0].content}"
+
+    return respond
+
+
 def tool_steps(n: int) -> Callable[[ModelRequest], Message | str]:
     """A model that calls `look` until it has `n` results since the last prompt, then answers."""
 
@@ -114,7 +132,7 @@ def serve(
         return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
 
     def make_manager(opened: Store, config: Config) -> SessionManager:
-        defaults = RunRequest(None, registry=ToolRegistry([look, wait_for]))
+        defaults = RunRequest(None, registry=ToolRegistry([look, wait_for, change]))
         return SessionManager(opened, config=config, defaults=defaults, resolve=resolve)
 
     settings = replace(settings or ServerSettings(), port=0)

@@ -20,7 +20,7 @@ from tether.messages import Message, Revert, TitleChange
 from tether.server import ServerSettings
 from tether.store import SqliteStore
 
-from .conftest import GATES, Served, gated, serve, tool_steps
+from .conftest import GATES, Served, asks, gated, serve, tool_steps
 
 
 async def finish(client: TetherClient, session_id: str, after: int) -> list[Event]:
@@ -280,3 +280,28 @@ async def test_a_server_that_stops_cancels_its_runs_through_the_manager(tmp_path
     async with store:
         assert await store.get_lease(sid) is None
         assert (await store.read(sid))[0].body.text == "long job"  # type: ignore[union-attr]
+
+
+async def test_a_call_that_asks_waits_for_an_answer_over_http(tmp_path: Path) -> None:
+    with serve(tmp_path, asks("the config")) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="change it")
+            assert created.run is not None
+            sid = created.session.id
+            events = client.events(sid, after=created.run.after)
+            async for event in events:
+                if type(event).__name__ == "ApprovalRequested":
+                    break
+            (waiting,) = await client.approvals()
+            assert waiting["session_id"] == sid and waiting["call_id"] == "ch1" and waiting["tool"] == "change"
+            assert (await client.approvals(sid)) == [waiting]
+            assert (await client.get_session(sid)).status in ("running", "waiting_for_approval")
+            with pytest.raises(InvalidInput):
+                await client.answer(sid, "no_such_call", approved=True)
+            assert await client.answer(sid, "ch1", approved=True) is None  # the waiting run goes on
+            async for event in events:
+                if isinstance(event, Done):
+                    assert event.text == "result: changed the config"
+                    break
+            await events.aclose()
+            assert await client.approvals() == []

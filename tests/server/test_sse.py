@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from tether.client import TetherClient
-from tether.events import DURABLE_TYPES, Done, Event, RunStarted
+from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
 from tether.runtime.activity import SessionCreated, SessionDeleted, StatusChanged
 from tether.server import ServerSettings
 
@@ -46,11 +46,23 @@ async def test_every_frame_has_the_events_number_as_its_id(tmp_path: Path) -> No
         async with TetherClient(served.url) as client:
             created = await client.create_session(str(served.workspace), prompt="look twice")
             assert created.run is not None
-            events = [e async for e in client.events(created.session.id, after=created.run.after, until_done=True)]
-        raw = await asyncio.to_thread(frames, served, f"/sessions/{created.session.id}/events?after=0", len(events))
-        numbers = [int(f["id"]) for f in raw]
-        assert numbers == [e.n for e in events] and numbers == sorted(set(numbers))
-        assert all('"n":' + f["id"] in f["data"] for f in raw)
+            seen: list[tuple[str, str]] = []
+            events = [
+                e
+                async for e in client.events(
+                    created.session.id,
+                    after=created.run.after,
+                    until_done=True,
+                    on_frame=lambda f: seen.append((f.id, f.data)),
+                )
+            ]
+        assert [int(i) for i, _ in seen] == [e.n for e in events] and any(isinstance(e, TextDelta) for e in events)
+        assert all(f'"n":{i}' in data for i, data in seen)
+        # replayed from the journal: the durable events and the run's start and end, with the same ids
+        replayed = [e for e in events if isinstance(e, (*DURABLE_TYPES, RunStarted, Done))]
+        path = f"/sessions/{created.session.id}/events?after=0"
+        raw = await asyncio.to_thread(frames, served, path, len(replayed))
+        assert [int(f["id"]) for f in raw] == [e.n for e in replayed]
 
 
 async def test_a_reconnect_mid_run_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:

@@ -24,12 +24,18 @@ from ..runtime.activity import SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
 from ..runtime.lookup import find_session
 from ..runtime.operations import ModelsOverview, compact_now, context_view, models_overview, search_sessions
+from ..runtime.permission import Answer as PersonAnswer
+from ..runtime.permission import ApprovalRequest
 from ..store import UNSET
 from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
 from .openapi import Answer, Routes
 from .schemas import (
     MAX_SEQ,
+    AnswerApproval,
+    Answered,
+    Approval,
+    ApprovalList,
     CompactRequest,
     ContextBudget,
     ContextMessage,
@@ -355,6 +361,44 @@ async def import_session(
     return answer(info, 201)
 
 
+# --- approvals ---------------------------------------------------------------------------------------------
+
+
+def _approval(request: ApprovalRequest) -> Approval:
+    return Approval(
+        session_id=request.session_id,
+        call_id=request.call_id,
+        tool=request.tool,
+        arguments=request.arguments,
+        reason=request.reason,
+        suggestion=list(request.suggestion),
+        workspace=request.workspace,
+    )
+
+
+async def list_approvals(
+    state: State,
+    session_id: Annotated[
+        str | None, Query(max_length=200, description="Only this session's (and its sub-agents'), journaled ones too")
+    ] = None,
+) -> Response:
+    sid = (await find_session(state.store, session_id)).id if session_id else None
+    return answer(ApprovalList(approvals=[_approval(r) for r in await state.manager.approvals(sid)]))
+
+
+async def answer_approval(
+    state: State,
+    session_id: Ref,
+    call_id: Annotated[str, PathParam(max_length=200)],
+    body: AnswerApproval,
+) -> Response:
+    info = await find_session(state.store, session_id)
+    given = PersonAnswer(approved=body.approved, scope=body.scope, message=body.message, by="server")
+    handle = await state.manager.answer(info.id, call_id, given)
+    run = RunAccepted(session_id=info.id, after=handle.after) if handle is not None else None
+    return answer(Answered(run=run))
+
+
 # --- recall, models, health ------------------------------------------------------------------------------------
 
 
@@ -450,6 +494,11 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
         answers={200: Answer(None, "The export: tether JSON (what import reads) or Markdown", schema={"type": "object"},
                              also={"text/markdown": {"type": "string"}})},
         errors=(400, 404), summary="Export a session", tag=s)  # fmt: skip
+    add(app, "GET", "/approvals", list_approvals, answers=ok(ApprovalList, "The requests waiting, oldest first"),
+        errors=(400, 404), summary="Tool calls that wait for a person's answer", tag=r)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/approvals/{call_id}", answer_approval,
+        answers=ok(Answered, "Answered: the run goes on (or the session resumes to take it)"),
+        errors=(400, 404, 409), summary="Answer an approval request: yes (once, session, project) or no", tag=r)  # fmt: skip
     add(app, "GET", "/recall", recall_route, answers=ok(RecallResult, "The hits, best first"),
         errors=(400, 404), summary="Search what was said in earlier sessions", tag=s)  # fmt: skip
     add(app, "GET", "/models", models, answers=ok(ModelsOverview, "The model catalog"),

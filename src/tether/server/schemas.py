@@ -83,6 +83,17 @@ class CompactRequest(_Body):
     keep_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="newest tokens kept verbatim")
 
 
+class AnswerApproval(_Body):
+    """A person's answer to an approval request: yes (how far it reaches) or no, with a message for the model."""
+
+    approved: bool
+    scope: Literal["once", "session", "project"] = Field(
+        default="once",
+        description="once: this call; session: calls like it in this session; project: in this workspace",
+    )
+    message: str = Field(default="", max_length=10_000, description="what the model is told (what to do instead)")
+
+
 # --- answers -----------------------------------------------------------------------------------------------
 
 
@@ -174,3 +185,25 @@ class Health(msgspec.Struct, kw_only=True):
 
 
 ExportDocument = dict[str, Any]
+
+
+class Approval(msgspec.Struct, kw_only=True):
+    """A tool call that waits for a person: what it would do, why it asks, the rules an "always" would add."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    arguments: Any
+    reason: str
+    suggestion: list[str]
+    workspace: str
+
+
+class ApprovalList(msgspec.Struct, kw_only=True):
+    approvals: list[Approval]
+
+
+class Answered(msgspec.Struct, kw_only=True):
+    run: RunAccepted | None = None
+    """When the request was one a stopped run left in the journal: the run that resumes the session to take
+    the answer (null when a run here was waiting on it and goes on)."""
