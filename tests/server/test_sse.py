@@ -9,13 +9,14 @@ import asyncio
 import http.client
 import threading
 from pathlib import Path
+from typing import Any
 
 from tether.client import TetherClient
 from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
 from tether.runtime.activity import SessionCreated, SessionDeleted, StatusChanged
 from tether.server import ServerSettings
 
-from .conftest import GATES, Served, serve, tool_steps
+from .conftest import GATES, Served, gated, serve, tool_steps
 
 
 def frames(server: Served, path: str, count: int, headers: dict[str, str] | None = None) -> list[dict[str, str]]:
@@ -42,9 +43,18 @@ def frames(server: Served, path: str, count: int, headers: dict[str, str] | None
 
 
 async def test_every_frame_has_the_events_number_as_its_id(tmp_path: Path) -> None:
-    with serve(tmp_path, tool_steps(2)) as served:
+    """Live frames (the answer's deltas, which come after the run waited at a gate the test opens once it
+    follows) and replayed ones alike."""
+    GATES["ids"] = threading.Event()
+
+    def open_gate(frame: Any) -> None:
+        seen.append((frame.id, frame.data))
+        if '"tool_call_start"' in frame.data:
+            GATES["ids"].set()
+
+    with serve(tmp_path, gated("ids")) as served:
         async with TetherClient(served.url) as client:
-            created = await client.create_session(str(served.workspace), prompt="look twice")
+            created = await client.create_session(str(served.workspace), prompt="wait, then answer")
             assert created.run is not None
             seen: list[tuple[str, str]] = []
             events = [
@@ -53,7 +63,7 @@ async def test_every_frame_has_the_events_number_as_its_id(tmp_path: Path) -> No
                     created.session.id,
                     after=created.run.after,
                     until_done=True,
-                    on_frame=lambda f: seen.append((f.id, f.data)),
+                    on_frame=open_gate,
                 )
             ]
         assert [int(i) for i, _ in seen] == [e.n for e in events] and any(isinstance(e, TextDelta) for e in events)
