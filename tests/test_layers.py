@@ -18,7 +18,8 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (2, ("tether.store",)),
     (3, ("tether.context", "tether.rlm", "tether.recall", "tether.providers", "tether.tools")),
     (4, ("tether.runtime", "tether.session")),
-    (5, ("tether.cli", "tether.importers", "tether.transcript", "tether.__main__", "tether")),
+    (5, ("tether.cli", "tether.server", "tether.client", "tether.importers", "tether.transcript", "tether.__main__")),
+    (5, ("tether",)),
 ]
 
 

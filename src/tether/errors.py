@@ -28,7 +28,8 @@ TetherError
 ├── SandboxError            the RLM code sandbox could not start, crashed, timed out or broke its protocol
 ├── ConfigError             configuration is missing or wrong
 ├── MissingExtra            an optional dependency is not installed; names the extra
-└── ConfirmationRequired    a run that needs a person's yes first (an imported session); says what to show
+├── ConfirmationRequired    a run that needs a person's yes first (an imported session); says what to show
+└── RemoteError             a tether server answered with an error that has no class here (its code, status)
 """
 
 from __future__ import annotations
@@ -237,3 +238,14 @@ class ConfirmationRequired(TetherError):
         self.session_id = session_id
         self.directory = directory
         self.system_prompt = system_prompt
+
+
+class RemoteError(TetherError):
+    """A tether server answered with an error that no class here stands for (`tether.client` raises the
+    others as themselves): its HTTP `status`, its stable `code` and its `details`."""
+
+    def __init__(self, message: str, *, status: int, code: str, details: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.details = details or {}

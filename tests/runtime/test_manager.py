@@ -14,7 +14,7 @@ import pytest
 
 from tether import Message, ToolCallPart
 from tether.config import Config, PermissionsConfig
-from tether.errors import InvalidInput
+from tether.errors import InvalidInput, SessionBusy
 from tether.events import DURABLE_TYPES, Done, Error, Event, TextComplete, TextDelta, ToolCallComplete
 from tether.messages import Checkpoint
 from tether.providers.base import ModelRequest
@@ -299,3 +299,65 @@ async def test_an_answer_to_a_call_that_waits_for_nothing_is_a_clear_error(store
     assert await mgr.status(run.session_id) == "idle"
     with pytest.raises(InvalidInput, match=f"no approval request for the call c9 waits in session {run.session_id}"):
         await mgr.answer(run.session_id, "c9", Answer(True))
+
+
+async def test_a_prompt_that_may_not_queue_is_refused_with_the_holder(store: SqliteStore, tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    def respond(request: ModelRequest) -> Message | str:
+        if request.messages[-1].role == "user":
+            return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="wait_for_gate", arguments={})])
+        return "ok"
+
+    @function_tool(read_only=True)
+    async def wait_for_gate() -> str:
+        """Wait until the test lets the run go."""
+        await gate.wait()
+        return "let go"
+
+    mgr = manager(store, tmp_path, ScriptedProvider(respond))
+    first = await mgr.start(None, "one", registry=ToolRegistry([wait_for_gate]))
+    while await mgr.status(first.session_id) != "running":
+        await asyncio.sleep(0.01)
+    with pytest.raises(SessionBusy) as busy:
+        await mgr.start(first.session_id, "two", queue=False)
+    assert busy.value.session_id == first.session_id and busy.value.holder
+    with pytest.raises(SessionBusy):
+        async with mgr.exclusive(first.session_id):
+            pass
+    gate.set()
+    assert isinstance(await first.result(), Done)
+    async with mgr.exclusive(first.session_id):  # idle now: held for the edit, then given back
+        assert (await store.get_lease(first.session_id)) is not None
+    assert await store.get_lease(first.session_id) is None
+    assert await mgr.delete(first.session_id) == [first.session_id]
+
+
+async def test_a_prompt_handle_says_where_its_events_start(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: "answer"))
+    info = await store.create_session(directory=str(tmp_path))
+    await store.append(info.id, [Message.user("earlier"), Message.assistant("before")])
+    handle = await mgr.start(info.id, "now")
+    seen = [e async for e in _until_done(mgr.subscribe(info.id, after=handle.after))]
+    assert type(seen[0]).__name__ == "RunStarted" and isinstance(seen[-1], Done)
+    assert all(e.n > handle.after for e in seen) and not any(getattr(e, "text", "") == "before" for e in seen)
+
+
+async def _until_done(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async for event in events:
+        yield event
+        if isinstance(event, Done | Error):
+            return
+
+
+async def test_shutdown_ends_every_subscription_and_the_activity_feed(store: SqliteStore, tmp_path: Path) -> None:
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: "answer"))
+    info = await store.create_session(directory=str(tmp_path))
+    events = mgr.subscribe(info.id)
+    feed = mgr.activity.follow()
+    waiting = [asyncio.create_task(anext(events)), asyncio.create_task(anext(feed))]
+    await asyncio.sleep(0)
+    await mgr.shutdown()
+    for task in waiting:
+        with pytest.raises(StopAsyncIteration):
+            await task

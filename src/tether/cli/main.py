@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("compact", "tether.cli.compact:compact", "Compact a session now (or undo the latest compaction)."),
     ("doctor", "tether.cli.doctor:doctor", "Check the tether home, the database, the configuration and the extras."),
     ("backup", "tether.cli.backup:backup", "Copy the database to a file, safely, while tether may be running."),
+    ("serve", "tether.cli.serve:serve", "Serve the sessions over HTTP: REST, live events (SSE), OpenAPI."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import date
 from decimal import Decimal
-from typing import Any
 
 import click
 from rich.console import Console
@@ -47,27 +46,17 @@ def models(only: str | None, json_flag: bool) -> None:
     deepseek, groq, moonshot, zai; with none, the embedded local model. Set TETHER_MODEL or pass --model
     to choose another.
     """
-    from ..providers.catalog import Catalog
-    from ..providers.registry import KEY_ENVS, choose_model, has_key, provider_names
     from ..runtime.configuration import load_config
+    from ..runtime.operations import models_overview
 
-    config = load_config()
-    catalog = Catalog.from_config(config)
     today = date.today()
-    default_provider, default_model = choose_model(None, config=config, catalog=catalog)
-    default = f"{default_provider}/{default_model}"
-    default_status = catalog.info(default_provider, default_model).status(today)
-    names = provider_names(config)
-    status = {name: (name == "local" or has_key(name, config)) for name in names}
-    rows = [m for m in catalog if only is None or m.provider == only]
+    overview = models_overview(load_config(), provider=only, today=today)
+    default, default_status, rows = overview.default, overview.default_status, overview.models
+    names = [p.name for p in overview.providers]
+    status = {p.name: p.configured for p in overview.providers}
+    key_envs = {p.name: p.key_env for p in overview.providers if p.key_env}
     if wants_json(json_flag):
-        payload: dict[str, Any] = {
-            "default": default,
-            "default_status": default_status,
-            "providers": [{"name": n, "configured": status[n], "key_env": KEY_ENVS.get(n)} for n in names],
-            "models": rows,
-        }
-        click.echo(escape_json_controls(encode_json(payload)).decode())
+        click.echo(escape_json_controls(encode_json(overview)).decode())
         return
     console = Console(highlight=False)
     table = Table(title="Models", title_justify="left")
@@ -100,7 +89,7 @@ def models(only: str | None, json_flag: bool) -> None:
         )
     console.print(table)
     configured = [n for n in names if status[n]]
-    missing = [f"{n} ({KEY_ENVS[n]})" for n in names if not status[n] and n in KEY_ENVS]
+    missing = [f"{n} ({key_envs[n]})" for n in names if not status[n] and n in key_envs]
     if any(m.long_context is not None for m in rows):
         console.print("[dim]* up to a prompt size; longer prompts cost more (see --json: long_context)[/dim]")
     console.print(f"[bold]default:[/bold] {_shown(default)}")

@@ -1,9 +1,11 @@
 """How a run looks in a terminal: text as it streams, a spinner per running tool, RLM and compaction progress,
-a summary line at the end; and how the `question` tool asks the person at the terminal."""
+a summary line at the end; who holds a busy session; and how the `question` tool asks the person at the
+terminal."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -11,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from ..errors import SessionBusy
 from ..events import (
     CheckpointReached,
     CompactionCompleted,
@@ -276,3 +279,20 @@ def terminal_ask(console: Console) -> AskFn:
         return await asyncio.to_thread(input, "answer› ")
 
     return ask
+
+
+BUSY_EXIT = 3
+"""The exit status of a run refused because another run holds its session."""
+
+
+def busy_line(busy: SessionBusy, *, waiting: bool = False) -> str:
+    """Who holds the session, since when, and what to do about it, on one line."""
+    since = f" since {time.strftime('%H:%M:%S', time.localtime(busy.since))}" if busy.since else ""
+    where = ", ".join(x for x in (f"pid {busy.pid}" if busy.pid is not None else "", busy.host or "") if x)
+    holder = f"run {busy.holder}" + (f" ({where})" if where else "") + since
+    if waiting:
+        return f"session {busy.session_id} is busy: {holder}; waiting for it to finish (Ctrl-C to stop)"
+    return (
+        f"session {busy.session_id} is busy: {holder} holds it; wait for it with --wait, or stop it with "
+        f"`tether sessions cancel {busy.session_id}`"
+    )

@@ -7,7 +7,6 @@ import asyncio
 import math
 import signal
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import get_args
@@ -21,7 +20,7 @@ from ..events import Done, Error, Event, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..store import Store
 from .approval import terminal_approver
-from .render import LOCAL_NOTICE, TerminalRenderer, shown, terminal_ask
+from .render import BUSY_EXIT, LOCAL_NOTICE, TerminalRenderer, busy_line, shown, terminal_ask
 from .sanitize import escape_json_controls
 from .state import OptionError, cli_state, wants_json
 
@@ -42,23 +41,6 @@ def terminal_confirm(console: Console) -> Confirm:
         return answer.strip().lower() in ("y", "yes")
 
     return confirm
-
-
-BUSY_EXIT = 3
-"""The exit status of a run refused because another run holds its session."""
-
-
-def busy_line(busy: SessionBusy, *, waiting: bool = False) -> str:
-    """Who holds the session, since when, and what to do about it, on one line."""
-    since = f" since {time.strftime('%H:%M:%S', time.localtime(busy.since))}" if busy.since else ""
-    where = ", ".join(x for x in (f"pid {busy.pid}" if busy.pid is not None else "", busy.host or "") if x)
-    holder = f"run {busy.holder}" + (f" ({where})" if where else "") + since
-    if waiting:
-        return f"session {busy.session_id} is busy: {holder}; waiting for it to finish (Ctrl-C to stop)"
-    return (
-        f"session {busy.session_id} is busy: {holder} holds it; wait for it with --wait, or stop it with "
-        f"`tether sessions cancel {busy.session_id}`"
-    )
 
 
 def permission_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -137,6 +119,13 @@ async def launched_events(
 @click.option("--yes", "-y", "yes", is_flag=True, help="Run an imported session without asking first.")
 @click.option("--wait", "wait", is_flag=True, help="If another run holds the session, wait for it (else: exit 3).")
 @click.option("--json", "json_flag", is_flag=True, help="One JSON object per event per line.")
+@click.option(
+    "--server",
+    metavar="URL",
+    envvar="TETHER_SERVER",
+    help="Run on this tether server (`tether serve`) instead of in this process; its token is read from "
+    "TETHER_SERVER_TOKEN. --dir is then a directory on the server. [env: TETHER_SERVER]",
+)
 def run(
     prompt: str | None,
     session_ref: str | None,
@@ -153,6 +142,7 @@ def run(
     yes: bool,
     wait: bool,
     json_flag: bool,
+    server: str | None,
 ) -> None:
     """Run the agent on PROMPT until it is done (or the step limit is reached).
 
@@ -177,6 +167,28 @@ def run(
     if prompt is None and not cont and session_ref is None:
         raise click.UsageError("give a PROMPT, or --continue to pick up the last run")
     as_json = wants_json(json_flag)
+    if server:
+        from .remote import run_remote
+
+        fields = {
+            "model": model_spec,
+            "max_steps": max_steps,
+            "system_prompt": system_prompt,
+            "tools": tools,
+            "agent": agent,
+            "confirmed": yes or None,
+        }
+        code = run_remote(
+            server,
+            prompt,
+            session_ref=session_ref,
+            cont=cont,
+            directory=directory,
+            fields={k: v for k, v in fields.items() if v is not None},
+            wait=wait,
+            as_json=as_json,
+        )
+        sys.exit(code)
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     renderer = None if as_json else TerminalRenderer(out, err)

@@ -3,7 +3,9 @@ steered into the run in progress), each run holding the session's lease; any num
 session's events, each through a bounded buffer, and one that falls behind is brought back through the
 journal (`replay_events`) rather than held in memory; runs are cancelled, paused and resumed here or, through
 the store, in another process; a call that needs a person's yes waits until `answer` (from any task) gives
-one, and a request left by a stopped process is answered by resuming its session; `shutdown` ends them all."""
+one, and a request left by a stopped process is answered by resuming its session; `exclusive` holds an idle
+session for an edit outside a run; `activity` is the feed of what happens to the sessions (created, updated,
+deleted, status); `shutdown` ends them all."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -19,8 +22,11 @@ from typing import Literal
 from ..config import Config
 from ..errors import InvalidInput, SessionBusy, TetherError
 from ..events import Done, Error, Event, RunStarted, live_number
+from ..ids import new_id
 from ..messages import Message
 from ..store.protocols import Store
+from ..store.records import SessionInfo
+from .activity import ActivityFeed, SessionCreated, SessionDeleted, SessionUpdated, StatusChanged
 from .approvals import journaled_requests
 from .configuration import load_config
 from .journal import replay_events
@@ -71,6 +77,14 @@ class _Subscriber:
     def __init__(self, size: int) -> None:
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=size)
         self.overflowed = False
+        self.closed = False
+
+    def close(self) -> None:
+        """End the subscription (the manager shuts down): wakes it, to return."""
+        self.closed = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
     def offer(self, event: Event) -> None:
         if self.overflowed:
@@ -149,6 +163,8 @@ class SessionManager:
         self._given: dict[tuple[str, str], Answer] = {}
         """Answers given for requests that no run of this manager waited on (a stopped run's): the run that
         resumes the session takes them when it asks again."""
+        self.activity = ActivityFeed()
+        """What happens to the sessions this manager touches: followed by a server's `/events`."""
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -158,16 +174,26 @@ class SessionManager:
         prompt: str | Message | None,
         *,
         steer: bool = False,
+        queue: bool = True,
         directory: str | os.PathLike[str] | None = None,
         **fields: object,
     ) -> RunHandle:
         """Run `prompt` in the session (None: a new one in `directory`; a None prompt continues where the
         session stopped). A session with a run in progress gets the prompt queued behind it, in order, or,
-        with `steer`, read by that run at its next step. Every option is checked first (`check_request`):
-        a bad one raises and nothing is queued. Returns the prompt's handle. Unless the defaults or `fields`
-        name an `approver`, a call that must be asked about waits for `answer`."""
+        with `steer`, read by that run at its next step; with `queue=False` (and no `steer`) a session that
+        a run holds, here or in another process, is refused (`SessionBusy`, naming the holder). Every option
+        is checked first (`check_request`): a bad one raises and nothing is queued. Returns the prompt's
+        handle, whose `after` is the event number to follow the session from to see this prompt's run.
+        Unless the defaults or `fields` name an `approver`, a call that must be asked about waits for
+        `answer`."""
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
+        if session_id is not None:
+            info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
+            if not queue and not steer:
+                busy = await self._busy(session_id)
+                if busy is not None:
+                    raise busy
         approver: _Approver | None = None
         if "approver" not in fields and self.defaults.approver is None:
             approver = _Approver(self, session_id or "")
@@ -184,21 +210,21 @@ class SessionManager:
         first: LaunchedRun | None = None
         if session_id is None:  # the new session is made now, so that its id can be given back
             first = await open_run(self.store, plan)
-            session_id = first.session.id
+            info = first.session.info
+            session_id = info.id
             plan = replace(plan, request=replace(plan.request, session=session_id))
             if approver is not None:
                 approver.root = session_id
+            self.activity.publish(SessionCreated(session=info))
         entry = self._entry(session_id)
-        if not entry.last_n:  # a session this manager does not follow (or has let go of): where it stands,
-            # after its last entry's durable events and before the live ones of the run to come
-            info = first.session.info if first is not None else await self.store.get_session(session_id)
-            entry.last_n = live_number(info.last_seq, 0) - 1
-        handle = RunHandle(session_id, prompt, after=entry.last_n, plan=plan)
+        handle = RunHandle(session_id, prompt, after=self._position(entry, info), plan=plan)
         if steer and entry.run is not None and prompt is not None:
             entry.run.steer(prompt)
             entry.riders.append(handle)
             return handle
         entry.waiting.append(handle)
+        if entry.run is not None or len(entry.waiting) > 1:
+            self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
         if entry.worker is None or entry.worker.done():
             entry.worker = asyncio.get_running_loop().create_task(
                 self._work(entry, first), name=f"tether session {session_id}"
@@ -238,12 +264,15 @@ class SessionManager:
             try:
                 launched, first = first or await open_run(self.store, handle.plan), None
                 entry.run = launched.run
+                self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
                 async for event in launched.events():
                     self._publish(entry, event)
                     if isinstance(event, Done | Error) and event.session_id == entry.session_id:
                         outcome = event
             except asyncio.CancelledError:
-                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="cancelled", message="cancelled")
+                outcome = Error(
+                    session_id=entry.session_id, n=self._next_n(entry), code="cancelled", message="cancelled"
+                )
                 self._publish(entry, outcome)
                 for left in [handle, *entry.riders, *entry.waiting]:
                     self._finish(entry, left, outcome)
@@ -264,6 +293,24 @@ class SessionManager:
             for rider in entry.riders:
                 self._finish(entry, rider, outcome)
             entry.riders.clear()
+            await self._announce(entry.session_id)
+
+    async def _announce(self, session_id: str) -> None:
+        """Tell the activity feed where a session stands after a run, and its row as the run left it."""
+        try:
+            info = await self.store.get_session(session_id)
+            self.activity.publish(SessionUpdated(session=info))
+            self.activity.publish(StatusChanged(session_id=session_id, status=await self.status(session_id)))
+        except TetherError:  # deleted meanwhile, or a store that fails: the feed is a courtesy
+            log.debug("could not announce session %s", session_id, exc_info=True)
+
+    @staticmethod
+    def _next_n(entry: _Session) -> int:
+        """A number for an end the manager gives a run (its task was cancelled, so the run gives none): the
+        run's next live number, so that subscribers who saw the run's last event do not take it for one they
+        already had."""
+        state = entry.run.state if entry.run is not None else None
+        return state.journal.next_number() if state is not None else entry.last_n + 1
 
     def _finish(self, entry: _Session, handle: RunHandle, outcome: Done | Error | None) -> None:
         if entry.waiting and entry.waiting[0] is handle:
@@ -315,6 +362,8 @@ class SessionManager:
                         yield event
                     continue
                 queued = await subscriber.queue.get()
+                if subscriber.closed:
+                    return
                 if queued is None:
                     continue  # a wake-up to catch up
                 if queued.session_id == session_id:  # a sub-agent's events are numbered in its own session
@@ -366,6 +415,23 @@ class SessionManager:
     async def resume(self, session_id: str, prompt: str | Message | None = None) -> RunHandle:
         """Go on with a paused (or stopped) session: a run that picks up where it stopped."""
         return await self.start(session_id, prompt)
+
+    def running(self) -> list[str]:
+        """The sessions with a run in progress in this process."""
+        return [sid for sid, entry in self._sessions.items() if entry.run is not None]
+
+    async def position(self, session_id: str) -> int:
+        """The event number to follow the session after to see all that happens from now on."""
+        info = await self.store.get_session(session_id)
+        entry = self._sessions.get(session_id) or self._recent.get(session_id)
+        return entry.last_n if entry is not None and entry.last_n else live_number(info.last_seq, 0) - 1
+
+    @staticmethod
+    def _position(entry: _Session, info: SessionInfo) -> int:
+        if not entry.last_n:  # a session this manager does not follow (or has let go of): where it stands,
+            # after its last entry's durable events and before the live ones of the run to come
+            entry.last_n = live_number(info.last_seq, 0) - 1
+        return entry.last_n
 
     async def status(self, session_id: str) -> Status:
         entry = self._sessions.get(session_id)
@@ -437,9 +503,45 @@ class SessionManager:
         self._given[(session_id, call_id)] = answer
         return await self.start(session_id, None)
 
+    async def _busy(self, session_id: str) -> SessionBusy | None:
+        """Who holds the session, as the error to give someone who wants it now; None when it is free."""
+        lease = await live_lease(self.store, session_id)
+        if lease is not None:
+            return lease.busy()
+        entry = self._sessions.get(session_id)
+        if entry is not None and (entry.run is not None or entry.waiting):
+            return SessionBusy(session_id, "a run starting in this process", pid=os.getpid(), host=socket.gethostname())
+        return None
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, session_id: str) -> AsyncIterator[None]:
+        """Hold an idle session for an edit outside a run (a revert, a title, a compaction, a delete): its
+        lease is taken for the edit, so that no run starts meanwhile, here or in another process. A session
+        that a run holds or waits for is refused with `SessionBusy`, naming the holder."""
+        busy = await self._busy(session_id)
+        if busy is not None:
+            raise busy
+        holder = new_id("edit")
+        await self.store.acquire_lease(session_id, holder, ttl=60.0, pid=os.getpid(), host=socket.gethostname())
+        try:
+            yield
+        finally:
+            with contextlib.suppress(TetherError):  # a deleted session has no lease left to give back
+                await self.store.release_lease(session_id, holder)
+
+    async def delete(self, session_id: str) -> list[str]:
+        """Delete an idle session and its child sessions (`SessionBusy` while a run holds it)."""
+        async with self.exclusive(session_id):
+            deleted = await self.store.delete_session(session_id)
+        for sid in deleted:
+            self._sessions.pop(sid, None)
+        self.activity.publish(SessionDeleted(session_id=session_id, deleted=deleted))
+        return deleted
+
     async def shutdown(self, *, wait: float = 0.0) -> None:
         """Take no more prompts; give the runs in progress `wait` seconds to finish, then cancel them (each
-        keeps what it did and releases its lease); drop what is still waiting."""
+        keeps what it did and releases its lease); drop what is still waiting; then end every subscription
+        (each has had the runs' last events) and the activity feed's followers."""
         self._closing = True
         workers = [e.worker for e in self._sessions.values() if e.worker is not None and not e.worker.done()]
         if workers and wait > 0:
@@ -450,3 +552,7 @@ class SessionManager:
         for worker in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
+        for entry in self._sessions.values():
+            for subscriber in entry.subscribers:
+                subscriber.close()
+        self.activity.close()

@@ -1,11 +1,13 @@
 """What a face asks of a stored session besides a run, so that the CLI and a server do the same: the context
 the model would see at its next step (`context_view`), and compacting it now (`compact_now`), each with the
-settings and models a run of that session would get from the configuration."""
+settings and models a run of that session would get from the configuration; the sessions whose messages
+match a query (`search_sessions`); the model catalog and which providers are configured (`models_overview`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 
 import msgspec
 
@@ -17,12 +19,13 @@ from ..context.engine import ContextEngine
 from ..context.tokens import count_message, get_counter
 from ..errors import ConfigError
 from ..messages import Entry, EntryBody
-from ..providers.catalog import Catalog
-from ..providers.registry import choose_model, resolve_provider
+from ..providers.catalog import Catalog, ModelInfo
+from ..providers.registry import KEY_ENVS, choose_model, has_key, provider_names, resolve_provider
 from ..store.protocols import Store
 from ..store.records import Lease, LeaseRequest, SessionInfo
 from .configuration import context_settings
 from .handle import SessionHandle
+from .launch import Resolver
 from .toolset import default_registry
 
 
@@ -78,11 +81,13 @@ async def compact_now(
     mechanical: bool = False,
     keep_tokens: int | None = None,
     emit: EventSink | None = None,
+    resolve: Resolver | None = None,
 ) -> CompactionResult:
     """Compact the session now, whatever ``auto_compact`` says: a model writes the summary (`model`, else
     the context setting ``compaction_model``, else the session's own model), or nobody does (`mechanical`).
     The compaction is journaled through the session handle. A summarizer that cannot be used is a
-    `ConfigError` that says how to compact without one."""
+    `ConfigError` that says how to compact without one. `resolve` turns the model's name into a provider
+    (the registry's unless given, as `SessionManager` takes one)."""
     session = await SessionHandle.open(store, session_id)
     engine = ContextEngine(store, settings=context_settings(config))
     settings = await engine.settings_for(session_id, info=session.info)
@@ -93,7 +98,7 @@ async def compact_now(
     provider = summarizer = None
     if not mechanical:
         try:
-            resolved = resolve_provider(model_id, config=config)
+            resolved = (resolve or resolve_provider)(model_id, config=config)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (or compact without a model: --mechanical)") from exc
         provider, summarizer = resolved.provider, resolved.model
@@ -112,3 +117,52 @@ async def ask_run(store: Store, session_id: str, request: LeaseRequest) -> Lease
     marked paused; a later run resumes it). The request waits in the session's lease, which its run reads
     within a second. None when no run holds the session."""
     return await store.request_lease(session_id, request)
+
+
+async def search_sessions(
+    store: Store, query: str, *, directory: str | None = None, limit: int = 50, include_children: bool = False
+) -> list[SessionInfo]:
+    """The sessions whose messages best match `query` (the search index, best hit first), at most `limit`,
+    within `directory` when given; top-level sessions only unless `include_children`."""
+    seen: dict[str, SessionInfo] = {}
+    for hit in await store.search(query, directory=directory, limit=max(limit * 4, 20)):
+        if hit.session_id in seen or len(seen) >= limit:
+            continue
+        info = await store.get_session(hit.session_id)
+        if info.parent_id is None or include_children:
+            seen[info.id] = info
+    return list(seen.values())
+
+
+class ProviderStatus(msgspec.Struct, kw_only=True):
+    name: str
+    configured: bool
+    """A key is set (or the provider needs none: the local model)."""
+    key_env: str | None = None
+
+
+class ModelsOverview(msgspec.Struct, kw_only=True):
+    """The catalog (with the configuration's additions), which providers are configured, and the model a run
+    gets by default (with its retirement status, when its provider retires it)."""
+
+    default: str
+    default_status: str | None
+    providers: list[ProviderStatus]
+    models: list[ModelInfo]
+
+
+def models_overview(config: Config, *, provider: str | None = None, today: date | None = None) -> ModelsOverview:
+    """What `tether models` shows and a server's `/models` gives (`provider`: only its models)."""
+    catalog = Catalog.from_config(config)
+    default_provider, default_model = choose_model(None, config=config, catalog=catalog)
+    status = catalog.info(default_provider, default_model).status(today or date.today())
+    names = provider_names(config)
+    return ModelsOverview(
+        default=f"{default_provider}/{default_model}",
+        default_status=status,
+        providers=[
+            ProviderStatus(name=n, configured=n == "local" or has_key(n, config), key_env=KEY_ENVS.get(n))
+            for n in names
+        ],
+        models=[m for m in catalog if provider is None or m.provider == provider],
+    )

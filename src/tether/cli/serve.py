@@ -1,0 +1,94 @@
+"""`tether serve`: the HTTP server (REST, Server-Sent Events, OpenAPI at /openapi.json) over the store, on
+127.0.0.1 unless told otherwise. Off loopback it never runs without a token: `TETHER_SERVER_TOKEN`, or one
+generated and printed here. Needs the `server` extra, imported only when the command runs."""
+
+from __future__ import annotations
+
+import click
+
+from .state import OptionError, cli_state
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to bind (0.0.0.0: every interface).")
+@click.option("--port", "-p", default=7477, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--token-required",
+    is_flag=True,
+    help="Require a token on loopback too (TETHER_SERVER_TOKEN, or one generated and printed).",
+)
+@click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer to this Host name (a proxy's or a DNS name); repeatable. '*': any (needs a token).",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Let web pages of this origin (https://app.example) call the API; repeatable. Default: none.",
+)
+@click.option(
+    "--grace",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600),
+    help="Seconds the runs in progress get to finish when the server stops, before they are cancelled.",
+)
+def serve(
+    host: str,
+    port: int,
+    token_required: bool,
+    allowed_hosts: tuple[str, ...],
+    cors_origins: tuple[str, ...],
+    grace: float,
+) -> None:
+    """Serve the sessions over HTTP: REST, live events (SSE) and an OpenAPI spec at /openapi.json.
+
+    Binds 127.0.0.1 by default. Any other address needs a token: TETHER_SERVER_TOKEN, or one is generated
+    and printed here. Clients send it as `Authorization: Bearer TOKEN`. Requests whose Host or Origin is not
+    this server's are refused, so a web page elsewhere cannot drive the agent. Ctrl-C stops the server
+    gracefully: runs get --grace seconds, then are cancelled (each keeps what it did).
+
+    \b
+    Examples:
+      tether serve
+      TETHER_SERVER_TOKEN=$(cat token) tether serve --host 0.0.0.0 --allow-host devbox.lan
+      tether run --server http://127.0.0.1:7477 "fix the failing test"
+    """
+    from ..errors import ConfigError
+    from ..server.settings import TOKEN_ENV, ServerSettings, is_loopback, new_token
+
+    settings_fields: dict[str, object] = {
+        "host": host,
+        "port": port,
+        "allowed_hosts": allowed_hosts,
+        "cors_origins": cors_origins,
+        "shutdown_grace": grace,
+    }
+    try:
+        settings = ServerSettings.from_environment(**settings_fields)
+    except ConfigError as exc:
+        if "no token" not in str(exc):
+            raise OptionError(str(exc)) from exc
+        settings = None
+    if settings is None or (token_required and settings.token is None):
+        token = new_token()
+        try:
+            settings = ServerSettings(token=token, **settings_fields)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            raise OptionError(str(exc)) from exc
+        why = "off loopback a token is required" if not is_loopback(host) else "--token-required"
+        click.echo(f"{why}; the server's token (set {TOKEN_ENV} to choose one):\n  {token}", err=True)
+    from ..server import serve as run_server
+
+    shown_host = f"[{host}]" if ":" in host else host
+    click.echo(
+        f"tether serving on http://{shown_host}:{port} (OpenAPI at /openapi.json"
+        f"{'; token required' if settings.token else ''}); Ctrl-C stops it",
+        err=True,
+    )
+    run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")

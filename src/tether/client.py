@@ -1,0 +1,357 @@
+"""`TetherClient`: a small typed client of a tether server (`tether serve`), on httpx2. Each method is one
+route and gives back the runtime's own types (`SessionInfo`, `Entry`, the events); an error answer raises the
+tether exception it names (`SessionBusy` with its holder, `SessionNotFound`, `InvalidInput`, ...), or
+`RemoteError` for one without a class here. `events` follows a session over SSE and reconnects by itself
+with the last event id, so that a dropped connection loses nothing.
+
+    async with TetherClient("http://127.0.0.1:7477", token=...) as client:
+        run = await client.prompt(session_id, "fix the failing test")
+        async for event in client.events(session_id, after=run.after, until_done=True):
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from . import errors as E
+from .context.compaction import CompactionResult
+from .errors import MissingExtra, RemoteError
+from .events import Done, Error, Event
+from .messages import Entry
+from .recall import RecallResult
+from .runtime.activity import Activity
+from .runtime.operations import ModelsOverview
+from .store.records import SessionInfo
+
+T = TypeVar("T")
+
+TOKEN_ENV = "TETHER_SERVER_TOKEN"
+
+
+class SessionPage(msgspec.Struct, kw_only=True):
+    items: list[SessionInfo]
+    next_cursor: str | None = None
+
+
+class SessionView(msgspec.Struct, kw_only=True):
+    session: SessionInfo
+    status: str
+    lease: dict[str, Any] | None = None
+
+
+class RunAccepted(msgspec.Struct, kw_only=True):
+    session_id: str
+    after: int
+    queued: bool = False
+    steered: bool = False
+
+
+class CreatedSession(msgspec.Struct, kw_only=True):
+    session: SessionInfo
+    run: RunAccepted | None = None
+
+
+class EntryPage(msgspec.Struct, kw_only=True):
+    entries: list[Entry]
+    last_seq: int
+
+
+class Health(msgspec.Struct, kw_only=True):
+    status: str
+    version: str
+    store: str
+    running: int
+
+
+def _httpx() -> Any:
+    try:
+        import httpx2
+    except ImportError:
+        raise MissingExtra("server", "httpx2") from None
+    return httpx2
+
+
+_CODES: dict[str, type[E.TetherError]] = {}
+
+
+def _error_class(code: str) -> type[E.TetherError] | None:
+    if not _CODES:
+        import re
+
+        for cls in vars(E).values():
+            if isinstance(cls, type) and issubclass(cls, E.TetherError):
+                _CODES[re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()] = cls
+    return _CODES.get(code)
+
+
+def raise_for_error(status: int, body: bytes) -> None:
+    """Raise the tether exception that an error answer names."""
+    try:
+        error = msgspec.json.decode(body).get("error", {})
+        code, message, details = str(error["code"]), str(error["message"]), dict(error.get("details") or {})
+    except Exception:
+        raise RemoteError(f"the server answered {status}: {body[:200]!r}", status=status, code="http_error") from None
+    cls = _error_class(code)
+    if cls is not None and issubclass(cls, E.SessionBusy):
+        raise cls(
+            str(details.get("session_id", "")),
+            str(details.get("holder", "")),
+            pid=details.get("pid"),
+            host=details.get("host"),
+            since=details.get("since"),
+            expires_at=details.get("expires_at"),
+            message=message,
+        )
+    if cls is E.ConfirmationRequired:
+        raise E.ConfirmationRequired(
+            message,
+            session_id=str(details.get("session_id", "")),
+            directory=details.get("directory"),
+            system_prompt=details.get("system_prompt"),
+        )
+    if cls is E.SessionNotFound:
+        raise E.SessionNotFound(str(details.get("session_id", message)))
+    if cls is not None and issubclass(cls, E.ProviderError):
+        with contextlib.suppress(TypeError):
+            raise cls(message, status=details.get("status"), provider=details.get("provider"))
+    elif cls is not None:
+        with contextlib.suppress(TypeError):  # a class that needs more than a message to be made
+            raise cls(message)
+    raise RemoteError(message, status=status, code=code, details=details)
+
+
+class TetherClient:
+    """A client of one server (see the module docstring). `token` defaults to `TETHER_SERVER_TOKEN`."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+        httpx = _httpx()
+        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._stream_timeout = httpx.Timeout(timeout, read=None)
+
+    async def __aenter__(self) -> TetherClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        type_: type[T],
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+    ) -> T:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        response = await self._http.request(method, path, json=json, params=query, content=content)
+        if response.status_code >= 400:
+            raise_for_error(response.status_code, response.content)
+        return msgspec.json.decode(response.content, type=type_)
+
+    # --- sessions ------------------------------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        return await self._call("GET", "/health", Health)
+
+    async def list_sessions(
+        self,
+        *,
+        directory: str | None = None,
+        query: str | None = None,
+        children: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        params = {"directory": directory, "q": query, "children": children, "limit": limit, "cursor": cursor}
+        return await self._call("GET", "/sessions", SessionPage, params=params)
+
+    async def create_session(self, directory: str, *, prompt: str | None = None, **fields: Any) -> CreatedSession:
+        """A new session (with `prompt`: and its first run). `fields`: title, model, agent, tools, max_steps,
+        system_prompt, confirmed."""
+        body = {"directory": directory, "prompt": prompt, **fields}
+        return await self._call("POST", "/sessions", CreatedSession, json=_given(body))
+
+    async def get_session(self, session_id: str) -> SessionView:
+        return await self._call("GET", f"/sessions/{session_id}", SessionView)
+
+    async def update_session(
+        self, session_id: str, *, title: str | None = None, state: Literal["active", "paused"] | None = None
+    ) -> SessionInfo:
+        return await self._call("PATCH", f"/sessions/{session_id}", SessionInfo, json=_given(title=title, state=state))
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        return (await self._call("DELETE", f"/sessions/{session_id}", dict[str, list[str]]))["deleted"]
+
+    async def children(self, session_id: str, *, limit: int = 50, cursor: str | None = None) -> SessionPage:
+        params = {"limit": limit, "cursor": cursor}
+        return await self._call("GET", f"/sessions/{session_id}/children", SessionPage, params=params)
+
+    async def entries(
+        self,
+        session_id: str,
+        *,
+        start: int = 1,
+        end: int | None = None,
+        tail: int | None = None,
+        active: bool = True,
+        limit: int = 200,
+    ) -> EntryPage:
+        params = {"start": start, "end": end, "tail": tail, "active": active, "limit": limit}
+        return await self._call("GET", f"/sessions/{session_id}/entries", EntryPage, params=params)
+
+    async def entry(self, session_id: str, seq: int) -> Entry:
+        return await self._call("GET", f"/sessions/{session_id}/entries/{seq}", Entry)
+
+    # --- runs ----------------------------------------------------------------------------------------------
+
+    async def prompt(
+        self, session_id: str, prompt: str, *, queue: bool = True, steer: bool = False, **fields: Any
+    ) -> RunAccepted:
+        """Start a run (or queue the prompt, or `steer` it into the run in progress); returns at once. With
+        `queue=False`, a busy session raises `SessionBusy` naming the holder."""
+        body = _given(prompt=prompt, queue=queue, steer=steer, **fields)
+        return await self._call("POST", f"/sessions/{session_id}/prompt", RunAccepted, json=body)
+
+    async def cancel(self, session_id: str) -> bool:
+        return bool((await self._call("POST", f"/sessions/{session_id}/cancel", dict[str, bool]))["done"])
+
+    async def pause(self, session_id: str) -> bool:
+        return bool((await self._call("POST", f"/sessions/{session_id}/pause", dict[str, bool]))["done"])
+
+    async def resume(self, session_id: str, prompt: str | None = None, **fields: Any) -> RunAccepted:
+        body = _given(prompt=prompt, **fields)
+        return await self._call("POST", f"/sessions/{session_id}/resume", RunAccepted, json=body)
+
+    # --- edits ---------------------------------------------------------------------------------------------
+
+    async def fork(self, session_id: str, *, at: int | None = None, title: str | None = None) -> SessionInfo:
+        return await self._call("POST", f"/sessions/{session_id}/fork", SessionInfo, json=_given(at=at, title=title))
+
+    async def revert(self, session_id: str, to_seq: int, *, reason: str | None = None) -> Entry:
+        body = _given(to_seq=to_seq, reason=reason)
+        return await self._call("POST", f"/sessions/{session_id}/revert", Entry, json=body)
+
+    async def compact(
+        self, session_id: str, *, model: str | None = None, mechanical: bool = False, keep_tokens: int | None = None
+    ) -> CompactionResult:
+        body = _given(model=model, mechanical=mechanical, keep_tokens=keep_tokens)
+        return await self._call("POST", f"/sessions/{session_id}/compact", CompactionResult, json=body)
+
+    async def undo_compaction(self, session_id: str) -> Entry:
+        return await self._call("POST", f"/sessions/{session_id}/compact/undo", Entry)
+
+    async def context(self, session_id: str, *, model: str | None = None) -> dict[str, Any]:
+        return await self._call("GET", f"/sessions/{session_id}/context", dict[str, Any], params={"model": model})
+
+    async def export(self, session_id: str, *, format: Literal["json", "markdown"] = "json") -> bytes:
+        response = await self._http.get(f"/sessions/{session_id}/export", params={"format": format})
+        if response.status_code >= 400:
+            raise_for_error(response.status_code, response.content)
+        return bytes(response.content)
+
+    async def import_session(self, data: bytes, *, new_id: bool = False) -> SessionInfo:
+        return await self._call("POST", "/sessions/import", SessionInfo, content=data, params={"new_id": new_id})
+
+    async def approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The tool calls that wait for a person's answer (of every session, or of one)."""
+        found = await self._call(
+            "GET", "/approvals", dict[str, list[dict[str, Any]]], params={"session_id": session_id}
+        )
+        return found["approvals"]
+
+    async def answer(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        approved: bool,
+        scope: Literal["once", "session", "project"] = "once",
+        message: str = "",
+    ) -> RunAccepted | None:
+        """Answer an approval request; a run the answer resumed is returned (None: the waiting run goes on)."""
+        body = {"approved": approved, "scope": scope, "message": message}
+        path = f"/sessions/{session_id}/approvals/{call_id}"
+        return (await self._call("POST", path, dict[str, RunAccepted | None], json=body)).get("run")
+
+    async def recall(self, query: str, **filters: Any) -> RecallResult:
+        return await self._call("GET", "/recall", RecallResult, params={"q": query, **filters})
+
+    async def models(self, *, provider: str | None = None) -> ModelsOverview:
+        return await self._call("GET", "/models", ModelsOverview, params={"provider": provider})
+
+    # --- events --------------------------------------------------------------------------------------------
+
+    async def events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        until_done: bool = False,
+        reconnect: int = 5,
+        on_frame: Any = None,
+    ) -> AsyncIterator[Event]:
+        """The session's events (after `after`: first what was missed). A dropped stream is opened again with
+        the last event id, `reconnect` times in a row at most. `until_done`: stop after the `Done` or
+        `Error` of the session's own run."""
+        decoder = msgspec.json.Decoder(Event)
+        last = after
+        failures = 0
+        httpx = _httpx()
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last is not None else {}
+            try:
+                async with self._http.sse(
+                    f"/sessions/{session_id}/events", headers=headers, timeout=self._stream_timeout
+                ) as source:
+                    if source.response.status_code >= 400:
+                        await source.response.aread()
+                        raise_for_error(source.response.status_code, source.response.content)
+                    async for frame in source:
+                        if not frame.data:
+                            continue
+                        if on_frame is not None:
+                            on_frame(frame)
+                        event = decoder.decode(frame.data)
+                        if frame.id:
+                            last = int(frame.id)
+                        failures = 0
+                        yield event
+                        if until_done and isinstance(event, Done | Error) and event.session_id == session_id:
+                            return
+            except httpx.TransportError:  # dropped, or the server went away: open it again after the last id
+                failures += 1
+                if failures > reconnect:
+                    raise
+                await asyncio.sleep(min(0.1 * 2**failures, 2.0))
+
+    async def activity(self, *, after: int | None = None) -> AsyncIterator[Activity]:
+        """What happens to every session (`GET /events`), from now on or after `after`."""
+        decoder = msgspec.json.Decoder(Activity)
+        params = {"after": after} if after is not None else {}
+        async with self._http.sse("/events", params=params, timeout=self._stream_timeout) as source:
+            if source.response.status_code >= 400:
+                await source.response.aread()
+                raise_for_error(source.response.status_code, source.response.content)
+            async for frame in source:
+                if frame.data:
+                    yield decoder.decode(frame.data)
+
+
+def _given(body: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """A request body without the fields left out (None), so that the server's defaults hold."""
+    return {k: v for k, v in {**(body or {}), **fields}.items() if v is not None}

@@ -1,0 +1,138 @@
+"""The ASGI application: `create_app` builds it over a store and a `SessionManager` (made when it starts,
+in its event loop), behind the `Guard`, with every error as a typed body and the OpenAPI document at
+`/openapi.json`. The routes themselves are in `routes` (REST) and `streams` (SSE)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
+
+from .. import __version__
+from ..config import Config
+from ..errors import TetherError
+from ..runtime.configuration import load_config
+from ..runtime.manager import SessionManager
+from ..store import Store, open_store
+from .errors import error_body, tether_error_body
+from .guard import Guard
+from .openapi import Routes, build_openapi
+from .settings import ServerSettings
+from .state import IMPORT_PATH, ServerState
+
+log = logging.getLogger("tether.server")
+
+ManagerFactory = Callable[[Store, Config], SessionManager]
+
+
+def create_app(
+    settings: ServerSettings | None = None,
+    *,
+    store_url: str | None = None,
+    store: Store | None = None,
+    config: Config | None = None,
+    make_manager: ManagerFactory | None = None,
+) -> FastAPI:
+    """The server as an ASGI app. The store is `store` (the caller closes it) or opened from `store_url`
+    (the default store unless given) when the app starts and closed when it stops; `make_manager` builds
+    the `SessionManager` (a test's, with a scripted provider) instead of the default one."""
+    settings = settings or ServerSettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = store is None
+        opened = store if store is not None else open_store(store_url)
+        conf = config if config is not None else load_config()
+        manager = make_manager(opened, conf) if make_manager is not None else SessionManager(opened, config=conf)
+        state = ServerState(opened, manager, settings, conf)
+        app.state.tether = state
+        try:
+            yield
+        finally:
+            await state.stop()
+            if own:
+                await opened.close()
+
+    app = FastAPI(
+        title="tether",
+        version=__version__,
+        description="Sessions of AI coding agents: list, read, run, steer, follow (SSE), fork, revert, compact.",
+        lifespan=lifespan,
+        docs_url=None,
+        redirect_slashes=False,
+        redoc_url=None,
+        openapi_url=None,
+        openapi_tags=[
+            {"name": "sessions", "description": "Sessions and their journals"},
+            {"name": "runs", "description": "Prompts, and the runs that answer them"},
+            {"name": "events", "description": "Server-sent events"},
+            {"name": "server", "description": "The server and its models"},
+        ],
+    )
+    routes = Routes()
+    from . import routes as rest
+    from . import streams
+
+    rest.add_routes(app, routes)
+    streams.add_routes(app, routes)
+    document: dict[str, Any] = {}
+
+    async def openapi_json() -> Response:
+        if not document:
+            document.update(build_openapi(app, routes, extra_types=streams.EXTRA_TYPES))
+        from ..messages import encode_json
+
+        return Response(encode_json(document), media_type="application/json")
+
+    app.add_api_route("/openapi.json", openapi_json, methods=["GET"], include_in_schema=False)
+    _handle_errors(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+        )
+    app.add_middleware(Guard, settings=settings, large_bodies=(IMPORT_PATH,))
+    return app
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
+
+
+def _handle_errors(app: FastAPI) -> None:
+    @app.exception_handler(TetherError)
+    async def tether_error(request: Request, exc: TetherError) -> Response:
+        status, body = tether_error_body(exc)
+        if status >= 500:
+            log.warning("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
+        return Response(body, status_code=status, media_type="application/json")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        problems = [
+            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        shown = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
+        body = error_body("invalid_request", f"the request does not validate: {shown}", {"problems": problems})
+        return Response(body, status_code=422, media_type="application/json")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        body = error_body(code, str(exc.detail))
+        return Response(body, status_code=exc.status_code, media_type="application/json", headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        body = error_body("internal", "the server failed on this request (its log says why)")
+        return Response(body, status_code=500, media_type="application/json")

@@ -1,0 +1,124 @@
+"""The server's door, an ASGI middleware in front of every route: the Host must be one the server answers to
+(a DNS-rebinding page reaches it under its own name), an `Origin` must be the server's own or one allowed for
+CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must match when one
+is set (compared in constant time), and a body may not pass its size limit (413, whether or not it says its
+length). Each refusal is a typed error body, as every route's errors are."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+from .errors import error_body
+from .settings import ServerSettings
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class Guard:
+    """See the module docstring. `open_paths`: path prefixes served without the token (the share view);
+    `large_bodies`: paths whose body may be up to `settings.max_import_body` (an import)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: ServerSettings,
+        *,
+        open_paths: tuple[str, ...] = (),
+        large_bodies: tuple[str, ...] = (),
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.open_paths = open_paths
+        self.large_bodies = large_bodies
+        self._token = settings.token.encode() if settings.token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)  # lifespan
+            return
+        headers: dict[str, list[str]] = {}
+        for name, value in scope.get("headers", []):
+            headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await _answer(send, *refusal)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.settings.max_import_body if scope["path"] in self.large_bodies else self.settings.max_body
+        length = headers.get("content-length", ["0"])[-1]
+        if not length.isdigit():
+            await _answer(send, 400, "invalid_request", "Content-Length is not a number")
+            return
+        if int(length) > limit:
+            await _answer(send, 413, "payload_too_large", f"the body may hold {limit} bytes at most")
+            return
+        received = 0
+
+        async def counted_receive() -> Message:
+            # a body sent in chunks, with no length said: counted as it comes, refused once past the limit
+            # (the route's error handler answers 413, as it answers every error)
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, f"the body may hold {limit} bytes at most")
+            return message
+
+        await self.app(scope, counted_receive, send)
+
+    def _refusal(self, scope: Scope, headers: dict[str, list[str]]) -> tuple[int, str, str, dict[str, str]] | None:
+        hosts = headers.get("host", [])
+        if len(hosts) != 1 or not self.settings.host_allowed(hosts[0]):
+            shown = hosts[0][:100] if hosts else "none"
+            return 403, "forbidden_host", f"this server does not answer to the Host {shown!r}", {}
+        origins = headers.get("origin", [])
+        if origins and not self._origin_allowed(origins, scope, hosts[0]):
+            return 403, "forbidden_origin", f"requests from the origin {origins[0][:100]!r} are not allowed", {}
+        if headers.get("sec-fetch-site", [""])[-1] == "cross-site" and not origins:
+            return 403, "forbidden_origin", "cross-site requests are not allowed", {}
+        if self._token is None or any(scope["path"].startswith(p) for p in self.open_paths):
+            return None
+        if scope.get("method") == "OPTIONS" and origins and "access-control-request-method" in headers:
+            return None  # a CORS preflight from an allowed origin carries no credentials
+        given = headers.get("authorization", [""])[-1]
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+            return (
+                401,
+                "unauthorized",
+                "a bearer token is required (Authorization: Bearer TOKEN)",
+                {"www-authenticate": 'Bearer realm="tether"'},
+            )
+        return None
+
+    def _origin_allowed(self, origins: list[str], scope: Scope, host: str) -> bool:
+        if len(origins) != 1:
+            return False
+        origin = origins[0].rstrip("/")
+        if origin in self.settings.cors_origins:
+            return True
+        scheme = scope.get("scheme", "http")
+        scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+        return bool(origin == f"{scheme}://{host}")
+
+
+async def _answer(send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    body = error_body(code, message)
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

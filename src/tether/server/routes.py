@@ -1,0 +1,506 @@
+"""The REST routes, each a thin call to the runtime: sessions (list, search, create, get, update, delete,
+children), their entries, prompts and runs (prompt, cancel, pause, resume), fork, revert, compact and its
+undo, the context a model would see, export and import, recall, models, health. Sessions are named as the
+CLI names them (a full id or a unique piece of one, `runtime.lookup`)."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
+from starlette.responses import Response
+
+from .. import __version__
+from ..context.compaction import CompactionResult, undo_compaction
+from ..errors import InvalidInput, NotFound
+from ..importers.tether_json import export_json, import_json, parse_export
+from ..messages import Entry, encode_json
+from ..paths import canonical_directory
+from ..recall import RecallResult, recall
+from ..runtime.activity import SessionCreated, SessionUpdated
+from ..runtime.handle import SessionHandle
+from ..runtime.lookup import find_session
+from ..runtime.operations import ModelsOverview, compact_now, context_view, models_overview, search_sessions
+from ..runtime.permission import Answer as PersonAnswer
+from ..runtime.permission import ApprovalRequest
+from ..store import UNSET
+from ..store.records import SEARCH_ROLES, SessionInfo
+from ..transcript import export_markdown
+from .openapi import Answer, Routes
+from .schemas import (
+    MAX_SEQ,
+    AnswerApproval,
+    Answered,
+    Approval,
+    ApprovalList,
+    CompactRequest,
+    ContextBudget,
+    ContextMessage,
+    ContextReport,
+    CreatedSession,
+    CreateSession,
+    Deleted,
+    EntryPage,
+    ForkRequest,
+    Health,
+    Outcome,
+    PromptRequest,
+    ResumeRequest,
+    RevertRequest,
+    RunAccepted,
+    RunSettings,
+    SessionPage,
+    SessionView,
+    UpdateSession,
+)
+from .state import IMPORT_PATH, ServerState
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.tether
+    return state
+
+
+State = Annotated[ServerState, Depends(_state)]
+Ref = Annotated[
+    str,
+    PathParam(description="A session id, or a unique piece of one (at least 6 characters)", max_length=200),
+]
+MAX_PAGE = 1000
+
+
+def answer(value: Any, status: int = 200) -> Response:
+    return Response(encode_json(value), status_code=status, media_type="application/json")
+
+
+def _directory(path: str | None) -> str | None:
+    if path is None:
+        return None
+    if not os.path.isabs(path):
+        raise InvalidInput(f"give the directory as an absolute path, not {path[:200]!r}")
+    return canonical_directory(path)
+
+
+def _run_fields(options: RunSettings) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "model": options.model,
+        "agent": options.agent,
+        "tools": options.tools,
+        "system_prompt": options.system_prompt,
+        "confirmed": options.confirmed,
+    }
+    if options.max_steps is not None:
+        fields["max_steps"] = options.max_steps
+    return fields
+
+
+# --- sessions ------------------------------------------------------------------------------------------------
+
+
+async def list_sessions(
+    state: State,
+    directory: Annotated[str | None, Query(description="Only this directory's sessions (absolute path)")] = None,
+    q: Annotated[str | None, Query(description="Only sessions whose messages match (best first, one page)")] = None,
+    children: Annotated[bool, Query(description="Include child (sub-agent) sessions")] = False,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", max_length=500)] = None,
+) -> Response:
+    where = _directory(directory)
+    if q is not None:
+        found = await search_sessions(state.store, q, directory=where, limit=limit, include_children=children)
+        return answer(SessionPage(items=found))
+    page = await state.store.list_sessions(
+        directory=where, parent_id=UNSET if children else None, limit=limit, cursor=cursor
+    )
+    return answer(SessionPage(items=page.items, next_cursor=page.next_cursor))
+
+
+async def create_session(state: State, body: CreateSession) -> Response:
+    directory = _directory(body.directory)
+    assert directory is not None
+    if not os.path.isdir(directory):
+        raise InvalidInput(f"the directory {directory} does not exist on the server")
+    if body.prompt is not None:
+        handle = await state.manager.start(None, body.prompt, directory=directory, **_run_fields(body))
+        info = await state.store.get_session(handle.session_id)
+        if body.title:
+            info = await _retitle(state, info, body.title)
+        run = RunAccepted(session_id=info.id, after=handle.after)
+        return answer(CreatedSession(session=info, run=run), 201)
+    session = await SessionHandle.create(
+        state.store,
+        directory=directory,
+        title=body.title,
+        model=body.model,
+        agent=body.agent,
+        system_prompt=body.system_prompt,
+    )
+    state.manager.activity.publish(SessionCreated(session=session.info))
+    return answer(CreatedSession(session=session.info), 201)
+
+
+async def _retitle(state: ServerState, info: SessionInfo, title: str) -> SessionInfo:
+    handle = SessionHandle(state.store, info)
+    await handle.set_title(title)
+    return await handle.refresh()
+
+
+async def get_session(state: State, session_id: Ref) -> Response:
+    info = await find_session(state.store, session_id)
+    status = await state.manager.status(info.id)
+    lease = await state.store.get_lease(info.id)
+    return answer(SessionView(session=info, status=status, lease=lease))
+
+
+async def update_session(state: State, session_id: Ref, body: UpdateSession) -> Response:
+    info = await find_session(state.store, session_id)
+    async with state.manager.exclusive(info.id):
+        handle = SessionHandle(state.store, info)
+        if body.title is not None:
+            await handle.set_title(body.title)
+        if body.state is not None:
+            await handle.update(state=body.state)
+        info = await handle.refresh()
+    state.manager.activity.publish(SessionUpdated(session=info))
+    return answer(info)
+
+
+async def delete_session(state: State, session_id: Ref) -> Response:
+    info = await find_session(state.store, session_id)
+    return answer(Deleted(deleted=await state.manager.delete(info.id)))
+
+
+async def list_children(
+    state: State,
+    session_id: Ref,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> Response:
+    info = await find_session(state.store, session_id)
+    page = await state.store.list_sessions(parent_id=info.id, limit=limit, cursor=cursor)
+    return answer(SessionPage(items=page.items, next_cursor=page.next_cursor))
+
+
+# --- entries ------------------------------------------------------------------------------------------------
+
+
+async def list_entries(
+    state: State,
+    session_id: Ref,
+    start: Annotated[int, Query(ge=1, le=MAX_SEQ, description="The first entry (raw journal)")] = 1,
+    end: Annotated[
+        int | None, Query(ge=1, le=MAX_SEQ, description="The last entry (default: start + limit - 1)")
+    ] = None,
+    tail: Annotated[int | None, Query(ge=1, le=MAX_PAGE, description="The last N entries instead")] = None,
+    active: Annotated[bool, Query(description="With tail: leave out what reverts hid")] = True,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 200,
+) -> Response:
+    info = await find_session(state.store, session_id)
+    if tail is not None:
+        entries = await SessionHandle(state.store, info).tail(tail, active=active)
+    else:
+        last = start + limit - 1 if end is None else min(end, start + limit - 1)
+        if last < start:
+            raise InvalidInput(f"end ({end}) comes before start ({start})")
+        entries = await state.store.read(info.id, start, last)
+    return answer(EntryPage(entries=entries, last_seq=info.entry_count))
+
+
+async def get_entry(state: State, session_id: Ref, seq: Annotated[int, PathParam(ge=1, le=MAX_SEQ)]) -> Response:
+    info = await find_session(state.store, session_id)
+    found = await state.store.read(info.id, seq, seq)
+    if not found:
+        raise NotFound(f"session {info.id} has no entry {seq}")
+    return answer(found[0])
+
+
+# --- runs ---------------------------------------------------------------------------------------------------
+
+
+async def prompt(state: State, session_id: Ref, body: PromptRequest) -> Response:
+    info = await find_session(state.store, session_id)
+    before = await state.manager.status(info.id)
+    handle = await state.manager.start(info.id, body.prompt, steer=body.steer, queue=body.queue, **_run_fields(body))
+    steered = body.steer and before == "running"  # a run in progress takes a steered prompt at once
+    queued = not steered and before in ("running", "queued")
+    return answer(RunAccepted(session_id=info.id, after=handle.after, queued=queued, steered=steered), 202)
+
+
+async def cancel(state: State, session_id: Ref) -> Response:
+    info = await find_session(state.store, session_id)
+    return answer(Outcome(done=await state.manager.cancel(info.id)))
+
+
+async def pause(state: State, session_id: Ref) -> Response:
+    info = await find_session(state.store, session_id)
+    return answer(Outcome(done=await state.manager.pause(info.id)))
+
+
+async def resume(state: State, session_id: Ref, body: Annotated[ResumeRequest | None, Body()] = None) -> Response:
+    info = await find_session(state.store, session_id)
+    body = body or ResumeRequest()
+    before = await state.manager.status(info.id)
+    handle = await state.manager.start(info.id, body.prompt, **_run_fields(body))
+    return answer(RunAccepted(session_id=info.id, after=handle.after, queued=before in ("running", "queued")), 202)
+
+
+# --- edits --------------------------------------------------------------------------------------------------
+
+
+async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None, Body()] = None) -> Response:
+    info = await find_session(state.store, session_id)
+    body = body or ForkRequest()
+    new = await state.store.fork(info.id, body.at, title=body.title)
+    state.manager.activity.publish(SessionCreated(session=new))
+    return answer(new, 201)
+
+
+async def revert(state: State, session_id: Ref, body: RevertRequest) -> Response:
+    info = await find_session(state.store, session_id)
+    async with state.manager.exclusive(info.id):
+        handle = SessionHandle(state.store, info)
+        entry = await handle.revert(body.to_seq, reason=body.reason)
+        info = await handle.refresh()
+    state.manager.activity.publish(SessionUpdated(session=info))
+    return answer(entry, 201)
+
+
+async def compact(state: State, session_id: Ref, body: Annotated[CompactRequest | None, Body()] = None) -> Response:
+    info = await find_session(state.store, session_id)
+    body = body or CompactRequest()
+    async with state.manager.exclusive(info.id):
+        result = await compact_now(
+            state.store,
+            info.id,
+            config=state.config,
+            model=body.model,
+            mechanical=body.mechanical,
+            keep_tokens=body.keep_tokens,
+            resolve=state.manager.resolve,
+        )
+    if result.entry is not None:
+        state.manager.activity.publish(SessionUpdated(session=await state.store.get_session(info.id)))
+    return answer(result)
+
+
+async def undo_compact(state: State, session_id: Ref) -> Response:
+    info = await find_session(state.store, session_id)
+    async with state.manager.exclusive(info.id):
+        entry = await undo_compaction(state.store, info.id)
+    state.manager.activity.publish(SessionUpdated(session=await state.store.get_session(info.id)))
+    return answer(entry, 201)
+
+
+async def context(
+    state: State,
+    session_id: Ref,
+    model: Annotated[str | None, Query(description="Fit to this model's window (default: the session's)")] = None,
+) -> Response:
+    info = await find_session(state.store, session_id)
+    view = await context_view(state.store, info.id, config=state.config, model=model)
+    d = view.derived
+    report = ContextReport(
+        session_id=info.id,
+        model=view.model,
+        budget=ContextBudget(
+            context_window=view.budget.context_window,
+            reserved_output=view.budget.reserved_output,
+            safety_margin=view.budget.safety_margin,
+            usable=view.budget.usable,
+            compact_threshold=view.budget.threshold(view.settings.compact_threshold or 0.9),
+        ),
+        auto_compact=view.settings.auto_compact is not False,
+        mode=d.mode,
+        estimate=d.estimate,
+        needed_tokens=d.needed_tokens,
+        fixed_tokens=d.fixed_tokens,
+        fits=d.fits,
+        compaction_seq=d.compaction_seq,
+        first_kept_seq=d.first_kept_seq,
+        omissions=d.omissions,
+        messages=[
+            ContextMessage(seq=seq, role=m.role, tokens=n, message=m)
+            for seq, m, n in zip(d.seqs, d.messages, view.tokens, strict=True)
+        ],
+    )
+    return answer(report)
+
+
+# --- export, import ------------------------------------------------------------------------------------------
+
+
+async def export(
+    state: State,
+    session_id: Ref,
+    format: Annotated[Literal["json", "markdown"], Query()] = "json",
+    raw: Annotated[bool, Query(description="Markdown: include reverted entries")] = False,
+) -> Response:
+    info = await find_session(state.store, session_id)
+    name = f"{info.id}.{'json' if format == 'json' else 'md'}"
+    disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
+    if format == "json":
+        out = io.BytesIO()
+        await export_json(state.store, info.id, out)
+        return Response(out.getvalue(), media_type="application/json", headers=disposition)
+    text = io.StringIO()
+    await export_markdown(state.store, info.id, text, raw=raw)
+    return Response(text.getvalue(), media_type="text/markdown; charset=utf-8", headers=disposition)
+
+
+async def import_session(
+    state: State,
+    request: Request,
+    new_id: Annotated[bool, Query(description="Give it a new id (the original is kept in its metadata)")] = False,
+) -> Response:
+    data = await request.body()
+    info = await import_json(state.store, parse_export(data, source="the request body"), new_id=new_id)
+    state.manager.activity.publish(SessionCreated(session=info))
+    return answer(info, 201)
+
+
+# --- approvals ---------------------------------------------------------------------------------------------
+
+
+def _approval(request: ApprovalRequest) -> Approval:
+    return Approval(
+        session_id=request.session_id,
+        call_id=request.call_id,
+        tool=request.tool,
+        arguments=request.arguments,
+        reason=request.reason,
+        suggestion=list(request.suggestion),
+        workspace=request.workspace,
+    )
+
+
+async def list_approvals(
+    state: State,
+    session_id: Annotated[
+        str | None, Query(max_length=200, description="Only this session's (and its sub-agents'), journaled ones too")
+    ] = None,
+) -> Response:
+    sid = (await find_session(state.store, session_id)).id if session_id else None
+    return answer(ApprovalList(approvals=[_approval(r) for r in await state.manager.approvals(sid)]))
+
+
+async def answer_approval(
+    state: State,
+    session_id: Ref,
+    call_id: Annotated[str, PathParam(max_length=200)],
+    body: AnswerApproval,
+) -> Response:
+    info = await find_session(state.store, session_id)
+    given = PersonAnswer(approved=body.approved, scope=body.scope, message=body.message, by="server")
+    handle = await state.manager.answer(info.id, call_id, given)
+    run = RunAccepted(session_id=info.id, after=handle.after) if handle is not None else None
+    return answer(Answered(run=run))
+
+
+# --- recall, models, health ------------------------------------------------------------------------------------
+
+
+async def recall_route(
+    state: State,
+    q: Annotated[str, Query(min_length=1, max_length=10_000, description="What to look for")],
+    directory: Annotated[str | None, Query(description="Only this directory's sessions")] = None,
+    session_id: Annotated[str | None, Query(max_length=200, description="Only this session")] = None,
+    role: Annotated[Literal["user", "assistant", "tool"] | None, Query()] = None,
+    since: Annotated[
+        float | None, Query(ge=0, le=1e12, description="Entries from this time on (epoch seconds)")
+    ] = None,
+    until: Annotated[float | None, Query(ge=0, le=1e12, description="Entries before this time")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    context: Annotated[int, Query(ge=0, le=20, description="Neighbours shown around each hit")] = 1,
+    reverted: Annotated[bool, Query(description="Include entries a revert hid")] = False,
+) -> Response:
+    assert role is None or role in SEARCH_ROLES
+    sid = (await find_session(state.store, session_id)).id if session_id else None
+    result = await recall(
+        state.store,
+        q,
+        directory=_directory(directory),
+        session_id=sid,
+        role=role,
+        since=since,
+        until=until,
+        limit=limit,
+        context=context,
+        include_reverted=reverted,
+    )
+    return answer(result)
+
+
+async def models(
+    state: State, provider: Annotated[str | None, Query(max_length=100, description="Only this provider")] = None
+) -> Response:
+    return answer(models_overview(state.config, provider=provider))
+
+
+async def health(state: State) -> Response:
+    return answer(
+        Health(status="ok", version=__version__, store=type(state.store).__name__, running=len(state.manager.running()))
+    )
+
+
+def add_routes(app: FastAPI, routes: Routes) -> None:
+    def ok(tp: Any, description: str, status: int = 200) -> dict[int, Answer]:
+        return {status: Answer(tp, description)}
+
+    s, r = "sessions", "runs"
+    add = routes.add
+    add(app, "GET", "/sessions", list_sessions, answers=ok(SessionPage, "A page of sessions, most recently updated first"),
+        errors=(400,), summary="List or search sessions", tag=s)  # fmt: skip
+    add(app, "POST", "/sessions", create_session, answers=ok(CreatedSession, "The new session (and its run)", 201),
+        errors=(400, 409, 422), summary="Create a session, and start its first run with a prompt", tag=s)  # fmt: skip
+    add(app, "POST", IMPORT_PATH, import_session, answers=ok(SessionInfo, "The imported session", 201),
+        errors=(400, 413, 422), summary="Import a session from a tether JSON export", tag=s,
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "description": "A tether JSON export (GET /sessions/{id}/export)"}}}}})  # fmt: skip
+    add(app, "GET", "/sessions/{session_id}", get_session, answers=ok(SessionView, "The session, its status, its lease"),
+        errors=(400, 404), summary="Get a session", tag=s)  # fmt: skip
+    add(app, "PATCH", "/sessions/{session_id}", update_session, answers=ok(SessionInfo, "The session as updated"),
+        errors=(400, 404, 409), summary="Retitle a session, or set its state", tag=s)  # fmt: skip
+    add(app, "DELETE", "/sessions/{session_id}", delete_session, answers=ok(Deleted, "The sessions deleted"),
+        errors=(400, 404, 409), summary="Delete a session and its child sessions", tag=s)  # fmt: skip
+    add(app, "GET", "/sessions/{session_id}/children", list_children, answers=ok(SessionPage, "Its child sessions"),
+        errors=(400, 404), summary="List a session's child (sub-agent) sessions", tag=s)  # fmt: skip
+    add(app, "GET", "/sessions/{session_id}/entries", list_entries, answers=ok(EntryPage, "Entries, in order"),
+        errors=(400, 404), summary="Read a range of entries, or the tail", tag=s)  # fmt: skip
+    add(app, "GET", "/sessions/{session_id}/entries/{seq}", get_entry, answers=ok(Entry, "The entry"),
+        errors=(400, 404), summary="Read one entry", tag=s)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/prompt", prompt,
+        answers=ok(RunAccepted, "Taken: follow the session's events after `after`", 202),
+        errors=(400, 404, 409, 422), summary="Prompt a session: start a run, or queue or steer the prompt", tag=r)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/cancel", cancel, answers=ok(Outcome, "Whether a run was cancelled"),
+        errors=(400, 404), summary="Cancel the session's run and the prompts waiting", tag=r)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/pause", pause, answers=ok(Outcome, "Whether a run was asked to pause"),
+        errors=(400, 404), summary="Pause the session's run at its next step", tag=r)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/resume", resume, answers=ok(RunAccepted, "Taken", 202),
+        errors=(400, 404, 409, 422), summary="Resume a paused or stopped session", tag=r)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/fork", fork, answers=ok(SessionInfo, "The new session", 201),
+        errors=(400, 404), summary="Fork a session (a copy up to an entry)", tag=s)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/revert", revert, answers=ok(Entry, "The revert entry", 201),
+        errors=(400, 404, 409), summary="Revert: hide the entries after one from the active history", tag=s)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/compact", compact, answers=ok(CompactionResult, "What was done"),
+        errors=(400, 404, 409, 422, 502), summary="Compact a session now", tag=s)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/compact/undo", undo_compact, answers=ok(Entry, "The revert entry", 201),
+        errors=(400, 404, 409), summary="Undo the latest compaction", tag=s)  # fmt: skip
+    add(app, "GET", "/sessions/{session_id}/context", context, answers=ok(ContextReport, "What the model would see"),
+        errors=(400, 404, 422), summary="The context of the session's next step", tag=s)  # fmt: skip
+    add(app, "GET", "/sessions/{session_id}/export", export,
+        answers={200: Answer(None, "The export: tether JSON (what import reads) or Markdown", schema={"type": "object"},
+                             also={"text/markdown": {"type": "string"}})},
+        errors=(400, 404), summary="Export a session", tag=s)  # fmt: skip
+    add(app, "GET", "/approvals", list_approvals, answers=ok(ApprovalList, "The requests waiting, oldest first"),
+        errors=(400, 404), summary="Tool calls that wait for a person's answer", tag=r)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/approvals/{call_id}", answer_approval,
+        answers=ok(Answered, "Answered: the run goes on (or the session resumes to take it)"),
+        errors=(400, 404, 409), summary="Answer an approval request: yes (once, session, project) or no", tag=r)  # fmt: skip
+    add(app, "GET", "/recall", recall_route, answers=ok(RecallResult, "The hits, best first"),
+        errors=(400, 404), summary="Search what was said in earlier sessions", tag=s)  # fmt: skip
+    add(app, "GET", "/models", models, answers=ok(ModelsOverview, "The model catalog"),
+        summary="Known models, configured providers, the default model", tag="server")  # fmt: skip
+    add(app, "GET", "/health", health, answers=ok(Health, "The server is up"), summary="Health", tag="server")

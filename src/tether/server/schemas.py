@@ -1,0 +1,209 @@
+"""What the server's routes take and give that the runtime has no type for. Request bodies are pydantic
+models (the web framework validates them and documents them in the OpenAPI spec); what the routes answer
+are msgspec structs, like every type of the runtime they carry (`SessionInfo`, `Entry`, the events), so
+that the answer and its schema come from the same type (`msgspec.json.schema_components`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..context.derive import Omission
+from ..context.tokens import TokenEstimate
+from ..messages import Entry, Message
+from ..runtime.activity import ActivityStatus
+from ..store.records import Lease, SessionInfo
+
+MAX_SEQ = 2**53 - 1
+"""The largest entry number a request may name (what JSON numbers hold exactly, and far more than a journal)."""
+MAX_EVENT = 2**63 - 1
+"""The largest event number a request may name."""
+
+# --- requests ----------------------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSettings(_Body):
+    """How a run goes: the model, the agent profile, the tools, the step limit, a system prompt."""
+
+    model: str | None = Field(
+        default=None, min_length=1, max_length=200, description="provider/model; default: the session's"
+    )
+    agent: str | None = Field(
+        default=None, min_length=1, max_length=100, description="build (default), plan, or [agents.NAME]"
+    )
+    tools: str | None = Field(default=None, min_length=1, max_length=2000, description="a comma list of tools, or none")
+    max_steps: int | None = Field(default=None, ge=1, le=10_000, description="model steps at most (default 50)")
+    system_prompt: str | None = Field(default=None, min_length=1, max_length=200_000)
+    confirmed: bool = Field(default=False, description="run an imported session without asking (its yes is recorded)")
+
+
+class CreateSession(RunSettings):
+    """A new session in `directory`; with a `prompt`, its first run starts at once (every option is checked
+    before the session is created: a bad one leaves nothing behind)."""
+
+    directory: str = Field(..., min_length=1, max_length=4096, description="an absolute path on the server")
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+    prompt: str | None = Field(default=None, min_length=1)
+
+
+class PromptRequest(RunSettings):
+    prompt: str = Field(..., min_length=1)
+    queue: bool = Field(default=True, description="wait behind a run in progress; false: 409 with the holder")
+    steer: bool = Field(default=False, description="give the prompt to the run in progress at its next step")
+
+
+class ResumeRequest(RunSettings):
+    prompt: str | None = Field(default=None, min_length=1, description="a prompt to go on with (default: none)")
+
+
+class UpdateSession(_Body):
+    title: str | None = Field(default=None, min_length=1, max_length=500, description="journaled as a title change")
+    state: Literal["active", "paused"] | None = None
+
+
+class ForkRequest(_Body):
+    at: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="copy entries 1..at (default: all)")
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class RevertRequest(_Body):
+    to_seq: int = Field(..., ge=0, le=MAX_SEQ, description="hide every entry after this one from the active history")
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class CompactRequest(_Body):
+    model: str | None = Field(default=None, min_length=1, max_length=200, description="the summarizer")
+    mechanical: bool = Field(default=False, description="no model: extract the summary")
+    keep_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="newest tokens kept verbatim")
+
+
+class AnswerApproval(_Body):
+    """A person's answer to an approval request: yes (how far it reaches) or no, with a message for the model."""
+
+    approved: bool
+    scope: Literal["once", "session", "project"] = Field(
+        default="once",
+        description="once: this call; session: calls like it in this session; project: in this workspace",
+    )
+    message: str = Field(default="", max_length=10_000, description="what the model is told (what to do instead)")
+
+
+# --- answers -----------------------------------------------------------------------------------------------
+
+
+class SessionPage(msgspec.Struct, kw_only=True):
+    items: list[SessionInfo]
+    next_cursor: str | None = None
+    """Give it as `cursor` for the next page; null on the last."""
+
+
+class SessionView(msgspec.Struct, kw_only=True):
+    session: SessionInfo
+    status: ActivityStatus
+    lease: Lease | None = None
+    """The run that holds the session now, in this process or another."""
+
+
+class CreatedSession(msgspec.Struct, kw_only=True):
+    session: SessionInfo
+    run: RunAccepted | None = None
+
+
+class RunAccepted(msgspec.Struct, kw_only=True):
+    """A prompt taken: follow `GET /sessions/{session_id}/events?after={after}` to see its run (a queued
+    prompt's run comes after the runs ahead of it; each run starts with a `run_started` event)."""
+
+    session_id: str
+    after: int
+    queued: bool = False
+    """It waits behind a run in progress."""
+    steered: bool = False
+    """It went to the run in progress."""
+
+
+class Deleted(msgspec.Struct, kw_only=True):
+    deleted: list[str]
+
+
+class Outcome(msgspec.Struct, kw_only=True):
+    done: bool
+    """False when there was nothing to do (no run in progress to cancel or pause)."""
+
+
+class EntryPage(msgspec.Struct, kw_only=True):
+    entries: list[Entry]
+    last_seq: int
+    """The session's last entry when read."""
+
+
+class ContextBudget(msgspec.Struct, kw_only=True):
+    context_window: int
+    reserved_output: int
+    safety_margin: int
+    usable: int
+    compact_threshold: int
+
+
+class ContextMessage(msgspec.Struct, kw_only=True):
+    seq: int | None
+    """The entry the message came from; null for the compaction summary and repaired results."""
+    role: str
+    tokens: int
+    message: Message
+
+
+class ContextReport(msgspec.Struct, kw_only=True):
+    """What the model would see at the session's next step (the same as `tether context --json`)."""
+
+    session_id: str
+    model: str
+    budget: ContextBudget
+    auto_compact: bool
+    mode: str
+    estimate: TokenEstimate
+    needed_tokens: int
+    fixed_tokens: int
+    fits: bool
+    compaction_seq: int | None
+    first_kept_seq: int | None
+    omissions: list[Omission]
+    messages: list[ContextMessage]
+
+
+class Health(msgspec.Struct, kw_only=True):
+    status: Literal["ok"]
+    version: str
+    store: str
+    running: int
+    """Sessions with a run in progress in this server."""
+
+
+ExportDocument = dict[str, Any]
+
+
+class Approval(msgspec.Struct, kw_only=True):
+    """A tool call that waits for a person: what it would do, why it asks, the rules an "always" would add."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    arguments: Any
+    reason: str
+    suggestion: list[str]
+    workspace: str
+
+
+class ApprovalList(msgspec.Struct, kw_only=True):
+    approvals: list[Approval]
+
+
+class Answered(msgspec.Struct, kw_only=True):
+    run: RunAccepted | None = None
+    """When the request was one a stopped run left in the journal: the run that resumes the session to take
+    the answer (null when a run here was waiting on it and goes on)."""

@@ -1,0 +1,55 @@
+"""Serving the app with uvicorn: bind, serve until told to stop (SIGINT, SIGTERM, or `should_exit`), then stop
+gracefully through the manager: no more prompts, the runs in progress get `shutdown_grace` seconds and are
+then cancelled (each keeps what it did and gives its lease back), the event streams end after the runs' last
+events went out, and the store is closed."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from .app import create_app
+from .settings import ServerSettings
+from .state import ServerState
+
+log = logging.getLogger("tether.server")
+
+
+class TetherServer(uvicorn.Server):
+    """uvicorn's server, which stops the runs before it waits for the connections to close (an event stream
+    would otherwise hold it open until its own timeout)."""
+
+    def __init__(self, app: FastAPI, settings: ServerSettings, **options: Any) -> None:
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=int(max(settings.shutdown_grace * 2, 5)),
+            **{"log_level": "warning", **options},
+        )
+        super().__init__(config)
+        self.app = app
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        state: ServerState | None = getattr(self.app.state, "tether", None)
+        if state is not None:
+            await state.stop()
+        await super().shutdown(sockets)
+
+    @property
+    def port(self) -> int:
+        """The port bound (the one the system chose, for port 0)."""
+        for server in self.servers:
+            for sock in server.sockets:
+                return int(sock.getsockname()[1])
+        return self.config.port
+
+
+def serve(settings: ServerSettings, *, store_url: str | None = None, **options: Any) -> None:
+    """Run the server in this thread until it is told to stop."""
+    TetherServer(create_app(settings, store_url=store_url), settings, **options).run()

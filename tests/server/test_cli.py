@@ -1,0 +1,82 @@
+"""The CLI on a server: `tether run --server URL` runs there (a new session in the workspace, the one named,
+`--continue`), shows the events as a local run's, exits 3 when the session is busy and --wait is not given;
+`tether serve --help` is fast to load and says how it is guarded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx2
+from click.testing import CliRunner
+
+from tether.cli.main import cli
+
+from .conftest import GATES, Served, gated, serve
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["run", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_run_on_a_server_creates_a_session_and_streams_its_events(server: Served) -> None:
+    code, out, err = run("--server", server.url, "--dir", str(server.workspace), "--json", "hello there")
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert events[0]["type"] == "run_started" and events[-1]["type"] == "done"
+    assert events[-1]["text"] == "answer to hello there"
+    sid = events[-1]["session_id"]
+    code, out, err = run("--server", server.url, "--dir", str(server.workspace), "--continue", "and again")
+    assert code == 0, err
+    assert "answer to and again" in out
+    page = server.call(server.state.store.list_sessions())
+    assert [s.id for s in page.items] == [sid] and page.items[0].message_count == 4
+
+
+def test_run_on_a_server_says_who_holds_a_busy_session(tmp_path: Path) -> None:
+    GATES["cli"] = threading.Event()
+    with serve(tmp_path, gated("cli")) as served:
+        body = {"directory": str(served.workspace), "prompt": "first"}
+        created = httpx2.post(served.url + "/sessions", json=body, timeout=30).json()
+        sid = created["session"]["id"]
+        while httpx2.get(f"{served.url}/sessions/{sid}", timeout=30).json()["status"] != "running":
+            threading.Event().wait(0.01)
+        code, _, err = run("--server", served.url, "--session", sid, "second")
+        assert code == 3 and "busy" in err and sid in err
+        GATES["cli"].set()
+        code, out, err = run("--server", served.url, "--session", sid, "--wait", "third")
+        assert code == 0 and "answered third" in out, err
+
+
+def test_serve_help_loads_no_web_framework() -> None:
+    script = (
+        "import sys; from click.testing import CliRunner; from tether.cli.main import cli; "
+        "r = CliRunner().invoke(cli, ['serve', '--help']); "
+        "print(r.exit_code, 'fastapi' in sys.modules, 'uvicorn' in sys.modules); print(r.output)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    first, _, rest = done.stdout.partition("\n")
+    assert first == "0 False False"
+    assert "--token-required" in rest and "TETHER_SERVER_TOKEN" in rest and "127.0.0.1" in rest
+
+
+def test_the_text_a_late_follower_missed_is_filled_in() -> None:
+    from tether.cli.remote import _TextFill
+    from tether.events import RunStarted, TextComplete, TextDelta
+
+    def texts(events: list[object]) -> str:
+        return "".join(e.text for e in events if isinstance(e, TextDelta))  # type: ignore[attr-defined]
+
+    whole = _TextFill("ses_a")
+    start = RunStarted(session_id="ses_a", n=1_500_000, run_id="r", model="m", provider="p")
+    deltas = [TextDelta(session_id="ses_a", n=1_500_001 + i, text=t) for i, t in enumerate(["Hel", "lo"])]
+    complete = TextComplete(session_id="ses_a", n=2_000_000, text="Hello", seq=2)
+    shown = [e for event in [start, *deltas, complete] for e in whole.fill(event)]
+    assert texts(shown) == "Hello" and shown[-1] == complete  # followed from the start: shown as it came
+    late = _TextFill("ses_a")
+    shown = [e for event in [start, deltas[1], complete] for e in late.fill(event)]
+    assert texts(shown) == "Hello"  # "Hel" was missed: the completed text shows it all, once

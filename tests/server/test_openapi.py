@@ -1,0 +1,133 @@
+"""The OpenAPI document is complete and accurate: a property-based run of it (schemathesis, hypothesis
+underneath) sends generated input to every operation of the real server and checks each answer: never a
+500, a status and a content type the spec lists, a body that matches the spec's schema, and every 4xx a
+typed error with a code. The event streams are checked the same way up to their headers (their body does
+not end)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tether.messages import Message
+from tether.server import ServerSettings
+
+from .conftest import Served, serve
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("openapi"), settings=ServerSettings(max_body=64 << 10)) as served:
+        yield served
+
+
+def test_the_spec_lists_every_route_with_its_answers(live: Served) -> None:
+    spec = requests.get(live.url + "/openapi.json", timeout=30).json()
+    routes = {(method.upper(), path) for path, ops in spec["paths"].items() for method in ops}
+    served = {
+        (method, route.path)
+        for route in live.server.app.routes
+        for method in getattr(route, "methods", set()) or ()
+        if route.path != "/openapi.json" and method != "HEAD"
+    }
+    assert served == routes
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            assert any(code.startswith("2") for code in op["responses"]), (method, path)
+            assert op["responses"]["500"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorBody"
+            }
+    assert {"SessionInfo", "Entry", "ErrorBody", "RunAccepted", "RunStarted", "Done"} <= set(
+        spec["components"]["schemas"]
+    )
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_every_operation_answers_by_its_spec(live: Served, mode: GenerationMode) -> None:
+    """Each operation gets generated requests: valid ones (by the spec) and, in the negative mode, ones that
+    break it. (Schemathesis's own pytest plugin does not load under this pytest, so hypothesis drives each
+    operation's strategy here, as the plugin would.)"""
+    api = schemathesis.openapi.from_url(live.url + "/openapi.json")
+    operations = [result.ok() for result in api.get_all_operations()]
+    assert len(operations) == sum(len(ops) for ops in api.raw_schema["paths"].values())
+    if mode == GenerationMode.NEGATIVE:  # an operation that takes nothing has no input to break
+        operations = [op for op in operations if list(op.iter_parameters()) or len(op.body)]
+        assert len(operations) >= 20
+    sid = _session_with_entries(live)
+    answered: dict[str, set[int]] = {}
+    for operation in operations:
+        strategy = operation.as_strategy(generation_mode=mode)
+        if mode == GenerationMode.POSITIVE and "{session_id}" in operation.path and operation.method != "delete":
+            # half the cases on a session that exists, so that the answers of success are checked too
+            strategy = st.one_of(
+                strategy, operation.as_strategy(generation_mode=mode, path_parameters={"session_id": sid})
+            )
+
+        check = _checker(strategy, live, answered.setdefault(operation.label, set()))
+        try:
+            check()
+        except Exception as exc:
+            raise AssertionError(f"{operation.label} ({mode.value}): {exc}") from exc
+    succeeded = sorted(label for label, statuses in answered.items() if any(200 <= s < 300 for s in statuses))
+    if mode == GenerationMode.POSITIVE:
+        assert len(succeeded) >= 15, succeeded  # the schemas of success were checked, not only errors
+
+
+def _checker(strategy: Any, live: Served, statuses: set[int]) -> Any:
+    @given(case=strategy)
+    @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def check(case: Any) -> None:
+        statuses.add(_check(case, live))
+
+    return check
+
+
+def _session_with_entries(live: Served) -> str:
+    async def make() -> str:
+        info = await live.state.store.create_session(directory=str(live.workspace), model="local/smollm2-135m")
+        for i in range(5):
+            await live.state.store.append(info.id, [Message.user(f"question {i}"), Message.assistant(f"answer {i}")])
+        return info.id
+
+    return str(live.call(make()))
+
+
+def _check(case: Any, live: Served) -> int:
+    if case.path.endswith("/events"):
+        kwargs = case.as_transport_kwargs(base_url=live.url)
+        with requests.request(**kwargs, stream=True, timeout=30) as response:
+            assert response.status_code < 500
+            if response.status_code == 200:
+                assert response.headers["content-type"].startswith("text/event-stream")
+            else:
+                _typed_error(response.status_code, next(response.iter_content(65536), b""))
+            return int(response.status_code)
+    response = case.call(base_url=live.url, timeout=60)
+    case.validate_response(
+        response,
+        checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance],
+    )
+    if response.status_code >= 400:
+        _typed_error(response.status_code, response.content)
+    return int(response.status_code)
+
+
+def _typed_error(status: int, body: bytes) -> None:
+    assert 400 <= status < 500, status
+    error = json.loads(body)["error"]
+    assert error["code"] and isinstance(error["code"], str) and error["message"]
+    assert "Traceback" not in body.decode()

@@ -1,0 +1,204 @@
+"""The event streams: every frame has an `id:` (the session's event number); a client that reconnects with
+`Last-Event-ID` mid-run gets what it missed from the journal and then the live events, with nothing lost and
+nothing twice; `?after=` replays the same way; an idle stream sends heartbeats; a client that stops reading
+is moved to the journal, not held in memory; `/events` tells what happens to every session."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import threading
+from pathlib import Path
+from typing import Any
+
+from tether.client import TetherClient
+from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
+from tether.runtime.activity import SessionCreated, SessionDeleted, StatusChanged
+from tether.server import ServerSettings
+
+from .conftest import GATES, Served, gated, serve, tool_steps
+
+
+def frames(server: Served, path: str, count: int, headers: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The first `count` frames of a stream, read raw: each a dict of its fields (comments as ":")."""
+    connection = http.client.HTTPConnection(server.host, timeout=60)
+    out: list[dict[str, str]] = []
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        assert response.status == 200 and response.getheader("content-type", "").startswith("text/event-stream")
+        frame: dict[str, str] = {}
+        while len(out) < count:
+            line = response.readline().decode().rstrip("\r\n")
+            if not line:
+                if frame:
+                    out.append(frame)
+                frame = {}
+                continue
+            name, _, value = line.partition(":")
+            frame[name or ":"] = value.removeprefix(" ")
+        return out
+    finally:
+        connection.close()
+
+
+async def test_every_frame_has_the_events_number_as_its_id(tmp_path: Path) -> None:
+    """Live frames (the answer's deltas, which come after the run waited at a gate the test opens once it
+    follows) and replayed ones alike."""
+    GATES["ids"] = threading.Event()
+
+    def open_gate(frame: Any) -> None:
+        seen.append((frame.id, frame.data))
+        if '"tool_call_start"' in frame.data:
+            GATES["ids"].set()
+
+    with serve(tmp_path, gated("ids")) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="wait, then answer")
+            assert created.run is not None
+            seen: list[tuple[str, str]] = []
+            events = [
+                e
+                async for e in client.events(
+                    created.session.id,
+                    after=created.run.after,
+                    until_done=True,
+                    on_frame=open_gate,
+                )
+            ]
+        assert [int(i) for i, _ in seen] == [e.n for e in events] and any(isinstance(e, TextDelta) for e in events)
+        assert all(f'"n":{i}' in data for i, data in seen)
+        # replayed from the journal: the durable events and the run's start and end, with the same ids
+        replayed = [e for e in events if isinstance(e, (*DURABLE_TYPES, RunStarted, Done))]
+        path = f"/sessions/{created.session.id}/events?after=0"
+        raw = await asyncio.to_thread(frames, served, path, len(replayed))
+        assert [int(f["id"]) for f in raw] == [e.n for e in replayed]
+
+
+async def test_a_reconnect_mid_run_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+    """One client reads to the end in one go; another drops its connection mid-run (at a gate the run waits
+    at), reconnects with the last id it saw, and reads on: together its two pieces are the first client's
+    events exactly, but for the live deltas the replay cannot give (their text is in the durable events)."""
+    GATES.pop("mid", None)
+
+    def model(request):  # type: ignore[no-untyped-def]
+        tools = sum(m.role == "tool" for m in request.messages)
+        if tools < 3:
+            name, args = ("wait_for", {"gate": "mid"}) if tools == 1 else ("look", {"what": f"#{tools}"})
+            from tether import Message, ToolCallPart
+
+            return Message.assistant(
+                f"step {tools}", tool_calls=[ToolCallPart(id=f"c{tools}", name=name, arguments=args)]
+            )
+        return "all done"
+
+    with serve(tmp_path, model) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="work")
+            assert created.run is not None
+            sid, after = created.session.id, created.run.after
+            whole_task = asyncio.create_task(_collect(client, sid, after))
+            first: list[Event] = []
+            async for event in client.events(sid, after=after):
+                first.append(event)
+                if type(event).__name__ == "ToolCallStart" and getattr(event, "name", "") == "wait_for":
+                    break  # the connection is closed here, mid-run
+            GATES.setdefault("mid", threading.Event()).set()
+            second = [e async for e in client.events(sid, after=first[-1].n, until_done=True)]
+            whole = await whole_task
+    durable = (*DURABLE_TYPES, RunStarted, Done)
+    pieces = [e for e in first + second if isinstance(e, durable)]
+    expected = [e for e in whole if isinstance(e, durable)]
+    assert pieces == expected
+    assert len({e.n for e in first + second}) == len(first + second)
+    assert isinstance(expected[-1], Done) and expected[-1].text == "all done"
+
+
+async def _collect(client: TetherClient, sid: str, after: int) -> list[Event]:
+    return [e async for e in client.events(sid, after=after, until_done=True)]
+
+
+async def test_last_event_id_wins_over_after_and_replays_from_the_journal(tmp_path: Path) -> None:
+    with serve(tmp_path, tool_steps(1)) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="look once")
+            assert created.run is not None
+            events = await _collect(client, created.session.id, created.run.after)
+        middle = events[len(events) // 2]
+        path = f"/sessions/{created.session.id}/events?after=0"
+        rest = [e for e in events if e.n > middle.n]
+        raw = await asyncio.to_thread(frames, served, path, len(rest), {"Last-Event-ID": str(middle.n)})
+        assert [int(f["id"]) for f in raw] == [e.n for e in rest]
+
+
+def test_an_idle_stream_sends_heartbeats(tmp_path: Path) -> None:
+    with serve(tmp_path, settings=ServerSettings(heartbeat=0.05)) as served:
+
+        async def make() -> str:
+            return (await served.state.store.create_session(directory=str(served.workspace))).id
+
+        sid = served.call(make())
+        raw = frames(served, f"/sessions/{sid}/events", 2)
+        assert all(":" in f and "data" not in f for f in raw)
+
+
+async def test_a_client_that_stops_reading_is_brought_back_through_the_journal(tmp_path: Path) -> None:
+    """A run streams 100,000 deltas, far faster than any client reads them, while this client reads nothing
+    at all: the server holds 4 events for it at most (its subscriber buffer here), drops the rest and moves
+    it to the journal. Reading afterwards, it gets every durable event once, and fewer deltas than were sent
+    (their text is in the durable events): nothing was held for it in memory. (How far behind a client may
+    fall before that happens is the manager's, tested in tests/runtime/test_manager.py.)"""
+    answer = "w" * 100_000
+
+    def model(request):  # type: ignore[no-untyped-def]
+        from tether.providers.scripted import ScriptedResponse
+
+        return ScriptedResponse(answer)
+
+    with serve(tmp_path, model) as served:
+        served.state.manager.subscriber_buffer = 4
+        served.provider.chunk_size = 1
+        async with TetherClient(served.url) as client:
+            sid = (await client.create_session(str(served.workspace))).session.id
+            stream = client.events(sid)
+            reader = asyncio.create_task(anext(stream))  # subscribed, then reads nothing while the run goes
+            while not served.state.manager._sessions.get(sid) or not served.state.manager._sessions[sid].subscribers:
+                await asyncio.sleep(0.01)
+            await client.prompt(sid, "say it long")
+            while (await client.get_session(sid)).status != "idle":
+                await asyncio.sleep(0.05)
+            got = [await reader]
+            async for event in stream:
+                got.append(event)
+                if isinstance(event, Done):
+                    break
+            await stream.aclose()
+            whole = [e async for e in client.events(sid, after=0, until_done=True)]
+    durable = [e.n for e in got if isinstance(e, DURABLE_TYPES)]
+    assert durable == [e.n for e in whole if isinstance(e, DURABLE_TYPES)] and len(durable) == len(set(durable))
+    assert isinstance(got[-1], Done) and got[-1].text == answer
+    deltas = sum(type(e).__name__ == "TextDelta" for e in got)
+    assert deltas < len(answer)  # it was moved to the journal rather than sent every delta
+
+
+async def test_the_activity_stream_tells_what_happens_to_every_session(server: Served) -> None:
+    async with TetherClient(server.url) as client:
+        feed = client.activity(after=0)
+        created = await client.create_session(str(server.workspace), prompt="hello")
+        assert created.run is not None
+        await _collect(client, created.session.id, created.run.after)
+        seen = []
+        async for item in feed:
+            seen.append(item)
+            if isinstance(item, StatusChanged) and item.status == "idle":
+                break
+        await client.delete_session(created.session.id)
+        async for item in feed:
+            seen.append(item)
+            if isinstance(item, SessionDeleted):
+                break
+        await feed.aclose()
+    kinds = [type(i).__name__ for i in seen]
+    assert isinstance(seen[0], SessionCreated) and seen[0].session.id == created.session.id
+    assert "StatusChanged" in kinds and "SessionUpdated" in kinds and kinds[-1] == "SessionDeleted"
+    assert [i.n for i in seen] == sorted({i.n for i in seen})
