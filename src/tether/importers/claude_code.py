@@ -53,6 +53,7 @@ from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
 from .jsonl import (
     FileResult,
+    JsonLines,
     Problem,
     SessionWriter,
     SourceChanged,
@@ -299,36 +300,17 @@ class _FileImport:
             result.outcome = "would append" if info is not None else "would import"
         main = await self.main_target(info)
         current = main
-        consumed = 0
+        reading = JsonLines(self.path, self.problems)
         try:
-            for line in read_lines(self.path):
-                result.lines = line.no
-                if not line.data.strip():
-                    consumed = line.end
-                    continue
-                try:
-                    obj = decode_json(line.data)
-                except msgspec.DecodeError as e:
-                    if not line.complete:
-                        self.problems.append(
-                            Problem(
-                                self.path,
-                                line.no,
-                                "the last line is cut short (still being written, or truncated); "
-                                "it is left for the next import",
-                            )
-                        )
-                        result.lines = line.no - 1
-                        break
-                    self.problems.append(Problem(self.path, line.no, f"not JSON ({e}); skipped"))
-                    consumed = line.end
-                    continue
-                consumed = line.end
+            for line, obj in reading:
                 current = await self.place(obj, line.no, len(line.data), main, current)
         except SourceChanged as e:
             return self._failed(result, f"{e}; import it again")
         except OSError as e:
             return self._failed(result, f"cannot read it: {e.strerror or e}")
+        finally:
+            result.lines = reading.lines
+        consumed = reading.consumed
         for target in self.targets:
             await target.writer.flush()
         await self._finish(main, info, consumed, st.st_size)

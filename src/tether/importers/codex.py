@@ -47,17 +47,16 @@ from ..store.protocols import Store
 from ..store.records import IMPORTED
 from .jsonl import (
     FileResult,
+    JsonLines,
     Problem,
     SessionWriter,
     SourceChanged,
     decode_data_uri,
-    decode_json,
     existing,
     head_digest,
     import_mark,
     parse_time,
     raw_marker,
-    read_lines,
     source_session_id,
 )
 
@@ -172,31 +171,10 @@ class _RolloutImport:
             self.store, self.session_id, known=info.entry_count if info else 0, dry_run=self.dry_run,
             create=None if info else create,
         )  # fmt: skip
-        consumed, last = 0, 0
+        reading, last = JsonLines(self.path, self.problems), 0
         try:
-            for line in read_lines(self.path):
-                result.lines = line.no
-                if not line.data.strip():
-                    consumed = line.end
-                    continue
-                try:
-                    obj = decode_json(line.data)
-                except msgspec.DecodeError as e:
-                    if not line.complete:
-                        self.problems.append(
-                            Problem(
-                                self.path,
-                                line.no,
-                                "the last line is cut short (still being written, or truncated); "
-                                "it is left for the next import",
-                            )
-                        )
-                        result.lines = line.no - 1
-                        break
-                    self.problems.append(Problem(self.path, line.no, f"not JSON ({e}); skipped"))
-                    consumed = line.end
-                    continue
-                consumed, last = line.end, line.no
+            for line, obj in reading:
+                last = line.no
                 await self.place(obj, line.no, len(line.data))
                 if line.no in self.cuts:
                     await self.close()  # where an earlier import stopped with a response still open
@@ -204,6 +182,9 @@ class _RolloutImport:
             return self._failed(result, f"{e}; import it again")
         except OSError as e:
             return self._failed(result, f"cannot read it: {e.strerror or e}")
+        finally:
+            result.lines = reading.lines
+        consumed = reading.consumed
         if self.group is not None and last:
             self.cuts.add(last)
         await self.close()

@@ -84,6 +84,41 @@ def read_lines(path: str, *, start: int = 0, first_no: int = 1) -> Iterator[Line
             pos, no = end, no + 1
 
 
+class JsonLines:
+    """The JSON values of a JSONL transcript, line by line (`read_lines`): blank lines pass, a line that is
+    not JSON is reported to `problems` and skipped, and a cut last line (no newline: still being written, or
+    truncated) is reported and left for the next import. `lines` is the last line read whole, `consumed` the
+    byte offset after the last line dealt with (where a later import may go on)."""
+
+    def __init__(self, path: str, problems: list[Problem]) -> None:
+        self.path = path
+        self.problems = problems
+        self.lines = 0
+        self.consumed = 0
+
+    def __iter__(self) -> Iterator[tuple[Line, Any]]:
+        for line in read_lines(self.path):
+            self.lines = line.no
+            if not line.data.strip():
+                self.consumed = line.end
+                continue
+            try:
+                value = decode_json(line.data)
+            except msgspec.DecodeError as e:
+                if not line.complete:
+                    reason = (
+                        "the last line is cut short (still being written, or truncated); it is left for the next import"
+                    )
+                    self.problems.append(Problem(self.path, line.no, reason))
+                    self.lines = line.no - 1
+                    return
+                self.problems.append(Problem(self.path, line.no, f"not JSON ({e}); skipped"))
+                self.consumed = line.end
+                continue
+            self.consumed = line.end
+            yield line, value
+
+
 def head_digest(path: str, upto: int) -> str:
     """A fingerprint of the file's first `min(upto, HEAD_BYTES)` bytes (what an earlier import read)."""
     with open(path, "rb") as f:
