@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from tether.cli.main import cli
 
-from .conftest import GATES, Served, gated, serve
+from .conftest import GATES, Served, asks, gated, serve
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -80,3 +80,30 @@ def test_the_text_a_late_follower_missed_is_filled_in() -> None:
     late = _TextFill("ses_a")
     shown = [e for event in [start, deltas[1], complete] for e in late.fill(event)]
     assert texts(shown) == "Hello"  # "Hel" was missed: the completed text shows it all, once
+
+
+def test_a_run_on_a_server_without_a_terminal_says_where_an_approval_is_answered(tmp_path: Path) -> None:
+    with serve(tmp_path, asks("the config")) as served:
+        box: list[tuple[int, str, str]] = []
+        runner = threading.Thread(
+            target=lambda: box.append(run("--server", served.url, "--dir", str(served.workspace), "change it"))
+        )
+        runner.start()
+        pending: list[dict[str, object]] = []
+        for _ in range(3000):  # the run waits for a yes that only HTTP can give
+            pending = httpx2.get(served.url + "/approvals", timeout=30).json()["approvals"]
+            if pending:
+                break
+            threading.Event().wait(0.01)
+        assert len(pending) == 1 and runner.is_alive()
+        (waiting,) = pending
+        answer = {"approved": True, "scope": "once", "message": ""}
+        path = f"/sessions/{waiting['session_id']}/approvals/{waiting['call_id']}"
+        assert httpx2.post(served.url + path, json=answer, timeout=30).status_code == 200
+        runner.join(60)
+        assert not runner.is_alive()
+    ((code, out, err),) = box
+    assert code == 0, err
+    assert "waiting for approval: change in session" in " ".join(err.split())
+    assert f"POST{served.url}{path}" in "".join(err.split())  # where to answer it (rich may wrap the line)
+    assert "result:" in out

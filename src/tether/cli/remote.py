@@ -13,11 +13,12 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..errors import ConfirmationRequired, InvalidInput, NotFound, SessionBusy
+from ..errors import ConfirmationRequired, InvalidInput, NotFound, SessionBusy, TetherError
 from ..events import (
     DURABLE_TYPES,
     EVENT_SPAN,
     LIVE_OFFSET,
+    ApprovalRequested,
     Done,
     Error,
     Event,
@@ -44,11 +45,41 @@ def run_remote(
     """Run on `server` and show the events; returns the exit status (0 done, 1 error, 2 bad option, 3 busy,
     130 cancelled)."""
     from ..client import TetherClient
+    from ..runtime.permission import ApprovalRequest
+    from .approval import terminal_approver
 
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     renderer = None if as_json else TerminalRenderer(out, err)
     workspace = os.path.abspath(directory or os.getcwd())
+    interactive = not as_json and sys.stdin.isatty()
+
+    async def approve(client: TetherClient, event: ApprovalRequested) -> None:
+        """A call of the run (or of a sub-agent's) waits for a yes: ask here when there is a terminal, else
+        say where it can be answered (the run waits for whoever answers, up to its approval timeout)."""
+        if not interactive:
+            where = f"{server.rstrip('/')}/sessions/{event.session_id}/approvals/{event.call_id}"
+            err.print(
+                f"[yellow]waiting for approval:[/yellow] {shown(event.name)} in session {event.session_id} "
+                f"({shown(event.reason)}); answer it with POST {shown(where)}, or run this at a terminal",
+                highlight=False,
+            )
+            return
+        request = ApprovalRequest(
+            session_id=event.session_id,
+            call_id=event.call_id,
+            tool=event.name,
+            arguments=event.arguments,
+            reason=event.reason,
+            suggestion=tuple(event.suggestion),
+        )
+        answer = await terminal_approver(err, renderer)(request)
+        try:
+            await client.answer(
+                event.session_id, event.call_id, approved=answer.approved, scope=answer.scope, message=answer.message
+            )
+        except TetherError as exc:  # answered meanwhile by someone else, or the run ended
+            err.print(f"[yellow]the answer was not taken:[/yellow] {shown(str(exc))}", highlight=False)
 
     async def main() -> int:
         task = asyncio.current_task()
@@ -104,6 +135,8 @@ def run_remote(
                     elif renderer is not None:
                         for shown_event in text.fill(event):
                             renderer.handle(shown_event)
+                    if isinstance(event, ApprovalRequested):
+                        await approve(client, event)
                     if event.session_id != session_id:
                         continue
                     if isinstance(event, Done):
