@@ -393,7 +393,9 @@ async def answer_approval(
     body: AnswerApproval,
 ) -> Response:
     info = await find_session(state.store, session_id)
-    given = PersonAnswer(approved=body.approved, scope=body.scope, message=body.message, by="server")
+    given = PersonAnswer(
+        approved=body.approved, scope=body.scope, message=body.message, by="user"
+    )  # a person, answering over HTTP
     handle = await state.manager.answer(info.id, call_id, given)
     run = RunAccepted(session_id=info.id, after=handle.after) if handle is not None else None
     return answer(Answered(run=run))
