@@ -52,6 +52,7 @@ from ..messages import (
 from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
 from .jsonl import (
+    CannotAppend,
     FileResult,
     JsonLines,
     Problem,
@@ -64,6 +65,7 @@ from .jsonl import (
     parse_time,
     raw_marker,
     read_lines,
+    since_import,
     source_session_id,
 )
 
@@ -274,28 +276,15 @@ class _FileImport:
         mark = import_mark(info)
         result.session_id = main_id
         if info is not None and mark:
-            offset = int(mark.get("offset", 0))
             try:
-                same_head = mark.get("head") == head_digest(self.path, offset)
+                result.outcome = since_import(self.path, st.st_size, main_id, info, mark)
             except OSError as e:
                 return self._failed(result, f"cannot read it: {e.strerror or e}")
-            if "head" in mark and (st.st_size < offset or not same_head):  # no head: an import cut short
-                return self._failed(
-                    result,
-                    "it was rewritten since it was imported (not only appended to), so it cannot be appended; "
-                    f"delete session {main_id} to import it anew",
-                )
-            if st.st_size == mark.get("size"):
-                result.outcome = "unchanged"
+            except CannotAppend as e:
+                return self._failed(result, str(e))
+            if result.outcome == "unchanged":
                 result.title = info.title
                 return result
-            if mark.get("confirmed") and info.entry_count != mark.get("entries", info.entry_count):
-                return self._failed(
-                    result,
-                    f"session {main_id} was continued in tether after its import, so the lines added to "
-                    "the file since are not appended to it; fork it (`tether sessions fork`) to keep both",
-                )
-            result.outcome = "grown"
         if self.dry_run:
             result.outcome = "would append" if info is not None else "would import"
         main = await self.main_target(info)

@@ -46,6 +46,7 @@ from ..messages import (
 from ..store.protocols import Store
 from ..store.records import IMPORTED
 from .jsonl import (
+    CannotAppend,
     FileResult,
     JsonLines,
     Problem,
@@ -57,6 +58,7 @@ from .jsonl import (
     import_mark,
     parse_time,
     raw_marker,
+    since_import,
     source_session_id,
 )
 
@@ -131,27 +133,15 @@ class _RolloutImport:
         info = await existing(self.store, self.session_id)
         mark = import_mark(info)
         if info is not None and mark:
-            offset = int(mark.get("offset", 0))
             try:
-                same_head = mark.get("head") == head_digest(self.path, offset)
+                result.outcome = since_import(self.path, st.st_size, self.session_id, info, mark)
             except OSError as e:
                 return self._failed(result, f"cannot read it: {e.strerror or e}")
-            if "head" in mark and (st.st_size < offset or not same_head):  # no head: an import cut short
-                return self._failed(
-                    result,
-                    "it was rewritten since it was imported (not only appended to), so it cannot be appended; "
-                    f"delete session {self.session_id} to import it anew",
-                )
-            if st.st_size == mark.get("size"):
-                result.outcome, result.title = "unchanged", info.title
+            except CannotAppend as e:
+                return self._failed(result, str(e))
+            if result.outcome == "unchanged":
+                result.title = info.title
                 return result
-            if mark.get("confirmed") and info.entry_count != mark.get("entries", info.entry_count):
-                return self._failed(
-                    result,
-                    f"session {self.session_id} was continued in tether after its import, so the lines added to "
-                    "the file since are not appended to it; fork it (`tether sessions fork`) to keep both",
-                )
-            result.outcome = "grown"
             self.cuts = {int(n) for n in mark.get("cuts", []) if isinstance(n, int)}
         if self.dry_run:
             result.outcome = "would append" if info is not None else "would import"

@@ -25,8 +25,10 @@ from ..store.records import IMPORTED, SessionInfo
 __all__ = [
     "BATCH_BYTES",
     "BATCH_ENTRIES",
+    "CannotAppend",
     "FileOutcome",
     "FileResult",
+    "JsonLines",
     "Line",
     "Problem",
     "SessionWriter",
@@ -35,6 +37,7 @@ __all__ = [
     "parse_time",
     "raw_marker",
     "read_lines",
+    "since_import",
     "source_session_id",
 ]
 
@@ -117,6 +120,33 @@ class JsonLines:
                 continue
             self.consumed = line.end
             yield line, value
+
+
+class CannotAppend(Exception):
+    """The file cannot be appended to the session an earlier import made of it (the message says why)."""
+
+
+def since_import(
+    path: str, size: int, session_id: str, info: SessionInfo, mark: dict[str, Any]
+) -> Literal["unchanged", "grown"]:
+    """What became of a file since its import (`mark`, the session's import record): ``"unchanged"`` or
+    ``"grown"``. `CannotAppend` when it was rewritten, or the session was continued in tether since;
+    `OSError` when its head cannot be read."""
+    offset = int(mark.get("offset", 0))
+    same_head = mark.get("head") == head_digest(path, offset)
+    if "head" in mark and (size < offset or not same_head):  # no head: an import cut short
+        raise CannotAppend(
+            "it was rewritten since it was imported (not only appended to), so it cannot be appended; "
+            f"delete session {session_id} to import it anew"
+        )
+    if size == mark.get("size"):
+        return "unchanged"
+    if mark.get("confirmed") and info.entry_count != mark.get("entries", info.entry_count):
+        raise CannotAppend(
+            f"session {session_id} was continued in tether after its import, so the lines added to "
+            "the file since are not appended to it; fork it (`tether sessions fork`) to keep both"
+        )
+    return "grown"
 
 
 def head_digest(path: str, upto: int) -> str:
