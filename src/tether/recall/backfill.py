@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from ..store.protocols import Store
-from ..store.records import BackfillProgress
+from ..store.records import BackfillProgress, SessionInfo
 
 ProgressFn = Callable[[BackfillProgress, float], None]
 """Called after each batch with the progress and the seconds since the start."""
@@ -23,3 +23,16 @@ async def backfill(store: Store, *, batch: int = 500, progress: ProgressFn | Non
         if progress is not None:
             progress(step, time.monotonic() - started)
     return last
+
+
+async def all_sessions(store: Store, directory: str | None = None) -> list[SessionInfo]:
+    """Every session of the store (of one directory), page by page: what a side index of recall (turn keys,
+    embeddings, facts) brings up to date."""
+    infos: list[SessionInfo] = []
+    cursor: str | None = None
+    while True:
+        page = await store.list_sessions(directory=directory, limit=1000, cursor=cursor)
+        infos.extend(page.items)
+        if page.next_cursor is None:
+            return infos
+        cursor = page.next_cursor

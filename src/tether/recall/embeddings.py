@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import MissingExtra
 from ..store.protocols import Store
 from ..store.searchtext import STOP_WORDS, indexed_text, stem, tokens
+from .backfill import all_sessions
 from .candidate import Candidate
 
 if TYPE_CHECKING:
@@ -410,14 +411,7 @@ class SemanticIndex:
         if session_id is not None:
             infos = [await self.store.get_session(session_id)]
         else:
-            infos = []
-            cursor: str | None = None
-            while True:
-                page = await self.store.list_sessions(directory=directory, limit=1000, cursor=cursor)
-                infos.extend(page.items)
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            infos = await all_sessions(self.store, directory)
         done = 0
         with self._lock:
             known_words = {w for (w,) in self._conn.execute("SELECT word FROM words")}

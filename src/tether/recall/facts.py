@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..store.protocols import Store
 from ..store.searchtext import indexed_text, match_expression, query_terms
+from .backfill import all_sessions
 
 FactWriter = Callable[[str], Awaitable[str]]
 """Writes fact lines for a prompt (`PROMPT` filled in): one call to a model."""
@@ -129,14 +130,7 @@ class FactIndex:
         if session_id is not None:
             infos = [await self.store.get_session(session_id)]
         else:
-            infos = []
-            cursor: str | None = None
-            while True:
-                page = await self.store.list_sessions(directory=directory, limit=1000, cursor=cursor)
-                infos.extend(page.items)
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            infos = await all_sessions(self.store, directory)
         with self._lock:
             done_upto = dict(self._conn.execute("SELECT session_id, upto FROM progress").fetchall())
         sessions = turns = calls = lines = 0

@@ -17,6 +17,7 @@ from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
 from ..store.searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
+from .backfill import all_sessions
 
 KEY_VERSION = 1
 """Bump when what a key holds changes (`indexed_text`, `PREVIOUS_CHARS`, the columns): the file is then
@@ -144,14 +145,7 @@ class KeyIndex:
             except LookupError:
                 return True  # nothing to find in it: the search says so
         else:
-            infos = []
-            cursor: str | None = None
-            while True:
-                page = await store.list_sessions(directory=directory, limit=1000, cursor=cursor)
-                infos.extend(page.items)
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            infos = await all_sessions(store, directory)
         with self._lock:
             known = {
                 sid: (num, created_at, upto, where)
