@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -190,9 +190,17 @@ class TetherClient:
         return await self._call("GET", f"/sessions/{session_id}", SessionView)
 
     async def update_session(
-        self, session_id: str, *, title: str | None = None, state: Literal["active", "paused"] | None = None
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        state: Literal["active", "paused"] | None = None,
+        rules: Mapping[str, Sequence[str]] | None = None,
     ) -> SessionInfo:
-        return await self._call("PATCH", f"/sessions/{session_id}", SessionInfo, json=_given(title=title, state=state))
+        """Change a session's title, state, or its own approval rules (``{"allow": [...], "ask": [...],
+        "deny": [...]}``, replacing the ones it had; empty lists remove them)."""
+        body = _given(title=title, state=state, rules=dict(rules) if rules is not None else None)
+        return await self._call("PATCH", f"/sessions/{session_id}", SessionInfo, json=body)
 
     async def delete_session(self, session_id: str) -> list[str]:
         return (await self._call("DELETE", f"/sessions/{session_id}", dict[str, list[str]]))["deleted"]

@@ -305,3 +305,22 @@ async def test_a_call_that_asks_waits_for_an_answer_over_http(tmp_path: Path) ->
                     break
             await events.aclose()
             assert await client.approvals() == []
+
+
+async def test_a_sessions_own_rules_are_set_over_http_and_its_next_run_applies_them(tmp_path: Path) -> None:
+    with serve(tmp_path, asks("the config")) as served:
+        async with TetherClient(served.url) as client:
+            sid = (await client.create_session(str(served.workspace))).session.id
+            with pytest.raises(InvalidInput, match="is not a rule"):
+                await client.update_session(sid, rules={"allow": ["change(("]})
+            with pytest.raises(InvalidInput, match="pattern in the parentheses is empty"):
+                await client.update_session(sid, rules={"deny": ["bash()"]})
+            assert "permissions" not in (await client.get_session(sid)).session.metadata  # nothing half-written
+            info = await client.update_session(sid, rules={"allow": ["change"], "deny": ["bash(rm *)"]})
+            assert info.metadata["permissions"] == {"deny": ["bash(rm *)"], "allow": ["change"]}
+            run = await client.prompt(sid, "change it")
+            events = [e async for e in client.events(sid, after=run.after, until_done=True)]
+            assert not [e for e in events if type(e).__name__ == "ApprovalRequested"]  # allowed by the session's rule
+            assert isinstance(events[-1], Done) and events[-1].text == "result: changed the config"
+            cleared = await client.update_session(sid, rules={})
+            assert "permissions" not in cleared.metadata

@@ -13,10 +13,10 @@ from typing import Any
 
 from tether.client import TetherClient
 from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
-from tether.runtime.activity import SessionCreated, SessionDeleted, StatusChanged
+from tether.runtime.activity import ApprovalPending, ApprovalSettled, SessionCreated, SessionDeleted, StatusChanged
 from tether.server import ServerSettings
 
-from .conftest import GATES, Served, gated, serve, tool_steps
+from .conftest import GATES, Served, asks, gated, serve, tool_steps
 
 
 def frames(server: Served, path: str, count: int, headers: dict[str, str] | None = None) -> list[dict[str, str]]:
@@ -202,3 +202,31 @@ async def test_the_activity_stream_tells_what_happens_to_every_session(server: S
     assert isinstance(seen[0], SessionCreated) and seen[0].session.id == created.session.id
     assert "StatusChanged" in kinds and "SessionUpdated" in kinds and kinds[-1] == "SessionDeleted"
     assert [i.n for i in seen] == sorted({i.n for i in seen})
+
+
+async def test_the_activity_stream_tells_when_a_call_waits_for_a_person_and_when_it_stops_waiting(
+    tmp_path: Path,
+) -> None:
+    with serve(tmp_path, asks("the config")) as served:
+        async with TetherClient(served.url) as client:
+            feed = client.activity(after=0)
+            created = await client.create_session(str(served.workspace), prompt="change it")
+            sid = created.session.id
+            seen = []
+            async for item in feed:
+                seen.append(item)
+                if isinstance(item, ApprovalPending):
+                    break
+            assert seen[-1].request.call_id == "ch1" and seen[-1].root_id == sid  # type: ignore[attr-defined]
+            await client.answer(sid, "ch1", approved=True)
+            async for item in feed:
+                seen.append(item)
+                if isinstance(item, StatusChanged) and item.status == "idle":
+                    break
+            await feed.aclose()
+    statuses = [i.status for i in seen if isinstance(i, StatusChanged)]
+    assert statuses.index("waiting_for_approval") < statuses.index("idle")
+    settled = [i for i in seen if isinstance(i, ApprovalSettled)]
+    assert [(s.session_id, s.call_id, s.approved) for s in settled] == [(sid, "ch1", True)]
+    after_answer = statuses[statuses.index("waiting_for_approval") + 1 :]
+    assert after_answer[0] == "running"  # the run goes on once answered

@@ -1,5 +1,6 @@
 """What happens to the sessions of one process, as a feed: sessions created, updated and deleted, and where
-each one's runs stand (`StatusChanged`). Numbered in the order they happened (`n`, this process's own count),
+each one's runs stand (`StatusChanged`), and the approval requests that wait for a person
+(`ApprovalPending`, then `ApprovalSettled`). Numbered in the order they happened (`n`, this process's own count),
 the latest few thousand kept so that a follower who dropped out can catch up; one who fell further behind
 is told to read the list again (`Resync`). A follower's buffer is bounded, as a session subscriber's is."""
 
@@ -13,6 +14,7 @@ from typing import Literal
 import msgspec
 
 from ..store.records import SessionInfo
+from .permission import ApprovalRequest
 
 ActivityStatus = Literal["idle", "queued", "running", "waiting_for_approval", "paused", "busy_elsewhere"]
 """As `SessionManager.status` says (its `Status`)."""
@@ -44,11 +46,28 @@ class StatusChanged(_Activity, tag="status_changed"):
     status: ActivityStatus
 
 
+class ApprovalPending(_Activity, tag="approval_pending"):
+    """A tool call waits for a person's answer (`SessionManager.answer`); `root_id` is the session whose run
+    waits (the request's own session, or the parent of the sub-agent that asks)."""
+
+    request: ApprovalRequest
+    root_id: str
+
+
+class ApprovalSettled(_Activity, tag="approval_settled"):
+    """An approval request no longer waits: answered (`approved`), or its run stopped waiting (cancelled,
+    timed out, ended: `approved` is None)."""
+
+    session_id: str
+    call_id: str
+    approved: bool | None = None
+
+
 class Resync(_Activity, tag="resync"):
     """The follower missed more than the feed keeps: read the session list again, then go on from `n`."""
 
 
-Activity = SessionCreated | SessionUpdated | SessionDeleted | StatusChanged | Resync
+Activity = SessionCreated | SessionUpdated | SessionDeleted | StatusChanged | ApprovalPending | ApprovalSettled | Resync
 
 KEPT = 4096
 """Activities kept for followers who catch up after a reconnect."""

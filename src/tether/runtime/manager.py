@@ -26,7 +26,15 @@ from ..ids import new_id
 from ..messages import Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
-from .activity import ActivityFeed, SessionCreated, SessionDeleted, SessionUpdated, StatusChanged
+from .activity import (
+    ActivityFeed,
+    ApprovalPending,
+    ApprovalSettled,
+    SessionCreated,
+    SessionDeleted,
+    SessionUpdated,
+    StatusChanged,
+)
 from .approvals import journaled_requests
 from .configuration import load_config
 from .journal import replay_events
@@ -456,11 +464,22 @@ class SessionManager:
             return given
         asked = _Asked(request, root, asyncio.get_running_loop().create_future())
         self._asked[key] = asked
+        self.activity.publish(ApprovalPending(request=request, root_id=root))
+        self.activity.publish(StatusChanged(session_id=root, status="waiting_for_approval"))
+        given_answer: Answer | None = None
         try:
-            return await asked.answer
+            given_answer = await asked.answer
+            return given_answer
         finally:
             if self._asked.get(key) is asked:
                 del self._asked[key]
+            approved = given_answer.approved if given_answer is not None else None
+            self.activity.publish(
+                ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
+            )
+            entry = self._sessions.get(root)
+            if entry is not None and entry.run is not None:
+                self.activity.publish(StatusChanged(session_id=root, status=await self.status(root)))
 
     async def approvals(self, session_id: str | None = None) -> list[ApprovalRequest]:
         """The approval requests that wait for an answer: those the runs of this manager wait on (of every

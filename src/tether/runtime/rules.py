@@ -419,6 +419,19 @@ SESSION_RULES_KEY = "permissions"
 "always, in this session")."""
 
 
+def with_session_rules(metadata: Mapping[str, Any], lists: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """`metadata` with the session's own rules replaced by `lists` (``{"allow": [...], ...}``), each rule
+    checked first (`InvalidInput` names the one that does not parse); empty lists remove the layer."""
+    actions: tuple[Action, ...] = ("deny", "ask", "allow")
+    kept = {action: list(lists.get(action, ())) for action in actions}
+    for action in actions:
+        parse_rules(kept[action], action, "this session")
+    out = {k: v for k, v in metadata.items() if k != SESSION_RULES_KEY}
+    if any(kept.values()):
+        out[SESSION_RULES_KEY] = {action: texts for action, texts in kept.items() if texts}
+    return out
+
+
 def session_rules(metadata: Mapping[str, Any]) -> list[Rule]:
     """The rules a session keeps in its metadata; one that does not parse (an edited import) is left out."""
     lists = metadata.get(SESSION_RULES_KEY)

@@ -26,6 +26,7 @@ from ..runtime.lookup import find_session
 from ..runtime.operations import ModelsOverview, compact_now, context_view, models_overview, search_sessions
 from ..runtime.permission import Answer as PersonAnswer
 from ..runtime.permission import ApprovalRequest
+from ..runtime.rules import with_session_rules
 from ..store import UNSET
 from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
@@ -163,6 +164,8 @@ async def update_session(state: State, session_id: Ref, body: UpdateSession) -> 
             await handle.set_title(body.title)
         if body.state is not None:
             await handle.update(state=body.state)
+        if body.rules is not None:
+            await handle.update(metadata=with_session_rules(handle.info.metadata, body.rules.model_dump()))
         info = await handle.refresh()
     state.manager.activity.publish(SessionUpdated(session=info))
     return answer(info)

@@ -5,7 +5,7 @@ that the answer and its schema come from the same type (`msgspec.json.schema_com
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,9 +62,24 @@ class ResumeRequest(RunSettings):
     prompt: str | None = Field(default=None, min_length=1, description="a prompt to go on with (default: none)")
 
 
+RuleText = Annotated[str, Field(min_length=1, max_length=500)]
+
+
+class SessionRules(_Body):
+    """The session's own approval rules (one layer of several: the strictest matching rule of any layer
+    wins, deny before ask before allow), e.g. ``bash(git status*)``, ``edit(src/**)``, ``read(**/.env)``."""
+
+    allow: list[RuleText] = Field(default_factory=list, max_length=200)
+    ask: list[RuleText] = Field(default_factory=list, max_length=200)
+    deny: list[RuleText] = Field(default_factory=list, max_length=200)
+
+
 class UpdateSession(_Body):
     title: str | None = Field(default=None, min_length=1, max_length=500, description="journaled as a title change")
     state: Literal["active", "paused"] | None = None
+    rules: SessionRules | None = Field(
+        default=None, description="replace the session's own approval rules (its next run applies them)"
+    )
 
 
 class ForkRequest(_Body):
