@@ -107,3 +107,16 @@ def test_a_run_on_a_server_without_a_terminal_says_where_an_approval_is_answered
     assert "waiting for approval: change in session" in " ".join(err.split())
     assert f"POST{served.url}{path}" in "".join(err.split())  # where to answer it (rich may wrap the line)
     assert "result:" in out
+
+
+def test_a_run_on_a_server_takes_the_permission_options_as_a_local_run_does(tmp_path: Path) -> None:
+    with serve(tmp_path, asks("the config")) as served:
+        common = ("--server", served.url, "--dir", str(served.workspace))
+        code, out, err = run(*common, "--allow", "change", "change it")
+        assert code == 0, err
+        assert "result: changed the config" in out and "waiting for approval" not in err
+        code, out, err = run(*common, "--deny", "change", "change it again")
+        assert code == 0, err
+        assert "result:" in out and "changed the config" not in out  # denied: the model reads why
+        code, _, err = run(*common, "--allow", "bash(", "x")
+        assert code == 2 and "is not a rule" in " ".join(err.split())

@@ -177,6 +177,9 @@ def run(
             "tools": tools,
             "agent": agent,
             "confirmed": yes or None,
+            "permission_mode": permission_mode,
+            "allow": list(allow) or None,
+            "deny": list(deny) or None,
         }
         code = run_remote(
             server,

@@ -92,6 +92,9 @@ def _run_fields(options: RunSettings) -> dict[str, Any]:
         "tools": options.tools,
         "system_prompt": options.system_prompt,
         "confirmed": options.confirmed,
+        "permission_mode": options.permission_mode,
+        "allow": tuple(options.allow),
+        "deny": tuple(options.deny),
     }
     if options.max_steps is not None:
         fields["max_steps"] = options.max_steps

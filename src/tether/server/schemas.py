@@ -14,6 +14,7 @@ from ..context.derive import Omission
 from ..context.tokens import TokenEstimate
 from ..messages import Entry, Message
 from ..runtime.activity import ActivityStatus
+from ..runtime.rules import Mode
 from ..store.records import Lease, SessionInfo
 
 MAX_SEQ = 2**53 - 1
@@ -26,6 +27,10 @@ MAX_EVENT = 2**63 - 1
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+RuleText = Annotated[str, Field(min_length=1, max_length=500)]
+"""An approval rule: ``TOOL`` or ``TOOL(PATTERN)``, such as ``bash(git status*)``."""
 
 
 class RunSettings(_Body):
@@ -41,6 +46,11 @@ class RunSettings(_Body):
     max_steps: int | None = Field(default=None, ge=1, le=10_000, description="model steps at most (default 50)")
     system_prompt: str | None = Field(default=None, min_length=1, max_length=200_000)
     confirmed: bool = Field(default=False, description="run an imported session without asking (its yes is recorded)")
+    permission_mode: Mode | None = Field(
+        default=None, description="this run's approval mode (as `tether run --permission-mode`)"
+    )
+    allow: list[RuleText] = Field(default_factory=list, max_length=200, description="rules allowed in this run")
+    deny: list[RuleText] = Field(default_factory=list, max_length=200, description="rules denied in this run")
 
 
 class CreateSession(RunSettings):
@@ -60,9 +70,6 @@ class PromptRequest(RunSettings):
 
 class ResumeRequest(RunSettings):
     prompt: str | None = Field(default=None, min_length=1, description="a prompt to go on with (default: none)")
-
-
-RuleText = Annotated[str, Field(min_length=1, max_length=500)]
 
 
 class SessionRules(_Body):
