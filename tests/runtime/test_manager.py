@@ -23,6 +23,7 @@ from tether.providers.registry import ResolvedModel
 from tether.providers.scripted import ScriptedProvider, ScriptedResponse
 from tether.runtime.journal import replay_events
 from tether.runtime.launch import RunRequest
+from tether.runtime.activity import SessionCreated, StatusChanged
 from tether.runtime.manager import SessionManager
 from tether.runtime.permission import Answer
 from tether.store import SqliteStore
@@ -361,3 +362,66 @@ async def test_shutdown_ends_every_subscription_and_the_activity_feed(store: Sql
     for task in waiting:
         with pytest.raises(StopAsyncIteration):
             await task
+
+
+async def test_a_subscriber_sees_what_a_run_of_another_process_appends(
+    store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tether.runtime.manager.WATCH_INTERVAL", 0.02)
+    here = manager(store, tmp_path, ScriptedProvider(steps(0)))
+    first = await here.start(None, "hello")
+    assert isinstance(await first.result(), Done)
+    sid = first.session_id
+    position = await here.position(sid)
+    followed = here.subscribe(sid, after=position)
+    reader = asyncio.ensure_future(anext(followed))
+    await asyncio.sleep(0.1)  # the subscriber waits; nothing of this manager runs the session
+    async with SqliteStore(store.path) as other_store:  # another process's connection to the same file
+        other = manager(other_store, tmp_path, ScriptedProvider(steps(2)))
+        run = await other.start(sid, "look twice")
+        assert isinstance(await run.result(), Done)
+        await other.shutdown()
+    seen = [await asyncio.wait_for(reader, 5)]
+    while not (isinstance(seen[-1], TextComplete) and seen[-1].text.startswith("done after 2")):
+        seen.append(await asyncio.wait_for(anext(followed), 5))
+    await followed.aclose()
+    assert all(isinstance(e, DURABLE_TYPES) for e in seen)  # what the journal holds: no deltas, no boundaries
+    assert [e.n for e in seen] == sorted({e.n for e in seen})  # each once, in order
+    assert sum(isinstance(e, ToolCallComplete) for e in seen) == 2
+    journal = [e async for e in replay_events(store, sid, position)]
+    assert [e.n for e in seen] == [e.n for e in journal if e.n <= seen[-1].n]  # from the first new one, no gap
+    await here.shutdown()
+
+
+async def test_the_activity_feed_tells_what_another_process_does_to_the_store(
+    store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tether.runtime.manager.STORE_WATCH_INTERVAL", 0.02)
+    here = manager(store, tmp_path, ScriptedProvider(steps(0)))
+    feed = here.follow_activity()
+    first = asyncio.ensure_future(anext(feed))
+    await asyncio.sleep(0.1)  # the watcher has looked once: what was there before is not news
+    gate = asyncio.Event()
+
+    @function_tool(read_only=True)
+    async def wait_for_gate() -> str:
+        """Wait."""
+        await gate.wait()
+        return "open"
+
+    async with SqliteStore(store.path) as other_store:
+        other = manager(other_store, tmp_path, ScriptedProvider(steps(1, "wait_for_gate")))
+        other.defaults = RunRequest(None, directory=tmp_path, registry=ToolRegistry([wait_for_gate]))
+        run = await other.start(None, "elsewhere")
+        seen = [await asyncio.wait_for(first, 5)]
+        while not (isinstance(seen[-1], StatusChanged) and seen[-1].status == "busy_elsewhere"):
+            seen.append(await asyncio.wait_for(anext(feed), 5))
+        gate.set()
+        assert isinstance(await run.result(), Done)
+        await other.shutdown()
+    while not (isinstance(seen[-1], StatusChanged) and seen[-1].status == "idle"):
+        seen.append(await asyncio.wait_for(anext(feed), 5))
+    await feed.aclose()
+    assert isinstance(seen[0], SessionCreated) and seen[0].session.id == run.session_id
+    assert {i.session_id for i in seen if isinstance(i, StatusChanged)} == {run.session_id}
+    await here.shutdown()

@@ -102,6 +102,11 @@ class ActivityFeed:
         self._followers: set[_Follower] = set()
         self._buffer = buffer
 
+    @property
+    def followed(self) -> bool:
+        """Whether anyone follows the feed now."""
+        return bool(self._followers)
+
     def close(self) -> None:
         """End every follower (the process stops)."""
         for follower in self._followers:

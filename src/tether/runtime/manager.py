@@ -14,19 +14,21 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..config import Config
-from ..errors import InvalidInput, SessionBusy, TetherError
+from ..errors import InvalidInput, SessionBusy, SessionNotFound, TetherError
 from ..events import Done, Error, Event, RunStarted, live_number
 from ..ids import new_id
 from ..messages import Message
 from ..store.protocols import Store
-from ..store.records import SessionInfo
+from ..store.records import UNSET, SessionInfo
 from .activity import (
+    Activity,
     ActivityFeed,
     ApprovalPending,
     ApprovalSettled,
@@ -52,6 +54,14 @@ at a step and resumes on demand); run by another process (its lease says)."""
 
 SUBSCRIBER_BUFFER = 1024
 """Events a subscriber may fall behind by before it is moved to reading the journal."""
+
+WATCH_INTERVAL = 0.5
+"""How often a followed session that no run of this manager has is looked at for what another process
+appended (`_watch`)."""
+
+STORE_WATCH_INTERVAL = 1.0
+"""How often the store is looked at for sessions other processes changed, while the activity feed is
+followed (`follow_activity`)."""
 
 RECENT_SESSIONS = 256
 """Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
@@ -100,10 +110,17 @@ class _Subscriber:
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
-            self.overflowed = True  # the journal has what it misses (its durable events); memory stays put
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(None)  # wakes the subscriber, to catch up
+            self.read_journal()  # the journal has what it misses (its durable events); memory stays put
+
+    def read_journal(self) -> None:
+        """Have the subscriber read what it has not had from the journal (it fell behind, or another
+        process appended): wakes it."""
+        if self.overflowed:
+            return
+        self.overflowed = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
 
 @dataclass
@@ -116,6 +133,8 @@ class _Session:
     run: AgentRun | None = None
     riders: list[RunHandle] = field(default_factory=list)
     worker: asyncio.Task[None] | None = None
+    watcher: asyncio.Task[None] | None = None
+    """Follows the journal for the subscribers while no run of this manager has the session (`_watch`)."""
     subscribers: set[_Subscriber] = field(default_factory=set)
     last_n: int = 0
     boundaries: deque[Event] = field(default_factory=lambda: deque(maxlen=4))
@@ -172,7 +191,9 @@ class SessionManager:
         """Answers given for requests that no run of this manager waited on (a stopped run's): the run that
         resumes the session takes them when it asks again."""
         self.activity = ActivityFeed()
-        """What happens to the sessions this manager touches: followed by a server's `/events`."""
+        """What happens to the sessions this manager touches: followed by a server's `/events` through
+        `follow_activity`, which adds what other processes do to the store."""
+        self._store_watch: asyncio.Task[None] | None = None
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -356,6 +377,8 @@ class SessionManager:
         entry = self._entry(session_id)
         subscriber = _Subscriber(self.subscriber_buffer)
         entry.subscribers.add(subscriber)
+        if entry.watcher is None or entry.watcher.done():
+            entry.watcher = asyncio.create_task(self._watch(entry), name=f"tether-watch-{session_id}")
         last = entry.last_n if after is None else after
         try:
             if after is not None:
@@ -383,6 +406,82 @@ class SessionManager:
             entry.subscribers.discard(subscriber)
             if entry.worker is None or entry.worker.done():
                 self._let_go(entry)
+
+    def _runs_here(self, entry: _Session) -> bool:
+        return entry.run is not None or bool(entry.waiting) or (entry.worker is not None and not entry.worker.done())
+
+    async def _watch(self, entry: _Session) -> None:
+        """While the session has subscribers, look at its journal every `WATCH_INTERVAL` when no run of this
+        manager has it: a run of another process (a `tether run` beside a server) appends there, and the
+        subscribers read what it appended (its durable events: messages, tool calls and results; the live
+        ones, text deltas and run boundaries, stay in that process)."""
+        seen: int | None = None
+        while entry.subscribers and not self._closing:
+            if self._runs_here(entry):
+                seen = None  # this manager's run publishes its own events
+            else:
+                try:
+                    last_seq = (await self.store.get_session(entry.session_id)).last_seq
+                except TetherError:
+                    return  # deleted (its subscribers end with the deletion) or the store is closing
+                if seen is not None and last_seq > seen and not self._runs_here(entry):
+                    for subscriber in list(entry.subscribers):
+                        subscriber.read_journal()
+                seen = last_seq
+            await asyncio.sleep(WATCH_INTERVAL)
+
+    def follow_activity(self, after: int | None = None) -> AsyncIterator[Activity]:
+        """The activity feed (`ActivityFeed.follow`), with what other processes do to the store's sessions
+        (a `tether run` beside a server, an import) told as it is seen (`_watch_store`)."""
+        if self._store_watch is None or self._store_watch.done():
+            self._store_watch = asyncio.create_task(self._watch_store(), name="tether-watch-store")
+        return self.activity.follow(after)
+
+    async def _watch_store(self) -> None:
+        """While the feed has followers, look at the most recently updated sessions every
+        `STORE_WATCH_INTERVAL`: a session changed by no run of this manager is told (`SessionCreated` or
+        `SessionUpdated`, then its `StatusChanged`), and a session another process runs is looked at until its
+        run ends (the lease is given back with no change to the session's row). What this manager did
+        itself may be told twice; a deletion by another process is not seen (its listing is)."""
+        started = time.time()
+        known: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        elsewhere: set[str] = set()
+        first = True
+        while not self._closing:
+            if not first:
+                await asyncio.sleep(STORE_WATCH_INTERVAL)
+                if not self.activity.followed:
+                    return
+            try:
+                page = await self.store.list_sessions(parent_id=UNSET, limit=50)
+                for info in reversed(page.items):  # oldest change first
+                    mark = (info.updated_at, info.last_seq)
+                    if known.get(info.id) == mark:
+                        continue
+                    is_new = info.id not in known
+                    known[info.id] = mark
+                    known.move_to_end(info.id)
+                    entry = self._sessions.get(info.id)
+                    if first or (entry is not None and self._runs_here(entry)):
+                        continue
+                    created = is_new and info.created_at >= started
+                    self.activity.publish(SessionCreated(session=info) if created else SessionUpdated(session=info))
+                    status = await self.status(info.id)
+                    if status == "busy_elsewhere":
+                        elsewhere.add(info.id)
+                    self.activity.publish(StatusChanged(session_id=info.id, status=status))
+                for sid in list(elsewhere):
+                    status = await self.status(sid)
+                    if status != "busy_elsewhere":
+                        elsewhere.discard(sid)
+                        self.activity.publish(StatusChanged(session_id=sid, status=status))
+            except SessionNotFound:
+                pass  # deleted while looked at: the next look does not list it
+            except TetherError:
+                return  # the store is closing
+            while len(known) > 1000:
+                known.popitem(last=False)
+            first = False
 
     async def _catch_up(self, entry: _Session, after: int) -> AsyncIterator[Event]:
         """The durable events after `after` from the journal, with the run starts and ends since (live
@@ -574,4 +673,8 @@ class SessionManager:
         for entry in self._sessions.values():
             for subscriber in entry.subscribers:
                 subscriber.close()
+            if entry.watcher is not None:
+                entry.watcher.cancel()
+        if self._store_watch is not None:
+            self._store_watch.cancel()
         self.activity.close()

@@ -92,7 +92,7 @@ async def activity(
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         item: Activity
-        async for item in state.manager.activity.follow(start):
+        async for item in state.manager.follow_activity(start):
             yield ServerSentEvent(data=encode_json(item).decode(), id=str(item.n))
 
     return _response(state, frames())
