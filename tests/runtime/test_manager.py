@@ -21,9 +21,9 @@ from tether.providers.base import ModelRequest
 from tether.providers.catalog import unknown_model
 from tether.providers.registry import ResolvedModel
 from tether.providers.scripted import ScriptedProvider, ScriptedResponse
+from tether.runtime.activity import SessionCreated, StatusChanged
 from tether.runtime.journal import replay_events
 from tether.runtime.launch import RunRequest
-from tether.runtime.activity import SessionCreated, StatusChanged
 from tether.runtime.manager import SessionManager
 from tether.runtime.permission import Answer
 from tether.store import SqliteStore
