@@ -5,7 +5,12 @@ tether's compaction; bad input."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ from agents.memory import Session as SdkSession
 from agents.memory import SessionSettings
 from openai import AsyncOpenAI
 
+import tether
 from tether.errors import InvalidInput
 from tether.integrations.openai_agents import (
     ITEM_MARKER,
@@ -371,3 +377,79 @@ async def test_tether_compaction_shows_as_its_summary(stub_url: str, tmp_path: P
     assert undone.returncode == 0, undone.stderr
     assert await session.get_items() == full  # the undo is a revert to before the compaction
     await store.close()
+
+
+class RecordingStore(MemoryStore):
+    """A MemoryStore that records the ranges `read` is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int, int | None]] = []
+
+    async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Any]:
+        self.reads.append((start, end))
+        return await super().read(session_id, start, end)
+
+
+async def test_a_turn_reads_only_what_is_new() -> None:
+    """After the first read, `get_items` asks the store only for the entries after the last seq it saw:
+    a turn does not re-read the history, however long."""
+    store = RecordingStore()
+    session = TetherSession("turns", store=store)
+    other = TetherSession("turns", store=store)
+    for turn in range(50):
+        await session.get_items()
+        await session.add_items([{"role": "user", "content": f"q{turn}"}, {"role": "assistant", "content": f"a{turn}"}])
+    store.reads.clear()
+    await session.get_items()
+    assert store.reads == [(101, None)]
+    await other.add_items([{"role": "user", "content": "from elsewhere"}])  # another writer: 101
+    store.reads.clear()
+    items = await session.get_items()
+    assert store.reads == [(101, None)] and items[-1] == {"role": "user", "content": "from elsewhere"}
+    store.reads.clear()
+    await session.get_items()
+    assert store.reads == [(102, None)]
+    await store.close()
+
+
+WRITER = """
+import asyncio, sys
+from tether.store import SqliteStore
+from tether.integrations.openai_agents import TetherSession
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    session = TetherSession("crashy", store=store)
+    turn = 0
+    while True:
+        await session.add_items([
+            {"role": "user", "content": f"{turn}.q"},
+            {"type": "function_call", "call_id": f"c{turn}", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{turn}", "output": "x" * 2000},
+        ])
+        turn += 1
+        if turn == 20:
+            print("running", flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_a_writer_killed_mid_turn_loses_at_most_that_turn(tmp_path: Path) -> None:
+    path = tmp_path / "tether.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(tether.__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "running"
+        time.sleep(0.3)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    async with SqliteStore(path) as store:
+        items = await TetherSession("crashy", store=store).get_items()
+        assert len(items) >= 60 and len(items) % 3 == 0  # whole turns only: an add_items is one transaction
+        for turn in range(len(items) // 3):
+            assert items[3 * turn] == {"role": "user", "content": f"{turn}.q"}
+            assert items[3 * turn + 2]["output"] == "x" * 2000  # type: ignore[typeddict-item]
