@@ -70,7 +70,8 @@ async def test_runner_turns_store_what_sqlitesession_stores(stub_url: str, tmp_p
         assert items == await theirs.get_items()  # the same history, item for item, exactly
         assert [i.get("type") for i in items].count("function_call") == 2  # turns 2 and 4 called the tool
         assert await ours.get_items(limit=3) == items[-3:]
-        assert await ours.get_items(limit=0) == []
+        assert await ours.get_items(limit=0) == await theirs.get_items(limit=0) == []
+        assert await ours.get_items(limit=-1) == await theirs.get_items(limit=-1) == items
 
         # a fresh process's view: the same items, read back from the file
         await store.close()
@@ -107,6 +108,12 @@ async def test_runner_turns_store_what_sqlitesession_stores(stub_url: str, tmp_p
     found = cli("recall", "tool please", "--json", "--all", store=tmp_path / "tether.db")
     assert found.returncode == 0, found.stderr
     assert ours.tether_id in found.stdout
+    exported = cli("sessions", "export", ours.tether_id, "--format", "markdown", store=tmp_path / "tether.db")
+    assert exported.returncode == 0, exported.stderr
+    assert "call the tool please" in exported.stdout and "noop" in exported.stdout
+    context = cli("context", ours.tether_id, store=tmp_path / "tether.db")
+    assert context.returncode == 0, context.stderr
+    assert "and a last one" in context.stdout
 
 
 async def test_pop_and_clear_are_reverts_that_keep_the_journal(stub_url: str, tmp_path: Path) -> None:

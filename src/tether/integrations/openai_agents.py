@@ -308,7 +308,7 @@ class TetherSession:
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items in order, the latest `limit` of them when given (default: the
-        `session_settings` limit, else all)."""
+        `session_settings` limit, else all; 0 gives none, a negative limit all)."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         async with self._lock:
@@ -323,8 +323,10 @@ class TetherSession:
         async with self._lock:
             await self._ensure_session()
             entries = await self._store.append(self.tether_id, bodies)
-            if self._loaded and entries[0].seq == self._last_seq + 1 and not self._apply(entries):
-                self._loaded = False  # else another writer came between: the next read takes both
+            # keep them when they follow what is kept; when another writer came between, the next read
+            # takes its entries and these together
+            if self._loaded and entries[0].seq == self._last_seq + 1:
+                self._apply(entries)  # items only: nothing here reaches back
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Take the latest item off the history and return it: a revert to just before its entry (entries
@@ -382,8 +384,8 @@ class TetherSession:
         blobs = [b for _, b in self._items]
         if self._summary is not None:
             blobs.insert(0, self._summary)
-        if limit is not None:
-            blobs = blobs[-limit:] if limit > 0 else []
+        if limit is not None and limit >= 0:  # a negative limit is no limit, as SQLiteSession's LIMIT
+            blobs = blobs[-limit:] if limit else []
         return _decode_list(b"[" + b",".join(blobs) + b"]")
 
     async def _ensure_session(self) -> None:
