@@ -1,10 +1,10 @@
 """tether as the OpenAI Agents SDK's session store: `TetherSession` against the SDK's own `SQLiteSession` on the
 SDK's usage pattern, in the same run, on the same disk.
 
-What the SDK's `Runner` does with a session each turn: `get_items()` (the whole history, to build the model's
-input), then `add_items([...])` with what the turn made: the user's message, the function calls and their
-outputs when the model called a tool, and the assistant's answer (items shaped as the Runner writes them:
-the output message with its id, status and annotations). The conversation is tau-bench's airline
+What the SDK's `Runner.run` does with a session (0.24, observed through a recording session): `get_items()`
+once (the whole history, to build the model's input), `add_items([user message])`, then one `add_items` per
+model step: the function calls with their outputs, or the assistant's answer (items shaped as the Runner
+writes them: the output message with its id, status and annotations). The conversation is tau-bench's airline
 trajectories cycled (or generated messages of the same shape), `--turns` turns (1,000) of one session.
 
 Contenders, interleaved turn by turn (the order rotates every turn), each in a file of its own in one
@@ -14,7 +14,7 @@ scratch directory:
 - `sqlitesession`: `agents.SQLiteSession(session_id, db_path)`, file-backed, its defaults (WAL, SQLite's
   default synchronous=FULL).
 
-A turn is timed from the `get_items` call to the end of `add_items` (`perf_counter_ns`). Figures:
+A turn is timed from the `get_items` call to the end of its last `add_items` (`perf_counter_ns`). Figures:
 `sdk_turn_ratio` = SQLiteSession's total time over the turns / tether's (target >= 3), and the same against
 `tether_full` (`sdk_turn_ratio_full`, like for like on durability); `*_turn_ms_last` is the median of the
 last 10 turns (turn 1,000: the per-turn latency at that size), `*_turn_ms_first` of the first 10; the medians
@@ -60,11 +60,12 @@ Item = dict[str, Any]
 TARGETS = [Target("sdk_turn_ratio", ">=", 3.0)]
 
 
-def turns_of(conversation: list[ChatMessage], n: int) -> list[list[Item]]:
-    """`n` turns of SDK items: each user message starts a turn; the assistant's tool calls, the tool outputs
-    and its answers that follow belong to it. Items are shaped as `Runner` writes them."""
-    turns: list[list[Item]] = []
-    current: list[Item] | None = None
+def turns_of(conversation: list[ChatMessage], n: int) -> list[list[list[Item]]]:
+    """`n` turns, each the `add_items` calls a `Runner.run` makes: the user's message alone, then per model
+    step its items (function calls with their outputs, or the answer). Each user message starts a turn; the
+    assistant messages and tool results that follow belong to it. Items are shaped as `Runner` writes them."""
+    turns: list[list[list[Item]]] = []
+    current: list[list[Item]] | None = None
     for i, chat in enumerate(conversation):
         role = chat.get("role")
         if role == "user":
@@ -72,25 +73,14 @@ def turns_of(conversation: list[ChatMessage], n: int) -> list[list[Item]]:
                 turns.append(current)
                 if len(turns) == n:
                     return turns
-            current = [{"role": "user", "content": chat.get("content") or ""}]
+            current = [[{"role": "user", "content": chat.get("content") or ""}]]
             continue
         if current is None:
             continue  # the system prompt: the agent's instructions, not a session item
         if role == "assistant":
-            for call in chat.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                current.append(
-                    {
-                        "arguments": fn.get("arguments") or "{}",
-                        "call_id": call.get("id") or f"call_{i}",
-                        "name": fn.get("name") or "tool",
-                        "type": "function_call",
-                        "id": f"fc_{i}",
-                        "status": "completed",
-                    }
-                )
+            step: list[Item] = []
             if chat.get("content"):
-                current.append(
+                step.append(
                     {
                         "id": f"msg_{i}",
                         "content": [
@@ -101,14 +91,27 @@ def turns_of(conversation: list[ChatMessage], n: int) -> list[list[Item]]:
                         "type": "message",
                     }
                 )
+            for call in chat.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                step.append(
+                    {
+                        "arguments": fn.get("arguments") or "{}",
+                        "call_id": call.get("id") or f"call_{i}",
+                        "name": fn.get("name") or "tool",
+                        "type": "function_call",
+                        "id": f"fc_{i}",
+                        "status": "completed",
+                    }
+                )
+            if step:
+                current.append(step)
         elif role == "tool":
-            current.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": chat.get("tool_call_id") or "",
-                    "output": chat.get("content") or "",
-                }
-            )
+            output = {
+                "type": "function_call_output",
+                "call_id": chat.get("tool_call_id") or "",
+                "output": chat.get("content") or "",
+            }
+            current[-1].append(output)  # saved with the step whose calls it answers
     if current is not None:
         turns.append(current)
     return turns
@@ -126,10 +129,11 @@ class Contender:
     async def open(self) -> None:
         self.session = await self._open()
 
-    async def turn(self, items: list[Item]) -> None:
+    async def turn(self, batches: list[list[Item]]) -> None:
         t0 = time.perf_counter_ns()
         history = await self.session.get_items()
-        await self.session.add_items(items)
+        for items in batches:
+            await self.session.add_items(items)
         self.samples.append(time.perf_counter_ns() - t0)
         self.items_seen = len(history)
 
@@ -148,9 +152,10 @@ async def run(args: argparse.Namespace, report: Report) -> None:
     turns = turns_of(conversation, args.turns)
     if len(turns) < args.turns:
         raise BenchError(f"the data gave {len(turns)} turns, not {args.turns}")
-    items_total = sum(len(t) for t in turns)
+    items_total = sum(len(b) for t in turns for b in t)
+    calls_total = sum(len(t) for t in turns)
     report.set("data_source", data.source)
-    report.set("sizes", {"turns": args.turns, "items": items_total})
+    report.set("sizes", {"turns": args.turns, "items": items_total, "add_items_calls": calls_total})
     report.set("quick", args.quick)
 
     import agents
@@ -159,7 +164,10 @@ async def run(args: argparse.Namespace, report: Report) -> None:
     with scratch_dir(args.dir, keep=args.keep) as scratch:
         report.set("filesystem", filesystem_of(scratch))
         report.note(f"scratch {scratch} on {report.figures['filesystem']}; data {data.source}")
-        report.note(f"{args.turns:,} turns, {items_total:,} items ({items_total / args.turns:.2f} a turn)")
+        report.note(
+            f"{args.turns:,} turns, {items_total:,} items ({items_total / args.turns:.2f} a turn) in "
+            f"{calls_total:,} add_items calls ({calls_total / args.turns:.2f} a turn)"
+        )
 
         stores: dict[str, SqliteStore] = {}
 
@@ -191,10 +199,10 @@ async def run(args: argparse.Namespace, report: Report) -> None:
         report.set("openai_agents_version", agents.__version__)
         report.set("loadavg_start", load())
         try:
-            for i, items in enumerate(turns):
+            for i, batches in enumerate(turns):
                 k = i % len(contenders)
                 for c in contenders[k:] + contenders[:k]:
-                    await c.turn(items)
+                    await c.turn(batches)
             finals = [await c.session.get_items() for c in contenders]
         finally:
             for c in contenders:
@@ -206,7 +214,7 @@ async def run(args: argparse.Namespace, report: Report) -> None:
             raise BenchError(f"the sessions hold {len(finals[0])} items, not the {items_total} added")
         report.note(f"every session holds the same {items_total:,} items at the end")
 
-    report.section(f"per turn: get_items() then add_items(the turn's items), {args.turns:,} turns, interleaved")
+    report.section(f"per turn: get_items(), then add_items() per step, {args.turns:,} turns, interleaved")
     last = max(1, min(10, args.turns // 10))
     totals: dict[str, float] = {}
     for c in contenders:

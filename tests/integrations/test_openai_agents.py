@@ -371,6 +371,8 @@ async def test_tether_compaction_shows_as_its_summary(stub_url: str, tmp_path: P
     assert items[0]["role"] == "user" and len(items) < len(full)  # type: ignore[typeddict-item]
     tail = items[1:]
     assert tail == full[-len(tail) :]  # the kept items, exactly
+    for k in range(len(items) + 2):  # a limit counts the summary as an item
+        assert await session.get_items(limit=k) == (items[-k:] if k else [])
     assert await TetherSession("long", store=store).get_items() == items
     assert any(i.get("type") == "function_call_output" for i in full)
     if any(i.get("type") == "function_call_output" for i in tail):  # never an output without its call

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -252,6 +253,55 @@ def summary_item(compaction: Compaction) -> Item:
 # --- the session ---------------------------------------------------------------------------------------
 
 
+class _KeptItems:
+    """The items a session has read, as their JSON in one buffer (``item,item,...,``) with each one's start
+    and the seq of its entry: appending and dropping the newest are cheap, and the history is one JSON array
+    to decode, not a list of pieces to join on every read."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.starts: list[int] = []
+        self.seqs: list[int] = []  # non-decreasing: items come in journal order
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def append(self, seq: int, blob: bytes) -> None:
+        self.starts.append(len(self.buf))
+        self.seqs.append(seq)
+        self.buf += blob
+        self.buf += b","
+
+    def blob(self, i: int) -> bytes:
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.buf)
+        return bytes(self.buf[self.starts[i] : end - 1])
+
+    def keep_first(self, n: int) -> None:
+        if n < len(self.seqs):
+            del self.buf[self.starts[n] :]
+            del self.starts[n:], self.seqs[n:]
+
+    def keep_up_to(self, seq: int) -> None:
+        """Drop the items of entries after `seq`."""
+        self.keep_first(bisect.bisect_right(self.seqs, seq))
+
+    def keep_from(self, seq: int) -> None:
+        """Drop the items of entries before `seq`."""
+        n = bisect.bisect_left(self.seqs, seq)
+        if n:
+            cut = self.starts[n] if n < len(self.starts) else len(self.buf)
+            del self.buf[:cut]
+            self.starts = [start - cut for start in self.starts[n:]]
+            del self.seqs[:n]
+
+    def array(self, first: int, head: bytes | None) -> bytes:
+        """A JSON array of `head` (when given) and the items from index `first` on."""
+        items = self.buf[self.starts[first] : -1] if first < len(self.starts) else b""
+        if head is not None:
+            return b"[" + head + (b"," + items if items else b"") + b"]"
+        return b"[" + items + b"]"
+
+
 class TetherSession:
     """The Agents SDK's `Session` protocol on a tether store: pass it as ``Runner.run(..., session=...)``.
 
@@ -294,7 +344,7 @@ class TetherSession:
         self._lock = asyncio.Lock()
         self._loaded = False
         self._exists = False
-        self._items: list[tuple[int, bytes]] = []  # (seq of the entry, the item's JSON), in order
+        self._items = _KeptItems()
         self._summary: bytes | None = None  # the latest compaction's summary item
         self._compaction: Entry | None = None
         self._last_seq = 0  # the highest seq read
@@ -338,9 +388,10 @@ class TetherSession:
                 if not self._items and self._summary is None:
                     return None
                 if self._items:
-                    seq, blob = self._items[-1]
+                    last = len(self._items) - 1
+                    seq, blob = self._items.seqs[last], self._items.blob(last)
                     to_seq = seq - 1
-                    again = [blob for s, blob in self._items[:-1] if s == seq]
+                    again = [self._items.blob(i) for i in range(last) if self._items.seqs[i] == seq]
                 else:
                     blob, to_seq, again = self._summary or b"", 0, []  # only the summary is left
                 bodies: list[EntryBody] = [Revert(to_seq=to_seq, reason="openai-agents pop_item")]
@@ -381,12 +432,13 @@ class TetherSession:
     # --- the items it keeps ----------------------------------------------------------------------------
 
     def _decode(self, limit: int | None) -> list[Any]:
-        blobs = [b for _, b in self._items]
-        if self._summary is not None:
-            blobs.insert(0, self._summary)
-        if limit is not None and limit >= 0:  # a negative limit is no limit, as SQLiteSession's LIMIT
-            blobs = blobs[-limit:] if limit else []
-        return _decode_list(b"[" + b",".join(blobs) + b"]")
+        n = len(self._items) + (self._summary is not None)
+        skip = max(0, n - limit) if limit is not None and limit >= 0 else 0  # negative: no limit, as SQLiteSession
+        if skip == n:
+            return []
+        if self._summary is not None and skip == 0:
+            return _decode_list(self._items.array(0, self._summary))
+        return _decode_list(self._items.array(skip - (self._summary is not None), None))
 
     async def _ensure_session(self) -> None:
         if self._exists:
@@ -422,7 +474,7 @@ class TetherSession:
 
     async def _reload(self) -> None:
         """Read the active history from the latest compaction on, and keep it."""
-        self._items, self._summary, self._compaction = [], None, None
+        self._items, self._summary, self._compaction = _KeptItems(), None, None
         self._floor = self._last_seq = 0
         try:
             info = await self._store.get_session(self.tether_id)
@@ -453,18 +505,17 @@ class TetherSession:
             self._last_seq = max(self._last_seq, entry.seq)
             if isinstance(body, Revert):
                 if body.to_seq == 0:  # nothing before it: the history is empty, whatever came before
-                    self._items, self._summary, self._compaction = [], None, None
+                    self._items, self._summary, self._compaction = _KeptItems(), None, None
                 elif body.to_seq < self._floor:
                     return False
-                while self._items and self._items[-1][0] > body.to_seq:
-                    self._items.pop()
+                self._items.keep_up_to(body.to_seq)
                 self._floor = entry.seq
             elif isinstance(body, Compaction):
                 self._compaction = entry
                 self._summary = _encode(summary_item(body))
-                self._items = [(s, b) for s, b in self._items if s >= body.first_kept_seq]
+                self._items.keep_from(body.first_kept_seq)
                 self._floor = entry.seq
             else:
                 for item in entry_to_items(body):
-                    self._items.append((entry.seq, _encode(item)))
+                    self._items.append(entry.seq, _encode(item))
         return True
