@@ -346,3 +346,23 @@ def test_without_pydantic_ai_the_error_names_the_extra() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "MissingExtra" in proc.stdout and "tether[pydantic-ai]" in proc.stdout
+
+
+async def test_a_pydantic_ai_session_reads_in_the_agents_sdk() -> None:
+    """One journal, two frameworks: what pydantic-ai saved is history to the Agents SDK's session too, through
+    the tether messages its parts became."""
+    from tether.integrations.openai_agents import TetherSession
+
+    store = MemoryStore()
+    run = await dice_agent(TestModel()).run("roll a die")
+    await save_messages(store, "both", run.new_messages())
+    items = await TetherSession(session_id_for("both"), store=store).get_items()
+    assert [i.get("type") or i.get("role") for i in items] == [
+        "system",
+        "user",
+        "function_call",
+        "function_call_output",
+        "assistant",
+    ]
+    assert items[2]["name"] == "roll" and items[2]["call_id"] == items[3]["call_id"]  # type: ignore[typeddict-item]
+    await store.close()
