@@ -36,6 +36,7 @@ from pydantic_ai.models.test import TestModel
 import tether
 from tether import messages as tm
 from tether.errors import InvalidInput
+from tether.integrations.openai_agents import TetherSession
 from tether.integrations.pydantic_ai import (
     MESSAGE_MARKER,
     META_KEY,
@@ -351,8 +352,6 @@ def test_without_pydantic_ai_the_error_names_the_extra() -> None:
 async def test_a_pydantic_ai_session_reads_in_the_agents_sdk() -> None:
     """One journal, two frameworks: what pydantic-ai saved is history to the Agents SDK's session too, through
     the tether messages its parts became."""
-    from tether.integrations.openai_agents import TetherSession
-
     store = MemoryStore()
     run = await dice_agent(TestModel()).run("roll a die")
     await save_messages(store, "both", run.new_messages())
