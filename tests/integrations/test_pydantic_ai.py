@@ -280,7 +280,7 @@ async def test_a_session_tether_wrote_is_history_for_an_agent(tmp_path: Path) ->
                 usage=tm.Usage(input_tokens=10, output_tokens=5),
                 model="claude",
             ),
-            tm.Message.tool(tm.ToolResultPart(call_id="c1", content="print(1)", name="read")),
+            tm.Message.tool(tm.ToolResultPart(call_id="c1", content="print(1)")),  # named by its call
             tm.Message.user("and now?"),
         )
         history = await load_messages(store, native.id)

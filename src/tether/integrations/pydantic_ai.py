@@ -198,8 +198,9 @@ def to_entries(messages: Sequence[pai.ModelMessage]) -> list[tuple[EntryBody, fl
 # --- tether -> pydantic-ai -----------------------------------------------------------------------------
 
 
-def _translate(message: Message) -> pai.ModelMessage | None:
-    """A tether message that keeps no pydantic-ai JSON, as pydantic-ai's."""
+def _translate(message: Message, tool_names: dict[str, str]) -> pai.ModelMessage | None:
+    """A tether message that keeps no pydantic-ai JSON, as pydantic-ai's. `tool_names` (call id -> name, of
+    the calls before it) names a result that does not say its tool."""
     if message.role == "assistant":
         parts: list[pai.ModelResponsePart] = []
         for part in message.parts:
@@ -244,7 +245,7 @@ def _translate(message: Message) -> pai.ModelMessage | None:
         for result in message.tool_results:
             request.append(
                 pai.ToolReturnPart(
-                    tool_name=result.name or "",
+                    tool_name=result.name or tool_names.get(result.call_id, ""),
                     content=result.content,
                     tool_call_id=result.call_id,
                     outcome="failed" if result.is_error else "success",
@@ -261,6 +262,7 @@ def to_model_messages(entries: Sequence[Entry]) -> list[pai.ModelMessage]:
     summary, a user prompt, followed by what it kept."""
     out: list[pai.ModelMessage] = []
     translated: list[bool] = []  # whether out[i] was translated (only those are merged)
+    tool_names: dict[str, str] = {}
 
     def put(message: pai.ModelMessage, is_translated: bool) -> None:
         last = out[-1] if out and translated[-1] and is_translated else None
@@ -304,7 +306,8 @@ def to_model_messages(entries: Sequence[Entry]) -> list[pai.ModelMessage]:
                 translated.append(False)
                 i += n - 1
                 continue
-        message = _translate(body)
+        tool_names.update((call.id, call.name) for call in body.tool_calls)
+        message = _translate(body, tool_names)
         if message is not None:
             put(message, True)
     return out
