@@ -61,13 +61,15 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> dict
     }
 
 
-def sse_body(model: str, text: str, tool: str | None, args: str, prompt_tokens: int, usage: bool) -> bytes:
+def sse_body(
+    model: str, text: str, tool: str | None, args: str, prompt_tokens: int, usage: bool, call_id: str = "call_stub"
+) -> bytes:
     """The whole event stream of one answer: a role chunk, the text in a few pieces (or a tool call whose
     arguments come in two pieces), the finish chunk, usage when asked, then ``[DONE]``."""
     chunks = [_chunk(model, {"role": "assistant", "content": ""})]
     if tool is not None:
         half = len(args) // 2
-        call = {"index": 0, "id": "call_stub", "type": "function", "function": {"name": tool, "arguments": args[:half]}}
+        call = {"index": 0, "id": call_id, "type": "function", "function": {"name": tool, "arguments": args[:half]}}
         chunks.append(_chunk(model, {"tool_calls": [call]}))
         chunks.append(_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}))
         chunks.append(_chunk(model, {}, "tool_calls"))
@@ -96,10 +98,12 @@ def sse_body(model: str, text: str, tool: str | None, args: str, prompt_tokens: 
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
-def json_body(model: str, text: str, tool: str | None, args: str, prompt_tokens: int) -> bytes:
+def json_body(
+    model: str, text: str, tool: str | None, args: str, prompt_tokens: int, call_id: str = "call_stub"
+) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if tool is not None:
-        message["tool_calls"] = [{"id": "call_stub", "type": "function", "function": {"name": tool, "arguments": args}}]
+        message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": args}}]
     completion = max(1, len(text or args) // 4)
     return json.dumps(
         {
@@ -163,11 +167,14 @@ def make_server(answers: Answers, port: int = 0) -> ThreadingHTTPServer:
             text, tool, args = answers.answer(body)
             model = str(body.get("model") or "bench")
             prompt_tokens = len(raw) // 4  # about right for English JSON; enough for clients that budget on it
+            # a call id of its own per call (a function of the request, like the answer), as real services
+            # give: a client that pairs calls with results by id must not see one id twice
+            call_id = f"call_stub_{len(body.get('messages') or [])}"
             if body.get("stream"):
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                self._send(200, "text/event-stream", sse_body(model, text, tool, args, prompt_tokens, usage))
+                self._send(200, "text/event-stream", sse_body(model, text, tool, args, prompt_tokens, usage, call_id))
             else:
-                self._send(200, "application/json", json_body(model, text, tool, args, prompt_tokens))
+                self._send(200, "application/json", json_body(model, text, tool, args, prompt_tokens, call_id))
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True

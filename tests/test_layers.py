@@ -18,7 +18,18 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (2, ("tether.store",)),
     (3, ("tether.context", "tether.rlm", "tether.recall", "tether.providers", "tether.tools")),
     (4, ("tether.runtime", "tether.session")),
-    (5, ("tether.cli", "tether.server", "tether.client", "tether.importers", "tether.transcript", "tether.__main__")),
+    (
+        5,
+        (
+            "tether.cli",
+            "tether.server",
+            "tether.client",
+            "tether.importers",
+            "tether.integrations",
+            "tether.transcript",
+            "tether.__main__",
+        ),
+    ),
     (5, ("tether",)),
 ]
 
@@ -102,10 +113,22 @@ def test_no_circles_between_modules() -> None:
     assert circles == []
 
 
-@pytest.mark.parametrize("room", ["tether.runtime.loop", "tether.store.sqlite", "tether.cli.run"])
+@pytest.mark.parametrize(
+    "room", ["tether.runtime.loop", "tether.store.sqlite", "tether.cli.run", "tether.integrations.openai_agents"]
+)
 def test_the_graph_is_read(room: str) -> None:
     """A check that reads no import would pass anything: these rooms have known imports."""
     edges = graph()
     assert edges[room], room
     assert "tether.runtime.journal" in edges["tether.runtime.loop"]
     assert "tether.store.validate" in edges["tether.store.sqlite"]
+    assert "tether.store.reverts" in edges["tether.integrations.openai_agents"]
+
+
+def test_integrations_are_a_face_that_nothing_below_imports() -> None:
+    """tether.integrations sits with the other faces (layer 5): it reaches the store and the vocabulary, and
+    no room of the engine imports it (a framework's package must never load with tether)."""
+    edges = graph()
+    assert layer_of("tether.integrations.pydantic_ai") == 5
+    users = sorted(m for m, targets in edges.items() if any(t.startswith("tether.integrations") for t in targets))
+    assert all(m.startswith("tether.integrations") for m in users), users

