@@ -17,8 +17,8 @@ from tether.ids import new_session_id
 from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart, Usage
 from tether.paths import tether_home
 from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store
-from tether.store.sqlite import SCHEMA_VERSION
 from tether.store.records import Durability
+from tether.store.sqlite import SCHEMA_VERSION
 
 
 def texts(entries: list[Entry]) -> list[str]:

@@ -1082,7 +1082,9 @@ class SqliteStore:
         check_id(share_id, "share id")
 
         def tx(conn: sqlite3.Connection) -> Share:
-            conn.execute("UPDATE shares SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (time.time(), share_id))
+            conn.execute(
+                "UPDATE shares SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (time.time(), share_id)
+            )
             row = conn.execute(f"SELECT {_SHARE_COLS} FROM shares WHERE id = ?", (share_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no share {share_id}")
