@@ -1,0 +1,190 @@
+"""The HTML transcript (`tether.transcript_html`): one self-contained page that holds what a session says
+(text as Markdown, tool calls folded with their arguments and output, errors, thinking, compaction, reverts,
+sub-agents, times, the model) and nothing that runs: every text from the transcript is escaped, and the
+page loads nothing from anywhere."""
+
+from __future__ import annotations
+
+import io
+from html.parser import HTMLParser
+from pathlib import Path
+
+from tether.messages import (
+    APPROVAL_DECISION_MARKER,
+    APPROVAL_REQUEST_MARKER,
+    Compaction,
+    Marker,
+    Message,
+    Revert,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from tether.store import Store
+from tether.transcript_html import CSP, CSS, export_html, markdown_html
+
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+class Page(HTMLParser):
+    """What a page holds, as a browser's parser sees it: its elements with their attributes, and its text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.open: list[str] = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def all(self, tag: str) -> list[dict[str, str | None]]:
+        return [attrs for name, attrs in self.tags if name == tag]
+
+    @property
+    def body_text(self) -> str:
+        return "".join(self.text)
+
+
+async def build_session(store: Store, title: str = f"A title {XSS}") -> str:
+    """A session with every kind of thing a transcript shows, with script in every place text comes from."""
+    info = await store.create_session(title=title, directory="/work/repo", model="test-model", agent="build")
+    call = ToolCallPart(id="c1", name="bash", arguments={"command": f"echo '{XSS}'"})
+    failing = ToolCallPart(id="c2", name="edit", arguments={"path": "a.py"})
+    child = ToolCallPart(id="c3", name="task", arguments={"prompt": "look around"})
+    answer = Message(
+        role="assistant",
+        parts=[
+            ThinkingPart(text="I should *run* the command"),
+            TextPart(text=f"Running it. {XSS} [click](javascript:alert(1)) ![pixel](http://evil.example/p.png)"),
+            call,
+            failing,
+            child,
+        ],
+        model="test-model",
+        usage=Usage(input_tokens=1200, output_tokens=34),
+    )
+    await store.append(
+        info.id,
+        [
+            Message.user(f"Please **fix** it\n\n```python\nprint('{XSS}')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |"),
+            answer,
+            Marker(name=APPROVAL_REQUEST_MARKER, data={"call_id": "c2", "tool": "edit", "reason": "writes a file"}),
+            Marker(name=APPROVAL_DECISION_MARKER, data={"call_id": "c2", "approved": False, "by": "user"}),
+            Message.tool(
+                ToolResultPart(call_id="c1", content=f"out {XSS}\nline 2", name="bash"),
+                ToolResultPart(call_id="c2", content="not run: the user did not allow it", is_error=True),
+                ToolResultPart(
+                    call_id="c3",
+                    content="found it",
+                    metadata={"child_id": "ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", "agent": "explore", "outcome": "done"},
+                ),
+            ),
+            Message.assistant("A wrong turn"),
+            Revert(to_seq=5, reason=f"bad {XSS}"),
+            Compaction(summary=f"The user wanted a fix. {XSS}", first_kept_seq=3),
+            Message.assistant(f"Done. {XSS}"),
+        ],
+    )
+    return info.id
+
+
+async def render(store: Store, sid: str, *, raw: bool = False) -> str:
+    out = io.StringIO()
+    await export_html(store, sid, out, raw=raw)
+    return out.getvalue()
+
+
+async def test_the_page_holds_the_transcript(store: Store) -> None:
+    sid = await build_session(store)
+    text = await render(store, sid)
+    page = Page(text)
+    body = page.body_text
+    assert "Please fix it" in body.replace("**", "") and page.all("strong")
+    assert "Running it." in body and "Done." in body and "test-model" in body
+    assert "1,200 in / 34 out tokens" in body
+    # tool calls fold open to their arguments and output, the failed one marked, the sub-agent noted
+    assert len(page.all("details")) >= 5
+    assert "bash(command=" in body and "line 2" in body
+    assert "not run: the user did not allow it" in body and "✗ error" in body
+    assert any("failed" in (a.get("class") or "") for a in page.all("details"))
+    assert "approval asked: writes a file" in body and "✗ denied by user" in body
+    assert "↳ sub-agent session ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB (explore) · done" in body
+    assert "I should run the command" in body.replace("*", "")  # thinking, folded
+    assert any("thinking" in (a.get("class") or "") for a in page.all("details"))
+    assert "Compaction: entries before #3 summarized" in body
+    assert "Reverted to entry 5 (entry 6 hidden)" in body and "A wrong turn" not in body
+    assert page.all("table") and page.all("time")
+    assert "/work/repo" in body  # an export names the directory; a share does not (tests/server/test_share.py)
+
+
+async def test_raw_shows_reverted_entries_marked(store: Store) -> None:
+    sid = await build_session(store)
+    page = Page(await render(store, sid, raw=True))
+    assert "A wrong turn" in page.body_text
+    assert any("reverted" in (a.get("class") or "") for a in page.all("article"))
+
+
+async def test_script_in_a_transcript_stays_text(store: Store) -> None:
+    sid = await build_session(store)
+    text = await render(store, sid)
+    page = Page(text)
+    # the only elements are the renderer's own: no script, no image, no handler, no javascript: link
+    assert not page.all("script") and not page.all("img") and not page.all("iframe")
+    assert all(not k.startswith("on") for _, attrs in page.tags for k in attrs)
+    hrefs = [a.get("href") or "" for a in page.all("a")]
+    # the renderer's anchors, and the picture left as a link (nothing loads it) that leaks no referrer
+    assert {h for h in hrefs if not h.startswith("#e")} == {"http://evil.example/p.png"}
+    assert [a.get("rel") for a in page.all("a") if a.get("href") == "http://evil.example/p.png"] == [
+        "noopener noreferrer nofollow"
+    ]
+    # ... and what was sent shows as text, in the title, a message, an argument, an output, a summary
+    assert page.body_text.count('<script>alert("x")</script>') >= 6
+    assert "<title>A title &lt;script&gt;" in text
+    assert "javascript:" not in " ".join(hrefs) and "[click](javascript:alert(1))" in page.body_text
+
+
+async def test_the_page_loads_nothing_and_runs_nothing(store: Store) -> None:
+    sid = await build_session(store)
+    page = Page(await render(store, sid))
+    metas = {a.get("http-equiv") or a.get("name"): a.get("content") for a in page.all("meta")}
+    policy = metas["Content-Security-Policy"] or ""
+    assert "default-src 'none'" in policy and "script-src" not in policy and "'unsafe-inline'" not in policy
+    assert metas["referrer"] == "no-referrer"
+    assert not page.all("link") and not page.all("script")
+    assert "frame-ancestors 'none'" in CSP and "url(" not in CSS and "@import" not in CSS
+
+
+def test_markdown_links_are_kept_safe() -> None:
+    assert 'rel="noopener noreferrer nofollow"' in markdown_html("[a](https://example.com)")
+    for scheme in ("javascript:alert(1)", "vbscript:x", "data:text/html;base64,PHNjcmlwdD4="):
+        assert "<a" not in markdown_html(f"[a]({scheme})")
+    assert "<img" not in markdown_html("![a](https://example.com/a.png)")
+    assert "&lt;b&gt;" in markdown_html("<b>raw</b>")
+
+
+async def test_an_empty_session_and_a_long_one(store: Store, tmp_path: Path) -> None:
+    empty = (await store.create_session()).id
+    assert "no messages yet" in await render(store, empty)
+    sid = (await store.create_session(title="long")).id
+    await store.append(sid, [Message.user(f"message {i}") for i in range(2000)])
+    page = Page(await render(store, sid))
+    assert len(page.all("article")) == 2000 and "message 1999" in page.body_text
+
+
+async def test_a_huge_tool_output_is_cut_with_a_note(store: Store) -> None:
+    sid = (await store.create_session()).id
+    call = ToolCallPart(id="c1", name="cat", arguments={"path": "big"})
+    await store.append(
+        sid,
+        [Message.assistant(tool_calls=[call]), Message.tool(ToolResultPart(call_id="c1", content="x" * 200_000))],
+    )
+    text = await render(store, sid)
+    assert "150,000 more characters" in text and len(text) < 100_000
