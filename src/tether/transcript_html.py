@@ -64,7 +64,7 @@ article.tool,article.system{border-color:var(--tool)}
 .head{display:flex;flex-wrap:wrap;gap:4px 10px;align-items:baseline;font-size:.85em;color:var(--dim)}
 .role{font-weight:700;text-transform:capitalize}.user .role{color:var(--user)}
 .assistant .role{color:var(--assistant)}.tool .role,.system .role{color:var(--tool)}
-.head a.seq{color:var(--dim);text-decoration:none}.head a.seq:hover{text-decoration:underline}
+a.seq{color:var(--dim);text-decoration:none}a.seq:hover{text-decoration:underline}
 .text{overflow-wrap:anywhere}.text>:first-child{margin-top:4px}.text>:last-child{margin-bottom:4px}
 .text table{border-collapse:collapse}.text td,.text th{border:1px solid var(--line);padding:2px 8px}
 code{font:13px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--code);
@@ -78,7 +78,7 @@ details.call>summary code{background:none;padding:0}
 .ok{color:var(--user)}.error,.err{color:var(--err)}details.call.failed{border-color:var(--err)}
 .label{font-size:.8em;font-weight:600;color:var(--dim);text-transform:uppercase;letter-spacing:.04em}
 .note{color:var(--dim);font-size:.9em;margin:4px 0}
-.marker{color:var(--mark);font-size:.9em;margin:12px 0;padding-left:17px}
+.marker{color:var(--mark);font-size:.9em;margin:12px 0;padding-left:17px}.marker .text{color:var(--fg)}
 .reverted{opacity:.55}.reverted .head::after{content:"reverted";color:var(--err);font-weight:600}
 .thinking{font-style:italic}
 footer{margin-top:32px;border-top:1px solid var(--line);padding-top:8px;color:var(--dim);font-size:.85em}
@@ -146,7 +146,8 @@ def _header(info: SessionInfo, *, shared: bool) -> str:
     facts.append(("Created", _utc(info.created_at)))
     facts.append(("Updated", _utc(info.updated_at)))
     facts.append(("Messages", f"{info.message_count:,}"))
-    facts.append(("Tokens", f"{info.input_tokens:,} in / {info.output_tokens:,} out"))
+    if info.input_tokens or info.output_tokens:
+        facts.append(("Tokens", f"{info.input_tokens:,} in / {info.output_tokens:,} out"))
     if info.cost:
         facts.append(("Cost", f"${info.cost.normalize():f}"))
     if info.forked_from:
@@ -264,11 +265,11 @@ class _Writer:
         result = turn.results.get(call.id) if turn is not None else None
         approvals = turn.approvals.get(call.id, []) if turn is not None else []
         if result is None:
-            outcome, cls = ("⏳ waiting for approval", "") if approvals else ("… no result", "")
+            outcome, cls = ("waiting for approval", "") if approvals else ("… no result", "")
         elif result.is_error:
             outcome, cls = "✗ error", " failed"
         else:
-            lines = result.content.count("\n") + (1 if result.content else 0)
+            lines = len(result.content.splitlines())
             outcome, cls = f"✓ {lines:,} line{'s' * (lines != 1)}", ""
         mark = "err" if cls else "ok" if result is not None else ""
         summary = f'<code>{_e(call_signature(call))}</code> <span class="{mark}">{_e(outcome)}</span>'
@@ -312,11 +313,11 @@ class _Writer:
         anchor = f'<a class="seq" href="#e{entry.seq}">#{entry.seq}</a> '
         when = f" · {_time(entry.created_at)}"
         if isinstance(body, Compaction):
-            summary = f"⧉ Compaction: entries before #{body.first_kept_seq} summarized"
+            summary = f"Compaction: entries before #{body.first_kept_seq} summarized"
             if body.tokens_before and body.tokens_after:
                 summary += f" ({body.tokens_before:,} → {body.tokens_after:,} tokens)"
             return (
-                f'<div class="{cls}" id="e{entry.seq}">{anchor}<details><summary>{_e(summary)}{when}</summary>'
+                f'<div class="{cls}" id="e{entry.seq}"><details><summary>{anchor}{_e(summary)}{when}</summary>'
                 f'<div class="text">{markdown_html(body.summary)}</div></details></div>\n'
             )
         if isinstance(body, Revert):
@@ -325,10 +326,10 @@ class _Writer:
         elif isinstance(body, TitleChange):
             text = f"Title changed to “{body.title}”"
         elif isinstance(body, Checkpoint):
-            text = f"⏸ Checkpoint ({body.reason}, {body.steps} steps): {body.objective}"
+            text = f"Checkpoint ({body.reason}, {body.steps} steps): {body.objective}"
             text += f" — next: {body.next_action}" if body.next_action else ""
         elif isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
-            text = f"⚡ Turn interrupted: entry {body.data.get('seq', '?')} got no answer"
+            text = f"Turn interrupted: entry {body.data.get('seq', '?')} got no answer"
         elif isinstance(body, Marker) and body.name in (APPROVAL_REQUEST_MARKER, APPROVAL_DECISION_MARKER):
             text = f"{body.data.get('tool', 'a call')}: {_approval_text(body)}"
         elif isinstance(body, Marker):

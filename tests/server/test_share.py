@@ -214,3 +214,53 @@ def test_a_share_and_the_export_of_a_long_session_stream(tmp_path: Path) -> None
         status, headers, text = request(server, "GET", f"/share/{token}")
         assert status == 200 and "content-length" not in headers  # streamed, not built whole
         assert text.count("<article") == 3000 and "message number 2999" in text
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def test_chromium_opens_the_share_and_the_exported_file_with_nothing_else(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Real Chromium: the share view and an exported file open with no console error, load nothing but the
+    page itself (the style sheet passes the page's own policy: its hash), and script in a message stays
+    text. The screenshots are left in a temporary directory (printed) to look at."""
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's chromium at /usr/bin/chromium (apt install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+    shots = tmp_path_factory.mktemp("share-screenshots")
+    with serve(tmp_path) as server:
+        sid = session(
+            server, "Please fix `test_io`, it **fails** sometimes", "Found it: a race. <script>alert(1)</script>"
+        )
+        token = share(server, sid)["token"]
+        exported = tmp_path / "session.html"
+        status, _, text = request(server, "GET", f"/sessions/{sid}/export?format=html")
+        assert status == 200
+        exported.write_text(text, encoding="utf-8")
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=str(CHROMIUM),
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
+            try:
+                for name, url in [("share", f"{server.url}/share/{token}"), ("export", exported.as_uri())]:
+                    page = browser.new_page(viewport={"width": 1000, "height": 800})
+                    problems: list[str] = []
+                    requests_made: list[str] = []
+                    page.on("console", lambda m, problems=problems: problems.append(f"{m.type}: {m.text}"))
+                    page.on("pageerror", lambda e, problems=problems: problems.append(f"error: {e}"))
+                    page.on("request", lambda r, requests_made=requests_made: requests_made.append(r.url))
+                    page.on("dialog", lambda d, problems=problems: problems.append(f"dialog: {d.message}"))
+                    page.goto(url)
+                    assert page.locator("h1").inner_text() == "shared session"
+                    assert "Found it: a race. <script>alert(1)</script>" in page.locator("main").inner_text()
+                    # the style sheet applied (a policy that refused it would leave the default margin)
+                    assert page.evaluate("getComputedStyle(document.body).margin") == "0px"
+                    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+                    assert problems == [], (name, problems)
+                    assert requests_made == [url], (name, requests_made)
+                    page.close()
+            finally:
+                browser.close()
+    print(f"screenshots in {shots}")

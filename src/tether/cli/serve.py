@@ -4,6 +4,12 @@ generated and printed here. Needs the `server` extra, imported only when the com
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import socket
+from pathlib import Path
+
 import click
 
 from .state import OptionError, cli_state
@@ -91,4 +97,60 @@ def serve(
         f"{'; token required' if settings.token else ''}); Ctrl-C stops it",
         err=True,
     )
-    run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")
+    record = _record_address(host, port)
+    try:
+        run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")
+    finally:
+        _forget_address(record)
+
+
+ADDRESS_FILE = "server.json"
+"""In the tether home: where a running `tether serve` says where it is (its URL, its process, its store), so
+that `tether share` can print a whole link."""
+
+
+def _record_address(host: str, port: int) -> Path | None:
+    from ..paths import tether_home
+    from ..store import store_path
+
+    if port == 0:
+        return None  # the port is the system's choice, known only once bound
+    shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    path = tether_home() / ADDRESS_FILE
+    record = {"url": f"http://{shown}:{port}", "pid": os.getpid(), "store": store_path(cli_state().store_url)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    except OSError:
+        return None  # a convenience for `tether share`: serving does not depend on it
+    return path
+
+
+def _forget_address(path: Path | None) -> None:
+    if path is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+
+
+def known_server(store_url: str | None) -> str | None:
+    """The URL of the `tether serve` running on this machine over the same store, if one said where it is."""
+    from ..paths import tether_home
+    from ..store import store_path
+
+    try:
+        record = json.loads((tether_home() / ADDRESS_FILE).read_text())
+        url, pid = str(record["url"]), int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # it died without cleaning up
+    except PermissionError:
+        pass  # alive, another user's
+    if record.get("store") != store_path(store_url):
+        return None
+    return url
