@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tether.client import TetherClient
+from tether.errors import NotFound
 from tether.messages import Message
 from tether.runtime.sharing import hash_token
 from tether.server import ServerSettings
@@ -214,6 +216,20 @@ def test_a_share_and_the_export_of_a_long_session_stream(tmp_path: Path) -> None
         status, headers, text = request(server, "GET", f"/share/{token}")
         assert status == 200 and "content-length" not in headers  # streamed, not built whole
         assert text.count("<article") == 3000 and "message number 2999" in text
+
+
+async def test_the_client_makes_lists_and_revokes_shares(guarded: Served) -> None:
+    sid = session(guarded, "through the client")
+    async with TetherClient(guarded.url, token=TOKEN) as client:
+        made = await client.share(sid, expires_in=600)
+        assert made.url == f"{guarded.url}/share/{made.token}" and made.expires_at is not None
+        assert [s.id for s in await client.shares(sid)] == [made.id]
+        assert request(guarded, "GET", f"/share/{made.token}")[0] == 200
+        assert (await client.revoke_share(sid, made.id)).revoked_at is not None
+        assert request(guarded, "GET", f"/share/{made.token}")[0] == 404
+        assert b"through the client" in await client.export(sid, format="html")
+        with pytest.raises(NotFound):
+            await client.revoke_share(sid, "shr_01JD8X3Q5T9N2C7KZ6W4M0R1YB")
 
 
 CHROMIUM = Path("/usr/bin/chromium")
