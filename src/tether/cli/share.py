@@ -72,6 +72,7 @@ def share(
       tether share --list                      every link, live or not
       tether share --revoke shr_01JD8X...      stop a link (its id, token or URL)
 
+    A server that people reach by another name than its address needs `tether serve --allow-host NAME`.
     To send a file instead, see `tether sessions export ID --format html`."""
     if list_flag and revoke:
         raise OptionError("use --list or --revoke, not both")
