@@ -131,3 +131,52 @@ def test_durations() -> None:
     assert parse_duration("7d") == 7 * 86400 and parse_duration("2w") == 14 * 86400
     assert parse_duration("1d12h") == 36 * 3600 and parse_duration("1.5h") == 5400
     assert parse_duration("never") is None
+
+
+def test_with_tether_serve_running_the_link_is_whole_and_opens(db: Path, tmp_path: Path) -> None:
+    """A real `python -m tether serve` in its own process: it notes its address in the tether home, `tether
+    share` prints the whole link, the link opens with no token; a revoke from the CLI stops it at once; SIGTERM
+    stops the server and its note goes with it."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    sid = make_session(db)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "TETHER_STORE": str(db)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    record = tether_home() / "server.json"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    server.stderr.read() if server.stderr else ""
+                )
+                time.sleep(0.1)
+        url = ok(tether(db, "share", sid)).strip()
+        assert url.startswith(f"http://127.0.0.1:{port}/share/")
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and "to share" in page.read().decode()
+        ok(tether(db, "share", "--revoke", url))
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            urllib.request.urlopen(url, timeout=30)
+        assert gone.value.code == 404
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=60)
+    assert server.returncode == -signal.SIGTERM and not record.exists()

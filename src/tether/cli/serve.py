@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -98,10 +100,13 @@ def serve(
         err=True,
     )
     record = _record_address(host, port)
+    before = _forget_on_sigterm(record) if record is not None else None
     try:
         run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")
     finally:
         _forget_address(record)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 ADDRESS_FILE = "server.json"
@@ -125,6 +130,22 @@ def _record_address(host: str, port: int) -> Path | None:
     except OSError:
         return None  # a convenience for `tether share`: serving does not depend on it
     return path
+
+
+def _forget_on_sigterm(path: Path) -> Any:
+    """uvicorn stops gracefully on SIGTERM and then raises it again with the handler it found: this one, which
+    forgets the address before the signal ends the process as it would have (no `finally` runs after).
+    Returns the handler it replaced (None off the main thread, where none can be set)."""
+
+    def forget_and_die(signum: int, frame: object) -> None:
+        _forget_address(path)
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, forget_and_die)
+    except ValueError:
+        return None
 
 
 def _forget_address(path: Path | None) -> None:
