@@ -5,9 +5,13 @@ page loads nothing from anywhere."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from html.parser import HTMLParser
 from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tether.messages import (
     APPROVAL_DECISION_MARKER,
@@ -22,7 +26,7 @@ from tether.messages import (
     ToolResultPart,
     Usage,
 )
-from tether.store import Store
+from tether.store import MemoryStore, Store
 from tether.transcript_html import CSP, CSS, export_html, markdown_html
 
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -164,10 +168,12 @@ async def test_the_page_loads_nothing_and_runs_nothing(store: Store) -> None:
 
 def test_markdown_links_are_kept_safe() -> None:
     assert 'rel="noopener noreferrer nofollow"' in markdown_html("[a](https://example.com)")
-    for scheme in ("javascript:alert(1)", "vbscript:x", "data:text/html;base64,PHNjcmlwdD4="):
+    for scheme in ("javascript:alert(1)", "vbscript:x", "data:text/html;base64,PHNjcmlwdD4=", "ms-msdt:x", "/sessions"):
         assert "<a" not in markdown_html(f"[a]({scheme})")
     assert "<img" not in markdown_html("![a](https://example.com/a.png)")
     assert "&lt;b&gt;" in markdown_html("<b>raw</b>")
+    aligned = markdown_html("| a | b |\n|:--|--:|\n| 1 | 2 |")
+    assert 'class="align-right"' in aligned and "style=" not in aligned  # the page allows no inline style
 
 
 async def test_an_empty_session_and_a_long_one(store: Store, tmp_path: Path) -> None:
@@ -188,3 +194,57 @@ async def test_a_huge_tool_output_is_cut_with_a_note(store: Store) -> None:
     )
     text = await render(store, sid)
     assert "150,000 more characters" in text and len(text) < 100_000
+
+
+TAGS = {
+    *("html", "head", "meta", "title", "style", "body", "main", "header", "footer", "h1", "h2", "h3", "h4"),
+    *("h5", "h6", "dl", "dt", "dd", "div", "article", "span", "a", "time", "p", "details", "summary", "pre"),
+    *("code", "strong", "em", "s", "ul", "ol", "li", "blockquote", "hr", "br", "table", "thead", "tbody"),
+    *("tr", "th", "td"),
+}
+"""Every element the renderer writes: anything else came from a transcript."""
+ATTRIBUTES = {"class", "id", "href", "rel", "datetime", "lang", "charset", "http-equiv", "content", "name", "start"}
+PIECES = [
+    "<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '"><svg onload=alert(1)>', "<style>", "</style>",
+    "javascript:alert(1)", "[a](", ")", "](", "![p](", "<", ">", "&", '"', "'", "`", "```", "\n", "\n\n", "|",
+    "|---|", "|:-:|", "* ", "1. ", "    ", "# ", "> ", "~~", "**", "_", "http://e.x/", "data:text/html,",
+    "<!--", "-->", "<![CDATA[", "\\", "&lt;", "&#x3c;script", "\x00", "\u2028", "]]>", "</textarea>",
+]  # fmt: skip
+untrusted = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_size=20).map("".join)
+
+
+@given(title=untrusted, text=untrusted, output=untrusted, argument=untrusted, summary=untrusted)
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_nothing_a_transcript_says_becomes_markup(
+    title: str, text: str, output: str, argument: str, summary: str
+) -> None:
+    """Whatever text a title, a message, a tool's argument or output, thinking, a summary or a revert holds, the
+    page has only the renderer's own elements and attributes, and links only to the web."""
+
+    async def main() -> str:
+        store = MemoryStore()
+        sid = (await store.create_session(title=title or None)).id
+        call = ToolCallPart(id="c1", name="bash", arguments={"command": argument})
+        bad = ToolCallPart(id="c2", name="edit", raw_arguments=argument + "{")
+        await store.append(
+            sid,
+            [
+                Message.user(text),
+                Message(role="assistant", parts=[ThinkingPart(text=text), TextPart(text=summary), call, bad]),
+                Message.tool(ToolResultPart(call_id="c1", content=output), ToolResultPart(call_id="c9", content=text)),
+                Compaction(summary=summary, first_kept_seq=1),
+                Marker(name=argument or "m", data={"seq": output}),
+                Revert(to_seq=1, reason=output),
+            ],
+        )
+        return await render(store, sid, raw=True)
+
+    text_out = asyncio.run(main())
+    page = Page(text_out)
+    for tag, attrs in page.tags:
+        assert tag in TAGS, tag
+        assert set(attrs) <= ATTRIBUTES, (tag, attrs)
+        href = attrs.get("href")
+        if href is not None:
+            assert href.startswith("#e") or href.lower().startswith(("http://", "https://", "mailto:")), href
+    assert text_out.count("<style>") == 1 and text_out.count("</style>") == 1

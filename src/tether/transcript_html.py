@@ -67,6 +67,7 @@ article.tool,article.system{border-color:var(--tool)}
 a.seq{color:var(--dim);text-decoration:none}a.seq:hover{text-decoration:underline}
 .text{overflow-wrap:anywhere}.text>:first-child{margin-top:4px}.text>:last-child{margin-bottom:4px}
 .text table{border-collapse:collapse}.text td,.text th{border:1px solid var(--line);padding:2px 8px}
+.align-left{text-align:left}.align-center{text-align:center}.align-right{text-align:right}
 code{font:13px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--code);
 border-radius:4px;padding:1px 4px}
 pre{background:var(--code);border-radius:6px;padding:10px 12px;overflow:auto;max-height:36em;
@@ -92,6 +93,10 @@ CSP = (
 _META_CSP = CSP.replace("; frame-ancestors 'none'", "")  # a <meta> policy may not set frame-ancestors
 
 
+SAFE_SCHEMES = ("http://", "https://", "mailto:")
+"""The links a transcript may hold; any other stays text."""
+
+
 @lru_cache(maxsize=1)
 def _markdown() -> Any:
     from markdown_it import MarkdownIt
@@ -100,17 +105,34 @@ def _markdown() -> Any:
     md.enable(["table", "strikethrough"])
     md.disable("image")  # a picture would be fetched from elsewhere: it stays a link
 
+    def validate_link(url: str) -> bool:
+        # only links that leave the page for the web: no javascript:, data:, custom schemes (an installed
+        # program's), and no relative link that would lead a reader of a share into the server's API
+        return url.strip().lower().startswith(SAFE_SCHEMES)
+
+    md.validateLink = validate_link
+
     def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         tokens[idx].attrSet("rel", "noopener noreferrer nofollow")
         return str(renderer.renderToken(tokens, idx, options, env))
 
     md.add_render_rule("link_open", link_open)
+
+    def aligned_by_class(state: Any) -> None:
+        # a table column's alignment comes as style="text-align:..."; the page's policy allows no inline style
+        for token in state.tokens:
+            style = token.attrGet("style") if token.type in ("th_open", "td_open") else None
+            if isinstance(style, str) and style.startswith("text-align:"):
+                del token.attrs["style"]
+                token.attrSet("class", "align-" + style.removeprefix("text-align:"))
+
+    md.core.ruler.push("aligned_by_class", aligned_by_class)
     return md
 
 
 def markdown_html(text: str) -> str:
-    """Markdown as HTML, raw HTML in it escaped (markdown-it's `html` off), `javascript:` and such links refused
-    (markdown-it's `validateLink`)."""
+    """Markdown as HTML: raw HTML in it escaped (markdown-it's `html` off), links only to the web
+    (`SAFE_SCHEMES`), pictures left as links, table alignment as classes (the page allows no inline style)."""
     return str(_markdown().render(text))
 
 

@@ -233,6 +233,7 @@ async def test_the_client_makes_lists_and_revokes_shares(guarded: Served) -> Non
 
 
 CHROMIUM = Path("/usr/bin/chromium")
+TABLE = "| file | lines |\n|:--|--:|\n| a.py | 12 |"  # aligned columns: classes, not inline style
 
 
 def test_chromium_opens_the_share_and_the_exported_file_with_nothing_else(
@@ -247,7 +248,7 @@ def test_chromium_opens_the_share_and_the_exported_file_with_nothing_else(
     shots = tmp_path_factory.mktemp("share-screenshots")
     with serve(tmp_path) as server:
         sid = session(
-            server, "Please fix `test_io`, it **fails** sometimes", "Found it: a race. <script>alert(1)</script>"
+            server, f"Please fix `test_io`, it **fails**:\n\n{TABLE}", "Found it: a race. <script>alert(1)</script>"
         )
         token = share(server, sid)["token"]
         exported = tmp_path / "session.html"
@@ -271,10 +272,12 @@ def test_chromium_opens_the_share_and_the_exported_file_with_nothing_else(
                     page.goto(url)
                     assert page.locator("h1").inner_text() == "shared session"
                     assert "Found it: a race. <script>alert(1)</script>" in page.locator("main").inner_text()
+                    assert problems == [], (name, problems)
                     # the style sheet applied (a policy that refused it would leave the default margin)
                     assert page.evaluate("getComputedStyle(document.body).margin") == "0px"
+                    align = "getComputedStyle(document.querySelector('td.align-right')).textAlign"
+                    assert page.evaluate(align) == "right"
                     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
-                    assert problems == [], (name, problems)
                     assert requests_made == [url], (name, requests_made)
                     page.close()
             finally:
