@@ -110,7 +110,7 @@ def _markdown() -> Any:
         # program's), and no relative link that would lead a reader of a share into the server's API
         return url.strip().lower().startswith(SAFE_SCHEMES)
 
-    md.validateLink = validate_link
+    md.validateLink = validate_link  # type: ignore[method-assign]  # markdown-it documents this override
 
     def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         tokens[idx].attrSet("rel", "noopener noreferrer nofollow")
