@@ -27,7 +27,7 @@ from tether.messages import (
     Usage,
 )
 from tether.store import MemoryStore, Store
-from tether.transcript_html import CSP, CSS, export_html, markdown_html
+from tether.transcript_html import CSP, CSS, export_html, html_chunks, markdown_html
 
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -248,3 +248,41 @@ def test_nothing_a_transcript_says_becomes_markup(
         if href is not None:
             assert href.startswith("#e") or href.lower().startswith(("http://", "https://", "mailto:")), href
     assert text_out.count("<style>") == 1 and text_out.count("</style>") == 1
+
+
+async def test_sub_agents_nest_under_their_call_only_when_asked(store: Store) -> None:
+    parent = (await store.create_session(title="parent")).id
+    call = ToolCallPart(id="t1", name="task", arguments={"prompt": "look around"})
+    child = await store.create_session(parent_id=parent, agent="explore", metadata={"task": {"call_id": "t1"}})
+    grandchild = await store.create_session(parent_id=child.id, metadata={"task": {"call_id": "g1"}})
+    await store.append(grandchild.id, [Message.user("deepest"), Message.assistant("grandchild words")])
+    inner = ToolCallPart(id="g1", name="task", arguments={"prompt": "deeper"})
+    await store.append(
+        child.id,
+        [
+            Message.user("look around"),
+            Message.assistant(tool_calls=[inner]),
+            Message.tool(ToolResultPart(call_id="g1", content="deeper done")),
+            Message.assistant("child words"),
+        ],
+    )
+    done = ToolResultPart(call_id="t1", content="child words", metadata={"child_id": child.id, "agent": "explore"})
+    await store.append(parent, [Message.user("go"), Message.assistant(tool_calls=[call]), Message.tool(done)])
+
+    out = io.StringIO()
+    await export_html(store, parent, out, children=True)
+    nested = out.getvalue()
+    page = Page(nested)
+    assert "grandchild words" in nested and f"Sub-agent session {child.id} (explore)" in nested
+    ids = [a["id"] for _, a in page.tags if a.get("id")]
+    assert len(ids) == len(set(ids))  # each session's entries have ids of their own
+    assert {f"#{i}" for i in ids} >= {a["href"] for a in page.all("a") if (a.get("href") or "").startswith("#")}
+    # the child's transcript sits inside the call's <details>, before it closes
+    call_at = nested.index("task(prompt=")
+    assert nested.index("child words", nested.index("Sub-agent session")) > call_at
+    assert nested.index("</details>", nested.index("grandchild words")) > nested.index("grandchild words")
+
+    flat = await render(store, parent)
+    assert "grandchild words" not in flat and f"sub-agent session {child.id}" in flat
+    shared = "".join([piece async for piece in html_chunks(store, parent, shared=True, children=True)])
+    assert "child words" in shared and "look around" in shared and "deepest" not in shared  # a share never nests

@@ -81,7 +81,8 @@ details.call>summary code{background:none;padding:0}
 .note{color:var(--dim);font-size:.9em;margin:4px 0}
 .marker{color:var(--mark);font-size:.9em;margin:12px 0;padding-left:17px}.marker .text{color:var(--fg)}
 .reverted{opacity:.55}.reverted .head::after{content:"reverted";color:var(--err);font-weight:600}
-.thinking{font-style:italic}
+.thinking{font-style:italic}details.child{background:var(--bg);margin:8px 0 4px}
+details.child>summary{color:var(--dim);font-size:.9em}
 footer{margin-top:32px;border-top:1px solid var(--line);padding-top:8px;color:var(--dim);font-size:.85em}
 """
 CSS_SOURCE = "sha256-" + base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
@@ -248,20 +249,36 @@ def _approval_text(marker: Marker) -> str:
     return f"✓ approved by {by}{reach}"
 
 
+Piece = str | SessionInfo
+"""What the writer gives: HTML, or a sub-agent's session whose transcript goes there (nested)."""
+
+
 class _Writer:
-    def __init__(self, spans: Sequence[RevertSpan]) -> None:
+    def __init__(
+        self, spans: Sequence[RevertSpan], prefix: str = "", children: dict[str, SessionInfo] | None = None
+    ) -> None:
         self.spans = spans
+        self.prefix = prefix  # of the ids of this session's entries (a nested session's are apart)
+        self.children = children or {}  # sub-agent sessions to nest, by the call that ran them
+
+    def anchor(self, seq: int) -> tuple[str, str]:
+        """The id of an entry's element, and a link to it."""
+        name = f"{self.prefix}e{seq}"
+        return name, f'<a class="seq" href="#{name}">#{seq}</a>'
 
     def entry_open(self, entry: Entry, role: str, hidden: bool, extra: str = "") -> str:
         classes = f"entry {role}" + (" reverted" if hidden else "")
-        head = f'<a class="seq" href="#e{entry.seq}">#{entry.seq}</a><span class="role">{_e(role)}</span>'
-        return f'<article class="{classes}" id="e{entry.seq}"><div class="head">{head}{extra}{_time(entry.created_at)}</div>'
+        name, link = self.anchor(entry.seq)
+        head = f'{link}<span class="role">{_e(role)}</span>'
+        return f'<article class="{classes}" id="{name}"><div class="head">{head}{extra}{_time(entry.created_at)}</div>'
 
-    def message(self, entry: Entry, hidden: bool, turn: _Turn | None = None, paired: set[str] | None = None) -> str:
+    def message(
+        self, entry: Entry, hidden: bool, turn: _Turn | None = None, paired: set[str] | None = None
+    ) -> list[Piece]:
         message = entry.body
         assert isinstance(message, Message)
         extra = f'<span class="model">{_e(message.model)}</span>' if message.model else ""
-        out = [self.entry_open(entry, message.role, hidden, extra)]
+        out: list[Piece] = [self.entry_open(entry, message.role, hidden, extra)]
         for part in message.parts:
             if isinstance(part, TextPart):
                 if part.text.strip():
@@ -271,7 +288,7 @@ class _Writer:
                 body = f'<div class="text thinking">{markdown_html(part.text)}</div>' if part.text else ""
                 out.append(f'<details class="thinking"><summary>{_e(label)}</summary>{body}</details>')
             elif isinstance(part, ToolCallPart):
-                out.append(self.call(part, turn))
+                out += self.call(part, turn)
             elif isinstance(part, ToolResultPart):
                 if paired is None or part.call_id not in paired:
                     out.append(self.result(part))
@@ -281,9 +298,9 @@ class _Writer:
             usage = f"{message.usage.input_tokens:,} in / {message.usage.output_tokens:,} out tokens"
             out.append(f'<p class="note">{_e(usage)}</p>')
         out.append("</article>\n")
-        return "".join(out)
+        return out
 
-    def call(self, call: ToolCallPart, turn: _Turn | None) -> str:
+    def call(self, call: ToolCallPart, turn: _Turn | None) -> list[Piece]:
         result = turn.results.get(call.id) if turn is not None else None
         approvals = turn.approvals.get(call.id, []) if turn is not None else []
         if result is None:
@@ -308,7 +325,11 @@ class _Writer:
             label = "Error" if result.is_error else "Output"
             body += [f'<div class="label">{label}</div>', _clipped(result.content)]
             body.append(self.child_note(result))
-        return f'<details class="call{cls}"><summary>{summary}</summary>{"".join(body)}</details>'
+        opening = f'<details class="call{cls}"><summary>{summary}</summary>{"".join(body)}'
+        child = self.children.get(call.id)
+        if child is not None:
+            return [opening, child, "</details>"]
+        return [opening + "</details>"]
 
     def result(self, result: ToolResultPart) -> str:
         """A result whose call is not beside it (before a compaction, in a hidden span)."""
@@ -332,14 +353,15 @@ class _Writer:
     def marker(self, entry: Entry, hidden: bool) -> str:
         body = entry.body
         cls = "marker" + (" reverted" if hidden else "")
-        anchor = f'<a class="seq" href="#e{entry.seq}">#{entry.seq}</a> '
+        name, anchor = self.anchor(entry.seq)
+        anchor += " "
         when = f" · {_time(entry.created_at)}"
         if isinstance(body, Compaction):
             summary = f"Compaction: entries before #{body.first_kept_seq} summarized"
             if body.tokens_before and body.tokens_after:
                 summary += f" ({body.tokens_before:,} → {body.tokens_after:,} tokens)"
             return (
-                f'<div class="{cls}" id="e{entry.seq}"><details><summary>{anchor}{_e(summary)}{when}</summary>'
+                f'<div class="{cls}" id="{name}"><details><summary>{anchor}{_e(summary)}{when}</summary>'
                 f'<div class="text">{markdown_html(body.summary)}</div></details></div>\n'
             )
         if isinstance(body, Revert):
@@ -358,35 +380,66 @@ class _Writer:
             text = f"• {body.name}"
         else:
             return ""
-        return f'<div class="{cls}" id="e{entry.seq}">{anchor}{_e(text)}{when}</div>\n'
+        return f'<div class="{cls}" id="{name}">{anchor}{_e(text)}{when}</div>\n'
 
-    def turn(self, turn: _Turn) -> str:
-        out = [self.message(turn.entry, turn.hidden, turn)]
+    def turn(self, turn: _Turn) -> list[Piece]:
+        out = self.message(turn.entry, turn.hidden, turn)
         paired = set(turn.results)
         for entry, hidden in turn.after:
             body = entry.body
             if isinstance(body, Message):
                 rest = [p for p in body.parts if not (isinstance(p, ToolResultPart) and p.call_id in paired)]
                 if rest:
-                    out.append(self.message(entry, hidden, None, paired))
+                    out += self.message(entry, hidden, None, paired)
             else:
                 out.append(self.marker(entry, hidden))
-        return "".join(out)
+        return out
 
 
 async def html_chunks(
-    store: Store, session_id: str, *, raw: bool = False, shared: bool = False, info: SessionInfo | None = None
+    store: Store,
+    session_id: str,
+    *,
+    raw: bool = False,
+    shared: bool = False,
+    children: bool = False,
+    info: SessionInfo | None = None,
 ) -> AsyncIterator[str]:
     """The page in pieces, as the journal is read (one piece per entry or turn). Reverted entries are left
-    out (a note marks each revert) unless `raw`; `shared`: the page a share link shows (no directory)."""
+    out (a note marks each revert) unless `raw`; `children`: each sub-agent's transcript is nested, folded,
+    under the call that ran it (else a note names its session); `shared`: the page a share link shows (no
+    directory, and never another session's transcript)."""
     info = info or await store.get_session(session_id)
+    yield page_start(info, shared=shared)
+    async for piece in _transcript(store, info, raw=raw, children=children and not shared, prefix=""):
+        yield piece
+    if not info.entry_count:
+        yield '<p class="note">This session has no messages yet.</p>\n'
+    yield page_end(shared=shared)
+
+
+async def _transcript(store: Store, info: SessionInfo, *, raw: bool, children: bool, prefix: str) -> AsyncIterator[str]:
     last = info.entry_count
     # the reverts come from the store's index (no read of the history); ones appended after `info` are not ours
     spans = [s for s in await store.reverted_spans(info.id) if s.revert <= last]
     effective = effective_reverts(spans)
-    writer = _Writer(spans)
-    yield page_start(info, shared=shared)
+    writer = _Writer(spans, prefix, await _children(store, info.id) if children else None)
+    nested = 0
     turn: _Turn | None = None
+
+    async def pieces(out: list[Piece] | str) -> AsyncIterator[str]:
+        nonlocal nested
+        for piece in [out] if isinstance(out, str) else out:
+            if isinstance(piece, str):
+                yield piece
+                continue
+            nested += 1
+            label = f"Sub-agent session {piece.id}" + (f" ({piece.agent})" if piece.agent else "")
+            yield f'<details class="child"><summary>{_e(label)}</summary>'
+            async for inner in _transcript(store, piece, raw=raw, children=True, prefix=f"{prefix}s{nested}-"):
+                yield inner
+            yield "</details>"
+
     async for entry in store.iter_entries(info.id):
         if entry.seq > last:
             break
@@ -396,27 +449,45 @@ async def html_chunks(
         if turn is not None:
             if turn.take(entry, hidden):
                 continue
-            yield writer.turn(turn)
+            async for piece in pieces(writer.turn(turn)):
+                yield piece
             turn = None
         body = entry.body
         if isinstance(body, Message) and body.tool_calls:
             turn = _Turn(entry, hidden)
         elif isinstance(body, Message):
-            yield writer.message(entry, hidden)
-        else:
-            piece = writer.marker(entry, hidden)
-            if piece:
+            async for piece in pieces(writer.message(entry, hidden)):
                 yield piece
+        else:
+            marker = writer.marker(entry, hidden)
+            if marker:
+                yield marker
     if turn is not None:
-        yield writer.turn(turn)
-    if not info.entry_count:
-        yield '<p class="note">This session has no messages yet.</p>\n'
-    yield page_end(shared=shared)
+        async for piece in pieces(writer.turn(turn)):
+            yield piece
 
 
-async def export_html(store: Store, session_id: str, out: IO[str], *, raw: bool = False) -> SessionInfo:
+async def _children(store: Store, session_id: str) -> dict[str, SessionInfo]:
+    """The session's sub-agent sessions by the call that ran each (`metadata.task.call_id`)."""
+    found: dict[str, SessionInfo] = {}
+    cursor: str | None = None
+    while True:
+        page = await store.list_sessions(parent_id=session_id, limit=1000, cursor=cursor)
+        for child in page.items:
+            task = child.metadata.get("task")
+            call_id = task.get("call_id") if isinstance(task, dict) else None
+            if isinstance(call_id, str) and call_id:
+                found[call_id] = child
+        if page.next_cursor is None:
+            return found
+        cursor = page.next_cursor
+
+
+async def export_html(
+    store: Store, session_id: str, out: IO[str], *, raw: bool = False, children: bool = False
+) -> SessionInfo:
     """Write the session as one self-contained HTML file (see `html_chunks`)."""
     info = await store.get_session(session_id)
-    async for piece in html_chunks(store, session_id, raw=raw, info=info):
+    async for piece in html_chunks(store, session_id, raw=raw, children=children, info=info):
         out.write(piece)
     return info

@@ -381,6 +381,7 @@ def test_export_html_writes_one_self_contained_page(db: Path, tmp_path: Path) ->
     assert '<details class="thinking">' in page and "a detour" not in page
     assert "<script" not in page and "http://" not in page and "https://" not in page
     assert "a detour" in ok(tether(db, "sessions", "export", session.id, "-f", "html", "--raw"))
+    failed(tether(db, "sessions", "export", session.id, "-f", "markdown", "--children"), "goes with --format html", 2)
 
 
 def test_export_to_an_unwritable_place_is_a_clear_error(db: Path, tmp_path: Path) -> None:

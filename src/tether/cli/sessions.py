@@ -41,6 +41,7 @@ from ..store.reverts import effective_reverts, hidden_spans
 from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
 from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
 from .sanitize import escape_controls, escape_json_controls
+from .state import OptionError
 
 
 class SessionsGroup(click.Group):
@@ -509,7 +510,10 @@ def _ask(session_ref: str, request: LeaseRequest) -> None:
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE (default: stdout).")
 @click.option("--raw", is_flag=True, help="Markdown and HTML: include reverted entries (marked as such).")
-def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
+@click.option(
+    "--children", is_flag=True, help="HTML: nest each sub-agent's transcript, folded, under the call that ran it."
+)
+def export(session_ref: str, fmt: str, output: str | None, raw: bool, children: bool) -> None:
     """Export a session: tether JSON (what `import` reads back, exactly), a Markdown transcript, or one
     self-contained HTML page to send to someone (inline style, no script, nothing fetched; tool calls fold
     open to their arguments and output).
@@ -519,8 +523,11 @@ def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
 
     \b
     Examples:
-      tether sessions export 4M0R1YB -f html -o session.html
+      tether sessions export 4M0R1YB -f html --children -o session.html
       tether sessions export 4M0R1YB > session.json"""
+
+    if children and fmt != "html":
+        raise OptionError("--children goes with --format html")
 
     async def run(store: Store) -> SessionInfo:
         info = await find_session(store, session_ref)
@@ -534,7 +541,7 @@ def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
             if fmt == "html":
                 from ..transcript_html import export_html
 
-                return await export_html(store, info.id, out, raw=raw)
+                return await export_html(store, info.id, out, raw=raw, children=children)
             return await export_markdown(store, info.id, out, raw=raw)
 
     info = with_store(run)

@@ -343,6 +343,7 @@ async def export(
     session_id: Ref,
     format: Annotated[Literal["json", "markdown", "html"], Query()] = "json",
     raw: Annotated[bool, Query(description="Markdown and HTML: include reverted entries")] = False,
+    children: Annotated[bool, Query(description="HTML: nest each sub-agent's transcript under its call")] = False,
 ) -> Response:
     info = await find_session(state.store, session_id)
     name = f"{info.id}.{ {'json': 'json', 'markdown': 'md', 'html': 'html'}[format] }"
@@ -352,7 +353,7 @@ async def export(
 
         # written as it is read; an attachment, and under the page's own policy if opened in place
         headers = {**disposition, "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
-        chunks = html_chunks(state.store, info.id, raw=raw, info=info)
+        chunks = html_chunks(state.store, info.id, raw=raw, children=children, info=info)
         return StreamingResponse(chunks, media_type="text/html; charset=utf-8", headers=headers)
     if format == "json":
         out = io.BytesIO()
