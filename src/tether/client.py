@@ -28,11 +28,22 @@ from .messages import Entry
 from .recall import RecallResult
 from .runtime.activity import Activity
 from .runtime.operations import ModelsOverview
-from .store.records import SessionInfo
+from .store.records import SessionInfo, Share
 
 T = TypeVar("T")
 
 TOKEN_ENV = "TETHER_SERVER_TOKEN"
+
+
+class CreatedShare(msgspec.Struct, kw_only=True):
+    """A share link just made: `token` and `url` are shown this once (the server keeps only a hash)."""
+
+    id: str
+    session_id: str
+    token: str
+    url: str
+    created_at: float
+    expires_at: float | None = None
 
 
 class SessionPage(msgspec.Struct, kw_only=True):
@@ -266,11 +277,24 @@ class TetherClient:
     async def context(self, session_id: str, *, model: str | None = None) -> dict[str, Any]:
         return await self._call("GET", f"/sessions/{session_id}/context", dict[str, Any], params={"model": model})
 
-    async def export(self, session_id: str, *, format: Literal["json", "markdown"] = "json") -> bytes:
+    async def export(self, session_id: str, *, format: Literal["json", "markdown", "html"] = "json") -> bytes:
         response = await self._http.get(f"/sessions/{session_id}/export", params={"format": format})
         if response.status_code >= 400:
             raise_for_error(response.status_code, response.content)
         return bytes(response.content)
+
+    async def share(self, session_id: str, *, expires_in: float | None = None) -> CreatedShare:
+        """A read-only link to the session's transcript, until revoked or for `expires_in` seconds."""
+        body = {"expires_in": expires_in}
+        return await self._call("POST", f"/sessions/{session_id}/shares", CreatedShare, json=body)
+
+    async def shares(self, session_id: str) -> list[Share]:
+        """The session's share links, oldest first (no tokens)."""
+        return (await self._call("GET", f"/sessions/{session_id}/shares", dict[str, list[Share]]))["shares"]
+
+    async def revoke_share(self, session_id: str, share_id: str) -> Share:
+        """Revoke one of the session's links: it stops at once."""
+        return await self._call("DELETE", f"/sessions/{session_id}/shares/{share_id}", Share)
 
     async def import_session(self, data: bytes, *, new_id: bool = False) -> SessionInfo:
         return await self._call("POST", "/sessions/import", SessionInfo, content=data, params={"new_id": new_id})

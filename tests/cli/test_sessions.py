@@ -371,6 +371,19 @@ def test_export_markdown(db: Path, tmp_path: Path) -> None:
     assert "a detour" in ok(tether(db, "sessions", "export", session.id, "-f", "markdown", "--raw"))
 
 
+def test_export_html_writes_one_self_contained_page(db: Path, tmp_path: Path) -> None:
+    session = with_db(db, coding_session)
+    out = tmp_path / "session.html"
+    ok(tether(db, "sessions", "export", session.id, "--format", "html", "-o", str(out)))
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "fix the failing test" in page and "AssertionError: 1 != 2" in page and "✗ error" in page
+    assert '<details class="thinking">' in page and "a detour" not in page
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert "a detour" in ok(tether(db, "sessions", "export", session.id, "-f", "html", "--raw"))
+    failed(tether(db, "sessions", "export", session.id, "-f", "markdown", "--children"), "goes with --format html", 2)
+
+
 def test_export_to_an_unwritable_place_is_a_clear_error(db: Path, tmp_path: Path) -> None:
     session = with_db(db, coding_session)
     failed(

@@ -17,6 +17,7 @@ from tether.errors import StoreBusy, StoreCorrupt, StoreError, StoreFull, StoreP
 from tether.messages import Message
 from tether.store import SqliteStore
 from tether.store import faults as store_faults
+from tether.store.sqlite import SCHEMA_VERSION
 
 
 def _load(name: str) -> ModuleType:
@@ -104,7 +105,7 @@ async def test_a_sound_file_of_an_older_schema_is_still_migrated(db: Path) -> No
     async with SqliteStore(db) as store:
         assert len((await store.list_sessions()).items) == 12
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
 
 

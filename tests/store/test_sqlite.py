@@ -18,6 +18,7 @@ from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart,
 from tether.paths import tether_home
 from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store
 from tether.store.records import Durability
+from tether.store.sqlite import SCHEMA_VERSION
 
 
 def texts(entries: list[Entry]) -> list[str]:
@@ -467,5 +468,5 @@ async def test_a_schema_4_file_gets_the_new_leases_table(tmp_path: Path) -> None
     conn = sqlite3.connect(path)
     columns = [row[1] for row in conn.execute("PRAGMA table_info(leases)")]
     assert columns == ["session_id", "holder", "pid", "host", "since", "expires_at", "request"]
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()

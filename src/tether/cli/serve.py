@@ -4,6 +4,14 @@ generated and printed here. Needs the `server` extra, imported only when the com
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
 import click
 
 from .state import OptionError, cli_state
@@ -91,4 +99,79 @@ def serve(
         f"{'; token required' if settings.token else ''}); Ctrl-C stops it",
         err=True,
     )
-    run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")
+    record = _record_address(host, port)
+    before = _forget_on_sigterm(record) if record is not None else None
+    try:
+        run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")
+    finally:
+        _forget_address(record)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+ADDRESS_FILE = "server.json"
+"""In the tether home: where a running `tether serve` says where it is (its URL, its process, its store), so
+that `tether share` can print a whole link."""
+
+
+def _record_address(host: str, port: int) -> Path | None:
+    from ..paths import tether_home
+    from ..store import store_path
+
+    if port == 0:
+        return None  # the port is the system's choice, known only once bound
+    shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    path = tether_home() / ADDRESS_FILE
+    record = {"url": f"http://{shown}:{port}", "pid": os.getpid(), "store": store_path(cli_state().store_url)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    except OSError:
+        return None  # a convenience for `tether share`: serving does not depend on it
+    return path
+
+
+def _forget_on_sigterm(path: Path) -> Any:
+    """uvicorn stops gracefully on SIGTERM and then raises it again with the handler it found: this one, which
+    forgets the address before the signal ends the process as it would have (no `finally` runs after).
+    Returns the handler it replaced (None off the main thread, where none can be set)."""
+
+    def forget_and_die(signum: int, frame: object) -> None:
+        _forget_address(path)
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, forget_and_die)
+    except ValueError:
+        return None
+
+
+def _forget_address(path: Path | None) -> None:
+    if path is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+
+
+def known_server(store_url: str | None) -> str | None:
+    """The URL of the `tether serve` running on this machine over the same store, if one said where it is."""
+    from ..paths import tether_home
+    from ..store import store_path
+
+    try:
+        record = json.loads((tether_home() / ADDRESS_FILE).read_text())
+        url, pid = str(record["url"]), int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # it died without cleaning up
+    except PermissionError:
+        pass  # alive, another user's
+    if record.get("store") != store_path(store_url):
+        return None
+    return url

@@ -41,6 +41,7 @@ from ..store.reverts import effective_reverts, hidden_spans
 from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
 from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
 from .sanitize import escape_controls, escape_json_controls
+from .state import OptionError
 
 
 class SessionsGroup(click.Group):
@@ -504,14 +505,29 @@ def _ask(session_ref: str, request: LeaseRequest) -> None:
 
 @sessions.command()
 @click.argument("session_ref", metavar="ID")
-@click.option("--format", "-f", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+@click.option(
+    "--format", "-f", "fmt", type=click.Choice(["json", "markdown", "html"]), default="json", show_default=True
+)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE (default: stdout).")
-@click.option("--raw", is_flag=True, help="Markdown: include reverted entries.")
-def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
-    """Export a session: tether JSON (what `import` reads back, exactly) or a Markdown transcript.
+@click.option("--raw", is_flag=True, help="Markdown and HTML: include reverted entries (marked as such).")
+@click.option(
+    "--children", is_flag=True, help="HTML: nest each sub-agent's transcript, folded, under the call that ran it."
+)
+def export(session_ref: str, fmt: str, output: str | None, raw: bool, children: bool) -> None:
+    """Export a session: tether JSON (what `import` reads back, exactly), a Markdown transcript, or one
+    self-contained HTML page to send to someone (inline style, no script, nothing fetched; tool calls fold
+    open to their arguments and output).
 
     A file given with -o appears whole or not at all: it is written aside and renamed into place. Printed to
-    a terminal, control characters are escaped (JSON keeps its value); to a file or a pipe it is exact."""
+    a terminal, control characters are escaped (JSON keeps its value); to a file or a pipe it is exact.
+
+    \b
+    Examples:
+      tether sessions export 4M0R1YB -f html --children -o session.html
+      tether sessions export 4M0R1YB > session.json"""
+
+    if children and fmt != "html":
+        raise OptionError("--children goes with --format html")
 
     async def run(store: Store) -> SessionInfo:
         info = await find_session(store, session_ref)
@@ -522,6 +538,10 @@ def export(session_ref: str, fmt: str, output: str | None, raw: bool) -> None:
                 return await export_json(store, info.id, out)
             if output in (None, "-") and sys.stdout.isatty():
                 out = cast(IO[str], _EscapingWriter(out, escape_controls))
+            if fmt == "html":
+                from ..transcript_html import export_html
+
+                return await export_html(store, info.id, out, raw=raw, children=children)
             return await export_markdown(store, info.id, out, raw=raw)
 
     info = with_store(run)

@@ -20,6 +20,7 @@ from ..config import Config
 from ..errors import TetherError
 from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
+from ..runtime.sharing import SHARE_PATH
 from ..store import Store, open_store
 from .errors import error_body, tether_error_body
 from .guard import Guard
@@ -73,15 +74,17 @@ def create_app(
             {"name": "sessions", "description": "Sessions and their journals"},
             {"name": "runs", "description": "Prompts, and the runs that answer them"},
             {"name": "events", "description": "Server-sent events"},
+            {"name": "shares", "description": "Read-only links to a session's transcript"},
             {"name": "server", "description": "The server and its models"},
         ],
     )
     routes = Routes()
     from . import routes as rest
-    from . import streams
+    from . import share, streams
 
     rest.add_routes(app, routes)
     streams.add_routes(app, routes)
+    share.add_routes(app, routes)
     document: dict[str, Any] = {}
 
     async def openapi_json() -> Response:
@@ -100,7 +103,7 @@ def create_app(
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
         )
-    app.add_middleware(Guard, settings=settings, large_bodies=(IMPORT_PATH,))
+    app.add_middleware(Guard, settings=settings, open_paths=(SHARE_PATH,), large_bodies=(IMPORT_PATH,))
     return app
 
 

@@ -88,9 +88,12 @@ class Guard:
         origins = headers.get("origin", [])
         if origins and not self._origin_allowed(origins, scope, hosts[0]):
             return 403, "forbidden_origin", f"requests from the origin {origins[0][:100]!r} are not allowed", {}
-        if headers.get("sec-fetch-site", [""])[-1] == "cross-site" and not origins:
+        shared = any(scope["path"].startswith(p) for p in self.open_paths)
+        # a share link followed from a mail or a chat elsewhere is a cross-site navigation: it may read
+        followed_link = shared and scope.get("method") in ("GET", "HEAD")
+        if headers.get("sec-fetch-site", [""])[-1] == "cross-site" and not origins and not followed_link:
             return 403, "forbidden_origin", "cross-site requests are not allowed", {}
-        if self._token is None or any(scope["path"].startswith(p) for p in self.open_paths):
+        if self._token is None or shared:
             return None
         if scope.get("method") == "OPTIONS" and origins and "access-control-request-method" in headers:
             return None  # a CORS preflight from an allowed origin carries no credentials

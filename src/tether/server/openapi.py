@@ -110,10 +110,14 @@ def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] 
         has_input = bool(operation.get("parameters")) or "requestBody" in operation
         codes = {*errors, *((422,) if has_input else ()), *((413,) if "requestBody" in operation else ())}
         for status in sorted(codes):
-            responses[str(status)] = {
+            entry = {
                 "description": ERROR_DESCRIPTIONS.get(status, "An error"),
                 "content": {"application/json": {"schema": error_ref}},
             }
+            if status in answers:  # an error that may also come as another media type (a page for a browser)
+                entry["description"] = answers[status].description
+                entry["content"].update(responses[str(status)]["content"])
+            responses[str(status)] = entry
     spec["components"].setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
     spec["security"] = [{"bearer": []}, {}]
     return spec

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from .. import __version__
 from ..context.compaction import CompactionResult, undo_compaction
@@ -341,12 +341,20 @@ async def context(
 async def export(
     state: State,
     session_id: Ref,
-    format: Annotated[Literal["json", "markdown"], Query()] = "json",
-    raw: Annotated[bool, Query(description="Markdown: include reverted entries")] = False,
+    format: Annotated[Literal["json", "markdown", "html"], Query()] = "json",
+    raw: Annotated[bool, Query(description="Markdown and HTML: include reverted entries")] = False,
+    children: Annotated[bool, Query(description="HTML: nest each sub-agent's transcript under its call")] = False,
 ) -> Response:
     info = await find_session(state.store, session_id)
-    name = f"{info.id}.{'json' if format == 'json' else 'md'}"
+    name = f"{info.id}.{ {'json': 'json', 'markdown': 'md', 'html': 'html'}[format] }"
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
+    if format == "html":
+        from ..transcript_html import CSP, html_chunks
+
+        # written as it is read; an attachment, and under the page's own policy if opened in place
+        headers = {**disposition, "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
+        chunks = html_chunks(state.store, info.id, raw=raw, children=children, info=info)
+        return StreamingResponse(chunks, media_type="text/html; charset=utf-8", headers=headers)
     if format == "json":
         out = io.BytesIO()
         await export_json(state.store, info.id, out)
@@ -499,8 +507,9 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
     add(app, "GET", "/sessions/{session_id}/context", context, answers=ok(ContextReport, "What the model would see"),
         errors=(400, 404, 422), summary="The context of the session's next step", tag=s)  # fmt: skip
     add(app, "GET", "/sessions/{session_id}/export", export,
-        answers={200: Answer(None, "The export: tether JSON (what import reads) or Markdown", schema={"type": "object"},
-                             also={"text/markdown": {"type": "string"}})},
+        answers={200: Answer(None, "The export: tether JSON (what import reads), Markdown, or one HTML page",
+                             schema={"type": "object"},
+                             also={"text/markdown": {"type": "string"}, "text/html": {"type": "string"}})},
         errors=(400, 404), summary="Export a session", tag=s)  # fmt: skip
     add(app, "GET", "/approvals", list_approvals, answers=ok(ApprovalList, "The requests waiting, oldest first"),
         errors=(400, 404), summary="Tool calls that wait for a person's answer", tag=r)  # fmt: skip

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, MissingExtra
 from ..paths import default_store_url
-from .protocols import Artifacts, Journal, Leases, SearchIndex, Store
-from .records import UNSET, Durability, Lease, Page, RevertSpan, SearchHit, SessionInfo, SessionState
+from .protocols import Artifacts, Journal, Leases, SearchIndex, Shares, Store
+from .records import UNSET, Durability, Lease, Page, RevertSpan, SearchHit, SessionInfo, SessionState, Share
 from .reverts import active_entries, active_tail, hidden_spans, is_hidden
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ __all__ = [
     "SearchIndex",
     "SessionInfo",
     "SessionState",
+    "Share",
+    "Shares",
     "SqliteStore",
     "Store",
     "active_entries",

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
-from ..ids import check_id, new_session_id
+from ..ids import check_id, new_id, new_session_id
 from ..messages import Entry, EntryBody, Revert, TitleChange, decode_body, encode_body
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .records import (
@@ -26,6 +26,7 @@ from .records import (
     SearchHit,
     SessionInfo,
     SessionState,
+    Share,
     decode_cursor,
     encode_cursor,
     lease_lost,
@@ -40,6 +41,8 @@ from .validate import (
     check_limit,
     check_new_session,
     check_search_filters,
+    check_share,
+    check_token_hash,
     check_update,
     validate_bodies,
     validate_import,
@@ -61,6 +64,7 @@ class MemoryStore:
         self._entries: dict[str, list[tuple[float, bytes]]] = {}
         self._artifacts: dict[str, bytes] = {}
         self._leases: dict[str, Lease] = {}
+        self._shares: dict[str, tuple[bytes, Share]] = {}  # share id -> (token hash, share), oldest first
         self._closed = False
         self._clock = 0.0
         # (session, seq) -> (role, text, stemmed terms) of indexed entries, filled lazily by search
@@ -152,6 +156,8 @@ class MemoryStore:
         for sid in doomed:
             self._sessions.pop(sid, None)
             self._leases.pop(sid, None)
+            for share_id in [k for k, (_, share) in self._shares.items() if share.session_id == sid]:
+                del self._shares[share_id]
             rows = self._entries.pop(sid, [])
             for seq in range(1, len(rows) + 1):
                 self._indexed.pop((sid, seq), None)
@@ -477,6 +483,42 @@ class MemoryStore:
     async def get_lease(self, session_id: str) -> Lease | None:
         self._get(session_id)
         return self._live_lease(session_id)
+
+    # --- shares ----------------------------------------------------------------------------------------------
+
+    async def create_share(
+        self, session_id: str, token_hash: bytes, *, expires_at: float | None = None, id: str | None = None
+    ) -> Share:
+        check_share(session_id, token_hash, expires_at, id)
+        self._get(session_id)
+        share_id = id or new_id("shr")
+        if share_id in self._shares or any(h == token_hash for h, _ in self._shares.values()):
+            raise InvalidInput("a share with this id or token already exists")
+        share = Share(id=share_id, session_id=session_id, created_at=time.time(), expires_at=expires_at)
+        self._shares[share_id] = (bytes(token_hash), share)
+        return share
+
+    async def share_by_token(self, token_hash: bytes) -> Share | None:
+        self._check()
+        check_token_hash(token_hash)
+        return next((share for h, share in self._shares.values() if h == token_hash), None)
+
+    async def list_shares(self, session_id: str | None = None) -> list[Share]:
+        self._check()
+        if session_id is not None:
+            self._get(session_id)
+        return [share for _, share in self._shares.values() if session_id is None or share.session_id == session_id]
+
+    async def revoke_share(self, share_id: str) -> Share:
+        self._check()
+        check_id(share_id, "share id")
+        if share_id not in self._shares:
+            raise NotFound(f"no share {share_id}")
+        token_hash, share = self._shares[share_id]
+        if share.revoked_at is None:
+            share = msgspec.structs.replace(share, revoked_at=time.time())
+            self._shares[share_id] = (token_hash, share)
+        return share
 
     async def close(self) -> None:
         self._closed = True

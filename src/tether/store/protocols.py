@@ -1,6 +1,7 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
-them, `Artifacts` for large payloads, and `Leases`, the busy lock of a run. `Store` is all four; a backend
-implements it and passes one conformance suite (tests/store/test_conformance.py)."""
+them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, and `Shares`, read-only links to a
+transcript. `Store` is all five; a backend implements it and passes one conformance suite
+(tests/store/test_conformance.py, tests/store/test_shares.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .records import (
     SearchHit,
     SessionInfo,
     SessionState,
+    Share,
 )
 
 
@@ -51,7 +53,7 @@ class Journal(Protocol):
         ...
 
     async def delete_session(self, session_id: str) -> list[str]:
-        """Delete the session, its entries, its lease and, recursively, its child sessions (those whose
+        """Delete the session, its entries, its lease, its shares and, recursively, its child sessions (those whose
         `parent_id` is it: sub-agent runs belong to their parent). Forks are independent copies and are
         kept. Returns the ids deleted."""
         ...
@@ -207,8 +209,37 @@ class Leases(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Protocol):
-    """What every backend provides: the four roles, its durability, and closing."""
+class Shares(Protocol):
+    """Read-only links to one session's transcript (`Share`). A backend keeps the sha256 of each link's token,
+    never the token, and finds a link by that hash (an indexed equality lookup: nothing compares secrets
+    byte by byte). Deleting a session deletes its shares, so a link to a deleted session never serves."""
+
+    async def create_share(
+        self, session_id: str, token_hash: bytes, *, expires_at: float | None = None, id: str | None = None
+    ) -> Share:
+        """Record a share of the session, found later by `token_hash` (32 bytes, the token's sha256; one
+        already recorded raises `InvalidInput`). Raises `SessionNotFound`."""
+        ...
+
+    async def share_by_token(self, token_hash: bytes) -> Share | None:
+        """The share whose token hashes to `token_hash`, live or not (the caller checks `Share.live`), or
+        None."""
+        ...
+
+    async def list_shares(self, session_id: str | None = None) -> list[Share]:
+        """The shares of one session (raises `SessionNotFound`) or of all, oldest first, revoked and expired
+        ones too."""
+        ...
+
+    async def revoke_share(self, share_id: str) -> Share:
+        """Revoke the share now; it never serves again. Revoking it again changes nothing (the first time
+        stays). Raises `NotFound`."""
+        ...
+
+
+@runtime_checkable
+class Store(Journal, SearchIndex, Artifacts, Leases, Shares, Protocol):
+    """What every backend provides: the five roles, its durability, and closing."""
 
     durability: Durability
 

@@ -1,5 +1,5 @@
 """The records a store hands out and takes in: a session's row, a page of them, search hits, backfill
-progress and run leases, plus the listing cursor. Plain data shared by every backend and its callers."""
+progress, run leases and share links, plus the listing cursor. Plain data shared by every backend and its callers."""
 
 from __future__ import annotations
 
@@ -178,6 +178,21 @@ def lease_lost(session_id: str, holder: str, current: Lease | None) -> LeaseLost
         expires_at=current.expires_at,
         message=f"run {holder} lost session {session_id}'s lease to run {current.describe()}",
     )
+
+
+class Share(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """A read-only link to one session's transcript. The store keeps only `token_hash` (the sha256 of the
+    link's secret token), so a copy of the database opens no link; the token itself is shown once, when the
+    share is made. A share serves while it is neither revoked nor expired and its session exists."""
+
+    id: str
+    session_id: str
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    def live(self, now: float) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
 CorruptHandler = Callable[[CorruptEntry], None]

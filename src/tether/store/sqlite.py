@@ -30,7 +30,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from ..ids import check_id, new_session_id
+from ..ids import check_id, new_id, new_session_id
 from ..messages import (
     Checkpoint,
     Compaction,
@@ -63,6 +63,7 @@ from .records import (
     SearchHit,
     SessionInfo,
     SessionState,
+    Share,
     decode_cursor,
     encode_cursor,
     lease_lost,
@@ -76,16 +77,19 @@ from .validate import (
     check_limit,
     check_new_session,
     check_search_filters,
+    check_share,
+    check_token_hash,
     check_update,
     validate_bodies,
     validate_import,
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
-who holds them (holder, pid, host, since); the old table had never been used, so it is made anew."""
+who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
+links (a new table, nothing else changes)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -136,6 +140,15 @@ CREATE TABLE IF NOT EXISTS leases (
     expires_at REAL NOT NULL,
     request TEXT
 );
+CREATE TABLE IF NOT EXISTS shares (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    token_hash BLOB NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    expires_at REAL,
+    revoked_at REAL
+);
+CREATE INDEX IF NOT EXISTS shares_session ON shares (session_id, created_at);
 """
 
 _SESSION_COLS = (
@@ -522,6 +535,7 @@ class SqliteStore:
         self._positions.pop(session_id, None)
         conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM shares WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     async def list_sessions(
@@ -1027,6 +1041,63 @@ class SqliteStore:
         with self._reading() as conn:
             lease = self._lease_row(conn, session_id)
         return lease if lease is not None and lease.expires_at > time.time() else None
+
+    # --- shares --------------------------------------------------------------------------------------------
+
+    async def create_share(
+        self, session_id: str, token_hash: bytes, *, expires_at: float | None = None, id: str | None = None
+    ) -> Share:
+        check_share(session_id, token_hash, expires_at, id)
+        share = Share(id=id or new_id("shr"), session_id=session_id, created_at=time.time(), expires_at=expires_at)
+
+        def tx(conn: sqlite3.Connection) -> Share:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+                raise SessionNotFound(session_id)
+            try:
+                conn.execute(
+                    "INSERT INTO shares (id, session_id, token_hash, created_at, expires_at) VALUES (?,?,?,?,?)",
+                    (share.id, session_id, token_hash, share.created_at, expires_at),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidInput("a share with this id or token already exists") from None
+            return share
+
+        return await self._write(tx)
+
+    async def share_by_token(self, token_hash: bytes) -> Share | None:
+        check_token_hash(token_hash)
+        rows = self._read(f"SELECT {_SHARE_COLS} FROM shares WHERE token_hash = ?", (token_hash,))
+        return _share(rows[0]) if rows else None
+
+    async def list_shares(self, session_id: str | None = None) -> list[Share]:
+        if session_id is None:
+            return [_share(r) for r in self._read(f"SELECT {_SHARE_COLS} FROM shares ORDER BY created_at, id")]
+        check_id(session_id, "session id")
+        with self._reading() as conn:
+            self._get_row(conn, session_id)
+            sql = f"SELECT {_SHARE_COLS} FROM shares WHERE session_id = ? ORDER BY created_at, id"
+            return [_share(r) for r in conn.execute(sql, (session_id,))]
+
+    async def revoke_share(self, share_id: str) -> Share:
+        check_id(share_id, "share id")
+
+        def tx(conn: sqlite3.Connection) -> Share:
+            conn.execute(
+                "UPDATE shares SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (time.time(), share_id)
+            )
+            row = conn.execute(f"SELECT {_SHARE_COLS} FROM shares WHERE id = ?", (share_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no share {share_id}")
+            return _share(row)
+
+        return await self._write(tx)
+
+
+_SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
+
+
+def _share(row: Sequence[Any]) -> Share:
+    return Share(id=row[0], session_id=row[1], created_at=row[2], expires_at=row[3], revoked_at=row[4])
 
 
 class _Checkpointer:

@@ -145,3 +145,24 @@ def check_lease_request(session_id: str, request: object) -> None:
     check_id(session_id, "session id")
     if request not in LEASE_REQUESTS:
         raise InvalidInput(f"a lease request is one of {', '.join(LEASE_REQUESTS)}, not {request!r}")
+
+
+SHARE_HASH_BYTES = 32
+"""A share's token is stored as its sha256: 32 bytes."""
+
+
+def check_share(session_id: str, token_hash: object, expires_at: object, share_id: str | None) -> None:
+    """What `create_share` checks: the ids, a 32-byte token hash, and an expiry that is a finite time."""
+    check_id(session_id, "session id")
+    if share_id is not None:
+        check_id(share_id, "share id")
+    check_token_hash(token_hash)
+    if expires_at is not None and (
+        not isinstance(expires_at, (int, float)) or isinstance(expires_at, bool) or not 0 < expires_at < 1e12
+    ):
+        raise InvalidInput(f"a share's expiry must be a time in seconds since the epoch, not {expires_at!r}")
+
+
+def check_token_hash(token_hash: object) -> None:
+    if not isinstance(token_hash, bytes) or len(token_hash) != SHARE_HASH_BYTES:
+        raise InvalidInput("a share is stored by the sha256 of its token: 32 bytes")
