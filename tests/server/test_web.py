@@ -233,6 +233,144 @@ def test_revert_at_a_message_dims_what_it_hides(browser: Browser, tmp_path: Path
         assert isinstance(entries[-1].body, Revert) and entries[-1].body.to_seq == 2
 
 
+# --- what a transcript shows -------------------------------------------------------------------------------------
+
+DIFF = """--- a/parser/tokens.py
++++ b/parser/tokens.py
+@@ -41,7 +41,9 @@ def read_number(self):
+     start = self.pos
+-    while self.peek().isdigit():
++    while self.pos < len(self.text) and self.peek().isdigit():
+         self.pos += 1
++    if start == self.pos:
++        raise ParseError(f"expected a digit at {start}")
+     return int(self.text[start:self.pos])
+"""
+
+
+def worked_session(served: Served) -> tuple[str, str]:
+    """A session as an agent leaves one: thinking, a read, an edit with its diff, a shell run, a sub-agent,
+    a compaction, a final answer in Markdown."""
+    read = ToolCallPart(id="r1", name="read", arguments={"path": "parser/tokens.py"})
+    edit = ToolCallPart(
+        id="e1",
+        name="edit",
+        arguments={"path": "parser/tokens.py", "old_string": "while self.peek()", "new_string": "while self.pos < n"},
+    )
+    run = ToolCallPart(id="b1", name="bash", arguments={"command": "pytest -q tests/test_tokens.py"})
+    task = ToolCallPart(id="t1", name="task", arguments={"description": "Look for other unbounded peeks"})
+    parent = create(served, "Fix the flaky tokenizer test", [])
+    child = create(
+        served,
+        "Look for other unbounded peeks",
+        [Message.user("Look for other unbounded peeks"), Message.assistant("Only `read_number` had one.")],
+        parent_id=parent,
+    )
+    answer = (
+        "The test was flaky because `read_number` read **past the end** of the input when a number ended the "
+        "text: `peek()` then returned the last character again.\n\n"
+        "Fixed in `parser/tokens.py`:\n\n"
+        "```python\nwhile self.pos < len(self.text) and self.peek().isdigit():\n    self.pos += 1\n```\n\n"
+        "| test | before | after |\n| --- | --- | --- |\n| `test_tokens.py` | 1 failed in 20 | 20 passed |\n"
+    )
+    served.call(
+        served.state.store.append(
+            parent,
+            [
+                Message.user("tests/test_tokens.py fails about one run in twenty. Find out why and fix it."),
+                Message(
+                    role="assistant",
+                    model="anthropic/claude-sonnet-4-5",
+                    parts=[
+                        ThinkingPart(text="A flaky tokenizer test: probably input-dependent. Read the tokenizer."),
+                        TextPart(text="Let me read the tokenizer first."),
+                        read,
+                    ],
+                ),
+                Message.tool(
+                    ToolResultPart(
+                        call_id="r1",
+                        name="read",
+                        content="41  start = self.pos\n42  while self.peek().isdigit():\n43      self.pos += 1",
+                        metadata={"duration": 0.004},
+                    )
+                ),
+                Message(role="assistant", model="anthropic/claude-sonnet-4-5", parts=[edit, task]),
+                Message.tool(
+                    ToolResultPart(
+                        call_id="e1",
+                        name="edit",
+                        content="edited parser/tokens.py: replaced 1 occurrence (line 42)",
+                        metadata={"duration": 0.011, "diff": DIFF},
+                    ),
+                    ToolResultPart(
+                        call_id="t1",
+                        name="task",
+                        content=f"Only read_number had one.\n\n[sub-agent session {child}: completed in 1 step]",
+                        metadata={"duration": 9.2, "child_id": child},
+                    ),
+                ),
+                Compaction(
+                    summary="The user asked to fix a flaky test; the tokenizer was read and edited.",
+                    first_kept_seq=4,
+                    strategy="model",
+                    tokens_before=48210,
+                    tokens_after=6120,
+                ),
+                Message(role="assistant", model="anthropic/claude-sonnet-4-5", parts=[run]),
+                Message.tool(
+                    ToolResultPart(
+                        call_id="b1",
+                        name="bash",
+                        content="....................                                    [100%]\n20 passed in 0.41s",
+                        metadata={"duration": 1.43},
+                    )
+                ),
+                Message(role="assistant", model="anthropic/claude-sonnet-4-5", parts=[TextPart(text=answer)]),
+            ],
+        )
+    )
+    return parent, child
+
+
+def test_a_transcript_shows_calls_diffs_thinking_markers_and_sub_agents(
+    browser: Browser, tmp_path: Path, shots: Path
+) -> None:
+    with serve(tmp_path, agent) as served:
+        create(served, "Add a --json flag to the export", [Message.user("add --json"), Message.assistant("Added.")])
+        parent, child = worked_session(served)
+        with tab(browser) as page:
+            open_session(page, served, parent)
+            entries = page.locator("#entries")
+            expect(entries).to_contain_text("20 passed", timeout=WAIT)
+            thinking = page.locator("details.thinking")
+            expect(thinking).to_have_count(1)
+            assert thinking.get_attribute("open") is None  # folded
+            calls = page.locator("details.tool")
+            expect(calls).to_have_count(4)
+            for call in ("r1", "e1", "t1", "b1"):  # each call holds its own output, none left running
+                expect(page.locator(f'details.tool[data-call="{call}"] .tool-state')).to_have_class(
+                    re.compile(r"\bok\b")
+                )
+            page.locator('details.tool[data-call="e1"] summary').click()
+            expect(page.locator('details.tool[data-call="e1"] pre.diff .add')).to_have_count(3)
+            expect(page.locator('details.tool[data-call="e1"] pre.diff .del')).to_have_count(1)
+            expect(entries).to_contain_text("Compacted (model) · 48210 → 6120 tokens · kept from #4")
+            expect(page.locator("#entries table td").first).to_have_text("test_tokens.py")
+            # the sub-agent's run, nested under its call
+            page.locator('details.tool[data-call="t1"] summary').click()
+            page.get_by_role("button", name="Show the sub-agent run").click()
+            expect(page.locator('details.tool[data-call="t1"] .child')).to_contain_text("Only read_number had one.")
+            # the child in the list, under its parent
+            page.locator(".expander").click()
+            expect(page.locator("#session-list ul .session-row")).to_contain_text("Look for other unbounded peeks")
+            page.locator('details.tool[data-call="t1"] summary').click()  # fold it again for the picture
+            page.locator('#entries > li[data-seq="2"]').evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(shots / "transcript.png"))
+            assert_matches_journal(page, served, parent)
+            assert child
+
+
 # --- a dropped connection --------------------------------------------------------------------------------------
 
 
@@ -412,31 +550,32 @@ def test_the_token_in_the_link_becomes_an_httponly_cookie(browser: Browser, tmp_
 def test_the_cookie_is_checked_like_the_token(tmp_path: Path) -> None:
     """Over HTTP: a wrong cookie is refused; the right one is refused from a foreign Origin or Host; the page
     and its files are served without a token (they hold no data), nothing outside the page's folder is."""
-    with serve(tmp_path, agent, ServerSettings(token=TOKEN)) as served:
-        with httpx2.Client(base_url=served.url) as client:
-            assert client.get("/sessions").status_code == 401
-            wrong = client.get("/sessions", headers={"Cookie": f"{COOKIE}={cookie_value('another-token-entirely')}"})
-            assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
-            raw = client.get("/sessions", headers={"Cookie": f"{COOKIE}={TOKEN}"})  # the token itself is no cookie
-            assert raw.status_code == 401
-            good = {"Cookie": f"{COOKIE}={cookie_value(TOKEN)}"}
-            assert client.get("/sessions", headers=good).status_code == 200
-            assert client.get(f"/sessions?after=0", headers={**good, "Cookie": good["Cookie"] + "; other=1"}).status_code == 200
-            foreign = client.post("/sessions", json={"directory": str(served.workspace)}, headers={**good, "Origin": "http://evil.example"})
-            assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden_origin"
-            rebound = client.get("/sessions", headers={**good, "Host": "evil.example"})
-            assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "forbidden_host"
-            assert client.post("/auth/session", json={"token": "nope-nope-nope-nope"}).status_code == 401
-            exchanged = client.post("/auth/session", json={"token": TOKEN})
-            assert exchanged.status_code == 200
-            set_cookie = exchanged.headers["set-cookie"].lower()
-            assert "httponly" in set_cookie and "samesite=strict" in set_cookie and TOKEN.lower() not in set_cookie
-            assert client.get("/auth/session").json() == {"token_required": True, "authenticated": True}
-            client.cookies.clear()
-            assert client.get("/auth/session").json() == {"token_required": True, "authenticated": False}
-            page = client.get("/")
-            assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
-            assert client.get("/ui/app.js").status_code == 200
-            assert client.get("/ui/vendor/marked.LICENSE.txt").status_code == 200
-            for path in ("/ui/../settings.py", "/ui/%2e%2e/guard.py", "/ui/web.py", "/ui/nothing.js"):
-                assert client.get(path).status_code in (401, 404), path
+    with serve(tmp_path, agent, ServerSettings(token=TOKEN)) as served, httpx2.Client(base_url=served.url) as client:
+        assert client.get("/sessions").status_code == 401
+        wrong = client.get("/sessions", headers={"Cookie": f"{COOKIE}={cookie_value('another-token-entirely')}"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
+        raw = client.get("/sessions", headers={"Cookie": f"{COOKIE}={TOKEN}"})  # the token itself is no cookie
+        assert raw.status_code == 401
+        good = {"Cookie": f"{COOKIE}={cookie_value(TOKEN)}"}
+        assert client.get("/sessions", headers=good).status_code == 200
+        assert client.get("/sessions", headers={"Cookie": "other=1; " + good["Cookie"]}).status_code == 200
+        foreign = client.post(
+            "/sessions", json={"directory": str(served.workspace)}, headers={**good, "Origin": "http://evil.example"}
+        )
+        assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden_origin"
+        rebound = client.get("/sessions", headers={**good, "Host": "evil.example"})
+        assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "forbidden_host"
+        assert client.post("/auth/session", json={"token": "nope-nope-nope-nope"}).status_code == 401
+        exchanged = client.post("/auth/session", json={"token": TOKEN})
+        assert exchanged.status_code == 200
+        set_cookie = exchanged.headers["set-cookie"].lower()
+        assert "httponly" in set_cookie and "samesite=strict" in set_cookie and TOKEN.lower() not in set_cookie
+        assert client.get("/auth/session").json() == {"token_required": True, "authenticated": True}
+        client.cookies.clear()
+        assert client.get("/auth/session").json() == {"token_required": True, "authenticated": False}
+        page = client.get("/")
+        assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
+        assert client.get("/ui/app.js").status_code == 200
+        assert client.get("/ui/vendor/marked.LICENSE.txt").status_code == 200
+        for path in ("/ui/../settings.py", "/ui/%2e%2e/guard.py", "/ui/web.py", "/ui/nothing.js"):
+            assert client.get(path).status_code in (401, 404), path

@@ -127,7 +127,7 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
 
     routes.add(app, "POST", "/auth/session", open_session,
                answers={200: Answer(WebSession, "The token is right: the cookie is set (when one is needed)")},
-               errors=(401, 422), summary="Trade the token for the web page's cookie (HttpOnly, SameSite=Strict)",
+               errors=(400, 401, 422), summary="Trade the token for the web page's cookie (HttpOnly, SameSite=Strict)",
                tag="server")  # fmt: skip
     routes.add(app, "GET", "/auth/session", check_session,
                answers={200: Answer(WebSession, "Whether a token is needed, and whether this request has it")},

@@ -151,6 +151,9 @@ function upsertSession(info) {
     list.order.unshift(info.id);
   }
   list.sessions.set(info.id, info);
+  if (!list.query) { // most recently updated first, as the server lists them
+    list.order.sort((a, b) => (list.sessions.get(b)?.updated_at ?? 0) - (list.sessions.get(a)?.updated_at ?? 0));
+  }
   renderSessions();
 }
 
@@ -320,6 +323,8 @@ class SessionView {
 
   showStatus(status) {
     this.status = status;
+    // a run with a call that waits for an answer here waits for approval, whichever feed said what first
+    if (status === 'running' && this.approvals.size) status = 'waiting_for_approval';
     const badge = $('status');
     badge.className = `badge ${status}`;
     badge.textContent = STATUS_TEXT[status] || status;
@@ -393,12 +398,10 @@ class SessionView {
         break;
       case 'approval_requested':
         this.approvalCard({ ...event, tool: event.name, session_id: this.id });
-        if (this.status === 'running') this.showStatus('waiting_for_approval');
         this.catchUp();
         break;
       case 'approval_resolved':
         this.dropApproval(event.call_id);
-        if (this.status === 'waiting_for_approval') this.showStatus('running');
         this.catchUp();
         break;
       case 'done':
@@ -417,7 +420,10 @@ class SessionView {
     this.settleLive(Infinity);
     this.line(null);
     this.catchUp().then(() => api('GET', `/sessions/${this.id}`)).then((view) => {
-      if (!this.closed) { this.updated(view.session); this.showStatus(view.status); }
+      if (this.closed) return;
+      this.updated(view.session);
+      upsertSession(view.session);
+      setStatus(this.id, view.status); // the feed does not say it when a run was cancelled
     }).catch(() => {});
   }
 
@@ -588,12 +594,17 @@ class SessionView {
         el('button', { type: 'button', class: 'danger-ghost deny', text: 'Deny', onclick: () => answer(false, 'once') })));
     this.approvals.set(a.call_id, card);
     $('approvals').append(card);
+    this.showStatus(this.status);
     this.scrollToEnd();
   }
 
   dropApproval(callId) {
     const card = this.approvals.get(callId);
-    if (card) { card.remove(); this.approvals.delete(callId); }
+    if (!card) return;
+    card.remove();
+    this.approvals.delete(callId);
+    if (this.status === 'waiting_for_approval' && !this.approvals.size) this.status = 'running'; // it goes on
+    this.showStatus(this.status);
   }
 }
 

@@ -96,7 +96,8 @@ export class Transcript {
       return loose.length ? el('li', { class: 'entry tool' }, loose) : el('li', { class: 'entry tool', hidden: true });
     }
     // assistant
-    const item = el('li', { class: 'entry assistant' }, el('div', { class: 'who', text: m.model ? `Agent · ${m.model}` : 'Agent' }));
+    const item = el('li', { class: 'entry assistant' },
+      el('div', { class: 'who' }, 'Agent', m.model ? el('span', { class: 'model', text: ` · ${m.model}` }) : null));
     for (const part of m.parts || []) {
       if (part.kind === 'thinking' && (part.text || part.redacted)) {
         item.append(el('details', { class: 'thinking' },
@@ -191,7 +192,7 @@ export class Transcript {
   }
 
   markerItem(entry) {
-    const b = entry.body;
+    const b = entry.body; // (fields at their default are left out of the JSON)
     let text;
     let cls = 'entry marker';
     let extra = null;
@@ -201,10 +202,10 @@ export class Transcript {
     } else if (b.kind === 'title') {
       text = `Title: ${b.title}`;
     } else if (b.kind === 'checkpoint') {
-      text = `Checkpoint after ${b.steps} steps (${b.reason})${b.next_action ? ` · next: ${oneLine(b.next_action, 100)}` : ''}`;
+      text = `Checkpoint after ${b.steps ?? 0} steps (${(b.reason ?? 'step_limit').replace('_', ' ')})${b.next_action ? ` · next: ${oneLine(b.next_action, 100)}` : ''}`;
     } else if (b.kind === 'compaction') {
       const tokens = b.tokens_before ? ` · ${b.tokens_before} → ${b.tokens_after ?? '?'} tokens` : '';
-      text = `Compacted (${b.strategy})${tokens} · kept from #${b.first_kept_seq}`;
+      text = `Compacted (${b.strategy ?? 'model'})${tokens} · kept from #${b.first_kept_seq}`;
       cls += ' compaction';
       extra = el('details', { class: 'summary' }, el('summary', {}, 'Summary'), el('div', { class: 'tool-body' }, markdown(b.summary)));
     } else if (b.kind === 'marker') {
