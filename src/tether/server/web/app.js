@@ -235,6 +235,10 @@ function followActivity() {
       if (current && a.deleted.includes(current.id)) { location.hash = ''; }
     } else if (a.type === 'status_changed') {
       setStatus(a.session_id, a.status);
+    } else if (a.type === 'approval_pending') {
+      if (current && current.id === a.root_id) current.approvalCard(a.request);
+    } else if (a.type === 'approval_settled') {
+      if (current) current.dropApproval(a.call_id);
     } else if (a.type === 'resync') {
       loadSessions().catch((err) => failed(err, 'Could not list the sessions'));
     }
