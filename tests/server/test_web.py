@@ -100,8 +100,10 @@ def tab(browser: Browser, *, width: int = 1360, height: int = 860, expected: str
 
 
 def create(served: Served, title: str, entries: list[Any] | None = None, **fields: Any) -> str:
+    fields.setdefault("directory", served.workspace)
+
     async def make() -> str:
-        handle = await SessionHandle.create(served.state.store, directory=served.workspace, title=title, **fields)
+        handle = await SessionHandle.create(served.state.store, title=title, **fields)
         if entries:
             await served.state.store.append(handle.id, entries)
         return handle.id
@@ -122,6 +124,7 @@ def rendered_seqs(page: Page) -> list[int]:
 def assert_matches_journal(page: Page, served: Served, session_id: str) -> None:
     """Every journal entry is on the page once, in order, and each tool call once."""
     entries = journal(served, session_id)
+    expect(page.locator("#entries > li[data-seq]")).to_have_count(len(entries), timeout=WAIT)
     assert rendered_seqs(page) == [e.seq for e in entries]
     calls = [p.id for e in entries if isinstance(e.body, Message) for p in e.body.tool_calls]
     shown = page.eval_on_selector_all("#entries details.tool", "els => els.map(e => e.dataset.call)")
@@ -259,12 +262,13 @@ def worked_session(served: Served) -> tuple[str, str]:
     )
     run = ToolCallPart(id="b1", name="bash", arguments={"command": "pytest -q tests/test_tokens.py"})
     task = ToolCallPart(id="t1", name="task", arguments={"description": "Look for other unbounded peeks"})
-    parent = create(served, "Fix the flaky tokenizer test", [])
+    parent = create(served, "Fix the flaky tokenizer test", [], directory="/home/ana/src/tokenizer")
     child = create(
         served,
         "Look for other unbounded peeks",
         [Message.user("Look for other unbounded peeks"), Message.assistant("Only `read_number` had one.")],
         parent_id=parent,
+        directory="/home/ana/src/tokenizer",
     )
     answer = (
         "The test was flaky because `read_number` read **past the end** of the input when a number ended the "
@@ -365,7 +369,10 @@ def test_a_transcript_shows_calls_diffs_thinking_markers_and_sub_agents(
             page.locator(".expander").click()
             expect(page.locator("#session-list ul .session-row")).to_contain_text("Look for other unbounded peeks")
             page.locator('details.tool[data-call="t1"] summary').click()  # fold it again for the picture
-            page.locator('#entries > li[data-seq="2"]').evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.locator('#entries > li[data-seq="1"]').evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.evaluate("document.activeElement.blur()")
+            page.mouse.move(5, 840)
+            expect(page.locator('#entries > li[data-seq="4"] .entry-actions')).to_have_css("opacity", "0")
             page.screenshot(path=str(shots / "transcript.png"))
             assert_matches_journal(page, served, parent)
             assert child
@@ -475,6 +482,53 @@ def test_the_page_works_from_the_keyboard(browser: Browser, tmp_path: Path) -> N
             page.keyboard.press("Enter")
             expect(page.locator("#entries")).to_contain_text("You said hello there", timeout=WAIT)
             assert sid not in page.url
+
+
+# --- share ---------------------------------------------------------------------------------------------------
+
+
+def test_the_share_button_makes_a_link(browser: Browser, tmp_path: Path, shots: Path) -> None:
+    """The button posts `{"expires_in": seconds|null}` to `POST /sessions/{id}/shares` and shows the link it
+    answers. That route is another change's (the share links of issue 14, not on this branch's main when this
+    was written): the browser answers it here by its contract, `{"id", "token", "url", "session_id",
+    "created_at", "expires_at"}`, and the request the page sent is checked. Once the route is in, this stub is
+    to go and the real one answer."""
+    import json
+    import time
+
+    with serve(tmp_path, agent) as served:
+        sid = create(served, "Share me", [Message.user("hi"), Message.assistant("hello")])
+        sent: list[dict[str, Any]] = []
+        with tab(browser) as page:
+
+            def answer(route: Any) -> None:
+                sent.append(json.loads(route.request.post_data or "null"))
+                now = time.time()
+                body = {
+                    "id": "shr_1",
+                    "token": "t" * 43,
+                    "url": f"/share/{'t' * 43}",
+                    "session_id": sid,
+                    "created_at": now,
+                    "expires_at": now + 86400 if sent[-1]["expires_in"] else None,
+                }
+                route.fulfill(status=201, content_type="application/json", body=json.dumps(body))
+
+            page.route(f"**/sessions/{sid}/shares", answer)
+            open_session(page, served, sid)
+            page.locator("#share").click()
+            dialog = page.locator("#share-dialog")
+            expect(dialog).to_be_visible()
+            page.locator("#share-create").click()
+            expect(page.locator("#share-url")).to_have_value(f"{served.url}/share/{'t' * 43}", timeout=WAIT)
+            expect(page.locator("#share-expires")).to_contain_text("Expires")
+            page.screenshot(path=str(shots / "share.png"))
+            page.locator("#share-expiry").select_option("")
+            page.locator("#share-create").click()
+            expect(page.locator("#share-expires")).to_contain_text("Never expires", timeout=WAIT)
+            assert sent == [{"expires_in": 86400}, {"expires_in": None}]
+            page.keyboard.press("Escape")
+            expect(dialog).to_be_hidden()
 
 
 # --- untrusted text -------------------------------------------------------------------------------------------
