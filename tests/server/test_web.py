@@ -26,6 +26,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 from tether import Message, ToolCallPart
 from tether.messages import Compaction, Entry, Revert, TextPart, ThinkingPart, ToolResultPart
 from tether.providers.base import ModelRequest
+from tether.providers.scripted import ScriptedResponse
 from tether.runtime.handle import SessionHandle
 from tether.server import ServerSettings
 from tether.server.guard import COOKIE, cookie_value
@@ -39,7 +40,7 @@ WAIT = 20_000
 """Milliseconds an expectation waits for the page (a bound on a hang, not a timing: it passes at once)."""
 
 
-def agent(request: ModelRequest) -> Message | str:
+def agent(request: ModelRequest) -> Message | str | ScriptedResponse:
     """The scripted model: what it does depends on the last prompt. `change X` calls `change` (which asks
     first), `wait G` calls `wait_for` at gate G, anything else is answered in Markdown."""
     prompt = next(m.text for m in reversed(request.messages) if m.role == "user" and m.text)
@@ -50,6 +51,11 @@ def agent(request: ModelRequest) -> Message | str:
     if prompt.startswith("change "):
         call = ToolCallPart(id=f"ch{len(request.messages)}", name="change", arguments={"what": prompt[7:]})
         return Message.assistant("I will change it.", tool_calls=[call])
+    if prompt.startswith("stream "):  # paced as a model streams, so that the page is seen mid-answer
+        words = " ".join(f"word{i}" for i in range(60))
+        thought = ThinkingPart(text="Thinking it over. " * 6)
+        answer = Message(role="assistant", parts=[thought, TextPart(text=f"**Streaming** {words} END")])
+        return ScriptedResponse(message=answer, chunk_delay=0.05)
     if prompt.startswith("wait "):
         call = ToolCallPart(id=f"w{len(request.messages)}", name="wait_for", arguments={"gate": prompt[5:]})
         return Message.assistant(tool_calls=[call])
@@ -376,6 +382,24 @@ def test_a_transcript_shows_calls_diffs_thinking_markers_and_sub_agents(
             page.screenshot(path=str(shots / "transcript.png"))
             assert_matches_journal(page, served, parent)
             assert child
+
+
+def test_an_answer_is_seen_as_it_streams_then_once_as_journaled(browser: Browser, tmp_path: Path) -> None:
+    with serve(tmp_path, agent) as served:
+        sid = create(served, "Streaming", [Message.user("hi"), Message.assistant("hello")])
+        with tab(browser) as page:
+            open_session(page, served, sid)
+            page.locator("#prompt").fill("stream it")
+            page.locator("#prompt").press("Enter")
+            live = page.locator("#live .live-block.assistant")
+            expect(live).to_contain_text("Streaming", timeout=WAIT)  # mid-answer: the run still goes
+            expect(page.locator("#live details.thinking")).to_contain_text("Thinking it over.")
+            assert "END" not in (live.text_content() or "")
+            expect(page.locator("#entries")).to_contain_text("word59 END", timeout=WAIT)
+            expect(page.locator("#live .live-block")).to_have_count(0)
+            assert (page.locator("#transcript").text_content() or "").count("word59 END") == 1
+            expect(page.locator("#entries details.thinking")).to_have_count(1)
+            assert_matches_journal(page, served, sid)
 
 
 # --- a dropped connection --------------------------------------------------------------------------------------
