@@ -623,6 +623,14 @@ def test_the_token_in_the_link_becomes_an_httponly_cookie(browser: Browser, tmp_
             page.locator("#token-input").press("Enter")
             expect(dialog).to_be_hidden(timeout=WAIT)
             expect(page.locator(".session-row")).to_have_count(1, timeout=WAIT)
+        with tab(browser) as page:  # the signed-in link pasted into a tab that asks for the token
+            page.goto(served.url)
+            expect(page.locator("#token-dialog")).to_be_visible(timeout=WAIT)
+            expect(page.locator("#sessions-empty")).to_be_hidden()  # nothing is said of sessions not read
+            page.goto(f"{served.url}/#token={TOKEN}")  # the same document: only the fragment changes
+            expect(page.locator("#token-dialog")).to_be_hidden(timeout=WAIT)
+            expect(page.locator(".session-row")).to_have_count(1, timeout=WAIT)
+            assert TOKEN not in page.url
 
 
 def test_the_cookie_is_checked_like_the_token(tmp_path: Path) -> None:

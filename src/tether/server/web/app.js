@@ -116,6 +116,7 @@ const list = {
   query: '',
   directory: '',
   feed: null,
+  loaded: false,
 };
 
 function listPath(cursor) {
@@ -137,6 +138,7 @@ async function loadSessions(more = false) {
   }
   for (const [id, status] of Object.entries(page.statuses || {})) list.statuses.set(id, status);
   list.cursor = page.next_cursor;
+  list.loaded = true;
   renderSessions();
 }
 
@@ -158,6 +160,7 @@ function upsertSession(info) {
 }
 
 function renderSessions() {
+  if (!list.loaded) return;
   const ul = $('session-list');
   const children = new Map();
   const roots = [];
@@ -290,6 +293,7 @@ class SessionView {
     if (this.closed) return;
     this.id = view.session.id;
     this.updated(view.session);
+    upsertSession(view.session); // the row as it is now (a new session's first prompt gave it its title)
     this.showStatus(view.status);
     const page = await api('GET', `/sessions/${this.id}/entries?tail=${PAGE}&active=false`);
     if (this.closed) return;
@@ -632,6 +636,15 @@ async function openSession(id) {
 }
 
 function route() {
+  if (new URLSearchParams(location.hash.slice(1)).get('token')) { // a signed-in link pasted into this tab
+    authenticate().then((ok) => {
+      if (!ok) return;
+      if ($('token-dialog').open) $('token-dialog').close();
+      signingIn = null;
+      start();
+    });
+    return;
+  }
   const match = /^#\/s\/([^/?#]+)/.exec(location.hash);
   openSession(match ? decodeURIComponent(match[1]) : null);
 }
