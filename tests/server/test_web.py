@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
 from tether import Message, ToolCallPart
 from tether.messages import Compaction, Entry, Revert, TextPart, ThinkingPart, ToolResultPart
@@ -440,6 +440,40 @@ async def _wait_idle(served: Served, session_id: str) -> bool:
             return True
         await asyncio.sleep(0.01)
     return False
+
+
+def test_a_stream_the_server_ends_mid_run_is_resumed_by_last_event_id(browser: Browser, tmp_path: Path) -> None:
+    """The server ends the page's event stream while the run waits at a gate (as a proxy or a restart of the
+    connection would); the browser's EventSource reconnects by itself with `Last-Event-ID`, the server
+    replays what came meanwhile, and the page shows the journal once."""
+    GATES["web-server-drop"] = threading.Event()
+    with serve(tmp_path, agent) as served:
+        sid = create(served, "Dropped by the server", [Message.user("hello"), Message.assistant("hi")])
+        with tab(browser) as page:
+            streams: list[Request] = []
+            page.on("request", lambda r: streams.append(r) if f"/sessions/{sid}/events" in r.url else None)
+            open_session(page, served, sid)
+            page.locator("#prompt").fill("wait web-server-drop")
+            page.locator("#prompt").press("Enter")
+            expect(page.locator("details.tool .tool-state.running")).to_have_count(1, timeout=WAIT)
+            expect(page.locator("#session")).to_have_attribute("data-stream-opens", "1")
+            assert len(streams) == 1
+
+            async def end_streams() -> int:
+                entry = served.state.manager._sessions[sid]  # the server's side of the page's stream
+                ended = list(entry.subscribers)
+                for subscriber in ended:
+                    subscriber.close()
+                return len(ended)
+
+            assert served.call(end_streams()) == 1
+            GATES["web-server-drop"].set()  # the run goes on and ends while the page is away (or coming back)
+            expect(page.locator("#entries")).to_contain_text("gate web-server-drop opened", timeout=WAIT)
+            expect(page.locator("#status")).to_have_text("idle", timeout=WAIT)
+            expect(page.locator("#session")).to_have_attribute("data-stream-opens", "2", timeout=WAIT)
+            assert len(streams) == 2 and int(streams[1].all_headers()["last-event-id"]) > 0  # resumed where it was
+            assert_matches_journal(page, served, sid)
+            assert (page.locator("#transcript").text_content() or "").count("gate web-server-drop opened") == 2
 
 
 # --- 10,000 messages ------------------------------------------------------------------------------------------

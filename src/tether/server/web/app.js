@@ -273,6 +273,7 @@ class SessionView {
     this.status = 'idle';
     this.lastN = 0;
     this.source = null;
+    this.opens = 0;
     this.closed = false;
     this.ready = false; // the tail is read: later entries come by catchUp
     this.catching = null;
@@ -344,6 +345,9 @@ class SessionView {
     // EventSource reconnects by itself and sends Last-Event-ID; `after` is only for the first connection
     const source = new EventSource(`/sessions/${this.id}/events?after=${this.lastN}`);
     this.source = source;
+    source.onopen = () => { // (counted on the section, for whoever wants to know the stream came back)
+      if (!this.closed) $('session').dataset.streamOpens = String(++this.opens);
+    };
     source.onmessage = (frame) => {
       const event = JSON.parse(frame.data);
       if (event.session_id === this.id) {
