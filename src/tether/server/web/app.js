@@ -206,7 +206,9 @@ function renderSessions() {
   };
   ul.replaceChildren(...roots.map(item));
   $('sessions-empty').hidden = roots.length > 0;
-  $('sessions-empty').textContent = list.query ? 'No session matches.' : 'No sessions yet.';
+  $('sessions-empty').textContent = list.query || list.directory
+    ? 'No session matches.'
+    : 'No sessions yet: start one with New session, or with tether run in a terminal.';
   $('more-sessions').hidden = !list.cursor || Boolean(list.query);
   const dirs = new Set([...list.sessions.values()].map((s) => s.directory).filter(Boolean));
   $('directories').replaceChildren(...[...dirs].sort().map((d) => el('option', { value: d })));
@@ -748,6 +750,9 @@ function wire() {
   });
   $('new-session').addEventListener('click', openNew);
   $('new-form').addEventListener('submit', createSession);
+  $('new-prompt').addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); $('new-form').requestSubmit(); }
+  });
   for (const button of document.querySelectorAll('dialog [data-close]')) {
     button.addEventListener('click', () => button.closest('dialog').close());
   }
