@@ -3,17 +3,18 @@
 CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must match when one
 is set (compared in constant time), and a body may not pass its size limit (413, whether or not it says its
 length). A browser may show the token as the cookie `POST /auth/session` sets (an `EventSource` cannot send a
-header); the Host and Origin checks hold for it all the same. Each refusal is a typed error body, as every route's errors are."""
+header); the Host and Origin checks hold for it all the same. Each refusal is a typed error body, as every
+route's errors are."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
-from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import cookie_parser
 
 from .errors import error_body
 from .settings import ServerSettings
@@ -126,13 +127,12 @@ class Guard:
         return None
 
     def _cookie_matches(self, cookies: list[str]) -> bool:
+        # parsed as browsers send them (starlette's parser: another app's odd cookie on this host does not
+        # hide ours, as it can with http.cookies)
         assert self._cookie is not None
         for header in cookies:
-            try:
-                morsel = SimpleCookie(header).get(COOKIE)
-            except CookieError:
-                continue
-            if morsel is not None and hmac.compare_digest(morsel.value.encode(), self._cookie):
+            given = cookie_parser(header).get(COOKIE)
+            if given is not None and hmac.compare_digest(given.encode(), self._cookie):
                 return True
         return False
 
