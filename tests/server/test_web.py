@@ -545,48 +545,37 @@ def test_the_page_works_from_the_keyboard(browser: Browser, tmp_path: Path) -> N
 # --- share ---------------------------------------------------------------------------------------------------
 
 
-def test_the_share_button_makes_a_link(browser: Browser, tmp_path: Path, shots: Path) -> None:
-    """The button posts `{"expires_in": seconds|null}` to `POST /sessions/{id}/shares` and shows the link it
-    answers. That route is another change's (the share links of issue 14, not on this branch's main when this
-    was written): the browser answers it here by its contract, `{"id", "token", "url", "session_id",
-    "created_at", "expires_at"}`, and the request the page sent is checked. Once the route is in, this stub is
-    to go and the real one answer."""
-    import json
-    import time
-
+def test_the_share_button_makes_a_link_that_opens_the_transcript(browser: Browser, tmp_path: Path, shots: Path) -> None:
+    """The button posts `{"expires_in": seconds|null}` to `POST /sessions/{id}/shares` and shows the link; the
+    link opens the read-only transcript (the share view), and the share is in the store with its expiry."""
     with serve(tmp_path, agent) as served:
-        sid = create(served, "Share me", [Message.user("hi"), Message.assistant("hello")])
-        sent: list[dict[str, Any]] = []
+        sid = create(served, "Share me", [Message.user("hi"), Message.assistant("hello from the agent")])
         with tab(browser) as page:
-
-            def answer(route: Any) -> None:
-                sent.append(json.loads(route.request.post_data or "null"))
-                now = time.time()
-                body = {
-                    "id": "shr_1",
-                    "token": "t" * 43,
-                    "url": f"/share/{'t' * 43}",
-                    "session_id": sid,
-                    "created_at": now,
-                    "expires_at": now + 86400 if sent[-1]["expires_in"] else None,
-                }
-                route.fulfill(status=201, content_type="application/json", body=json.dumps(body))
-
-            page.route(f"**/sessions/{sid}/shares", answer)
             open_session(page, served, sid)
             page.locator("#share").click()
             dialog = page.locator("#share-dialog")
             expect(dialog).to_be_visible()
             page.locator("#share-create").click()
-            expect(page.locator("#share-url")).to_have_value(f"{served.url}/share/{'t' * 43}", timeout=WAIT)
+            url = page.locator("#share-url")
+            expect(url).to_have_value(re.compile(re.escape(served.url) + r"/share/\S{22,}"), timeout=WAIT)
             expect(page.locator("#share-expires")).to_contain_text("Expires")
             page.screenshot(path=str(shots / "share.png"))
+            day_link = url.input_value()
             page.locator("#share-expiry").select_option("")
             page.locator("#share-create").click()
             expect(page.locator("#share-expires")).to_contain_text("Never expires", timeout=WAIT)
-            assert sent == [{"expires_in": 86400}, {"expires_in": None}]
+            forever_link = url.input_value()
+            assert forever_link != day_link
             page.keyboard.press("Escape")
             expect(dialog).to_be_hidden()
+            page.goto(forever_link)
+            expect(page.locator("body")).to_contain_text("hello from the agent", timeout=WAIT)
+            assert page.locator("#prompt, #share, #session-list").count() == 0  # the transcript and nothing else
+        shares = served.call(served.state.store.list_shares(sid))
+        assert len(shares) == 2
+        assert sorted(s.expires_at is None for s in shares) == [False, True]
+        day = next(s for s in shares if s.expires_at is not None)
+        assert day.expires_at is not None and abs(day.expires_at - day.created_at - 86400) < 5
 
 
 # --- untrusted text -------------------------------------------------------------------------------------------
