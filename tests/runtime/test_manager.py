@@ -207,7 +207,11 @@ async def test_cancel_stops_the_run_keeps_its_work_and_frees_the_session(store: 
     queued = await mgr.start(run.session_id, "then this")
     while await mgr.status(run.session_id) != "running" or not (await store.read(run.session_id))[1:]:
         await asyncio.sleep(0.01)
+    feed = mgr.activity.follow(mgr.activity.last_n)
     assert await mgr.cancel(run.session_id)
+    told = await asyncio.wait_for(anext(feed), 10), await asyncio.wait_for(anext(feed), 10)
+    assert [type(t).__name__ for t in told] == ["SessionUpdated", "StatusChanged"]  # the feed is told it stopped
+    assert isinstance(told[1], StatusChanged) and told[1].status == "idle"
     outcome = await run.result()
     assert isinstance(outcome, Error) and outcome.code == "cancelled"
     assert isinstance(await queued.result(), Error)  # what waited behind it is dropped

@@ -54,10 +54,11 @@ def serve(
     cors_origins: tuple[str, ...],
     grace: float,
 ) -> None:
-    """Serve the sessions over HTTP: REST, live events (SSE) and an OpenAPI spec at /openapi.json.
+    """Serve the sessions over HTTP: a web page at /, REST, live events (SSE), an OpenAPI spec at /openapi.json.
 
     Binds 127.0.0.1 by default. Any other address needs a token: TETHER_SERVER_TOKEN, or one is generated
-    and printed here. Clients send it as `Authorization: Bearer TOKEN`. Requests whose Host or Origin is not
+    and printed here. Clients send it as `Authorization: Bearer TOKEN`; the web page asks for it, or takes it
+    from the link printed here (http://HOST:PORT/#token=TOKEN) and keeps it as a cookie. Requests whose Host or Origin is not
     this server's are refused, so a web page elsewhere cannot drive the agent. Ctrl-C stops the server
     gracefully: runs get --grace seconds, then are cancelled (each keeps what it did).
 
@@ -91,14 +92,20 @@ def serve(
             raise OptionError(str(exc)) from exc
         why = "off loopback a token is required" if not is_loopback(host) else "--token-required"
         click.echo(f"{why}; the server's token (set {TOKEN_ENV} to choose one):\n  {token}", err=True)
+    else:
+        token = None
     from ..server import serve as run_server
+    from ..server.settings import is_wildcard
 
-    shown_host = f"[{host}]" if ":" in host else host
+    shown_host = "127.0.0.1" if is_wildcard(host) else f"[{host}]" if ":" in host else host
+    address = f"http://{shown_host}:{port}"
     click.echo(
-        f"tether serving on http://{shown_host}:{port} (OpenAPI at /openapi.json"
+        f"tether serving on {address} (the web page at /, OpenAPI at /openapi.json"
         f"{'; token required' if settings.token else ''}); Ctrl-C stops it",
         err=True,
     )
+    if token is not None:  # in the fragment: a browser never sends it; the page trades it for a cookie
+        click.echo(f"open the web page signed in: {address}/#token={token}", err=True)
     record = _record_address(host, port)
     before = _forget_on_sigterm(record) if record is not None else None
     try:

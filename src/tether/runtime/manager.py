@@ -507,6 +507,7 @@ class SessionManager:
             entry.worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await entry.worker
+            await self._announce(session_id)  # the cancelled worker could not: the feed said "running" still
             return True
         return await self.store.request_lease(session_id, "cancel") is not None
 

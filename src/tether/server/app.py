@@ -1,6 +1,6 @@
 """The ASGI application: `create_app` builds it over a store and a `SessionManager` (made when it starts,
 in its event loop), behind the `Guard`, with every error as a typed body and the OpenAPI document at
-`/openapi.json`. The routes themselves are in `routes` (REST) and `streams` (SSE)."""
+`/openapi.json`. The routes themselves are in `routes` (REST), `streams` (SSE) and `web` (the web page)."""
 
 from __future__ import annotations
 
@@ -80,11 +80,12 @@ def create_app(
     )
     routes = Routes()
     from . import routes as rest
-    from . import share, streams
+    from . import share, streams, web
 
     rest.add_routes(app, routes)
     streams.add_routes(app, routes)
     share.add_routes(app, routes)
+    web.add_routes(app, routes)
     document: dict[str, Any] = {}
 
     async def openapi_json() -> Response:
@@ -103,7 +104,13 @@ def create_app(
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
         )
-    app.add_middleware(Guard, settings=settings, open_paths=(SHARE_PATH,), large_bodies=(IMPORT_PATH,))
+    app.add_middleware(
+        Guard,
+        settings=settings,
+        open_paths=(SHARE_PATH, *web.OPEN_PREFIXES),
+        open_exact=web.OPEN_EXACT,
+        large_bodies=(IMPORT_PATH,),
+    )
     return app
 
 

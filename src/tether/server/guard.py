@@ -2,15 +2,19 @@
 (a DNS-rebinding page reaches it under its own name), an `Origin` must be the server's own or one allowed for
 CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must match when one
 is set (compared in constant time), and a body may not pass its size limit (413, whether or not it says its
-length). Each refusal is a typed error body, as every route's errors are."""
+length). A browser may show the token as the cookie `POST /auth/session` sets (an `EventSource` cannot send a
+header); the Host and Origin checks hold for it all the same. Each refusal is a typed error body, as every
+route's errors are."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import cookie_parser
 
 from .errors import error_body
 from .settings import ServerSettings
@@ -21,9 +25,19 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+COOKIE = "tether_session"
+"""The web page's cookie: `cookie_value` of the token (HttpOnly, SameSite=Strict; set by `POST /auth/session`)."""
+
+
+def cookie_value(token: str) -> str:
+    """What the cookie holds: a keyed hash of the token, not the token itself (a cookie read off a disk is no
+    bearer token for another client)."""
+    return hmac.new(token.encode(), b"tether web session", hashlib.sha256).hexdigest()
+
 
 class Guard:
-    """See the module docstring. `open_paths`: path prefixes served without the token (the share view);
+    """See the module docstring. `open_paths`: path prefixes served without the token (the share view, the web page's files);
+    `open_exact`: paths served without the token, matched whole (the web page, the token exchange);
     `large_bodies`: paths whose body may be up to `settings.max_import_body` (an import)."""
 
     def __init__(
@@ -32,13 +46,16 @@ class Guard:
         settings: ServerSettings,
         *,
         open_paths: tuple[str, ...] = (),
+        open_exact: tuple[str, ...] = (),
         large_bodies: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.settings = settings
         self.open_paths = open_paths
+        self.open_exact = open_exact
         self.large_bodies = large_bodies
         self._token = settings.token.encode() if settings.token else None
+        self._cookie = cookie_value(settings.token).encode() if settings.token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -88,18 +105,19 @@ class Guard:
         origins = headers.get("origin", [])
         if origins and not self._origin_allowed(origins, scope, hosts[0]):
             return 403, "forbidden_origin", f"requests from the origin {origins[0][:100]!r} are not allowed", {}
-        shared = any(scope["path"].startswith(p) for p in self.open_paths)
+        public = any(scope["path"].startswith(p) for p in self.open_paths)
         # a share link followed from a mail or a chat elsewhere is a cross-site navigation: it may read
-        followed_link = shared and scope.get("method") in ("GET", "HEAD")
+        followed_link = public and scope.get("method") in ("GET", "HEAD")
         if headers.get("sec-fetch-site", [""])[-1] == "cross-site" and not origins and not followed_link:
             return 403, "forbidden_origin", "cross-site requests are not allowed", {}
-        if self._token is None or shared:
+        if self._token is None or public or scope["path"] in self.open_exact:
             return None
         if scope.get("method") == "OPTIONS" and origins and "access-control-request-method" in headers:
             return None  # a CORS preflight from an allowed origin carries no credentials
         given = headers.get("authorization", [""])[-1]
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+        bearer = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._token)
+        if not bearer and not self._cookie_matches(headers.get("cookie", [])):
             return (
                 401,
                 "unauthorized",
@@ -107,6 +125,16 @@ class Guard:
                 {"www-authenticate": 'Bearer realm="tether"'},
             )
         return None
+
+    def _cookie_matches(self, cookies: list[str]) -> bool:
+        # parsed as browsers send them (starlette's parser: another app's odd cookie on this host does not
+        # hide ours, as it can with http.cookies)
+        assert self._cookie is not None
+        for header in cookies:
+            given = cookie_parser(header).get(COOKIE)
+            if given is not None and hmac.compare_digest(given.encode(), self._cookie):
+                return True
+        return False
 
     def _origin_allowed(self, origins: list[str], scope: Scope, host: str) -> bool:
         if len(origins) != 1:

@@ -20,7 +20,7 @@ from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
 from ..recall import RecallResult, recall
-from ..runtime.activity import SessionCreated, SessionUpdated
+from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
 from ..runtime.lookup import find_session
 from ..runtime.operations import ModelsOverview, compact_now, context_view, models_overview, search_sessions
@@ -115,11 +115,20 @@ async def list_sessions(
     where = _directory(directory)
     if q is not None:
         found = await search_sessions(state.store, q, directory=where, limit=limit, include_children=children)
-        return answer(SessionPage(items=found))
+        return answer(SessionPage(items=found, statuses=await _statuses(state, found)))
     page = await state.store.list_sessions(
         directory=where, parent_id=UNSET if children else None, limit=limit, cursor=cursor
     )
-    return answer(SessionPage(items=page.items, next_cursor=page.next_cursor))
+    return answer(
+        SessionPage(items=page.items, next_cursor=page.next_cursor, statuses=await _statuses(state, page.items))
+    )
+
+
+async def _statuses(state: ServerState, items: list[SessionInfo]) -> dict[str, ActivityStatus]:
+    """The statuses of the sessions in `items` that have a run here (the others are not looked up: a list
+    costs what its page costs)."""
+    running = set(state.manager.running())
+    return {s.id: await state.manager.status(s.id) for s in items if s.id in running}
 
 
 async def create_session(state: State, body: CreateSession) -> Response:
@@ -187,7 +196,9 @@ async def list_children(
 ) -> Response:
     info = await find_session(state.store, session_id)
     page = await state.store.list_sessions(parent_id=info.id, limit=limit, cursor=cursor)
-    return answer(SessionPage(items=page.items, next_cursor=page.next_cursor))
+    return answer(
+        SessionPage(items=page.items, next_cursor=page.next_cursor, statuses=await _statuses(state, page.items))
+    )
 
 
 # --- entries ------------------------------------------------------------------------------------------------

@@ -123,6 +123,10 @@ class SessionPage(msgspec.Struct, kw_only=True):
     items: list[SessionInfo]
     next_cursor: str | None = None
     """Give it as `cursor` for the next page; null on the last."""
+    statuses: dict[str, ActivityStatus] = msgspec.field(default_factory=dict)
+    """The sessions of the page with a run in progress in this server, and where each stands (`running`,
+    `waiting_for_approval`, `queued`); the others are idle here (`GET /sessions/{id}` says more; `GET /events`
+    tells each change)."""
 
 
 class SessionView(msgspec.Struct, kw_only=True):
