@@ -66,7 +66,8 @@ def _message(fmt: str, entry: Entry, m: Message) -> tuple[Any, ...]:
         u = m.usage
         cache_write = u.cache_write_tokens if fmt == "claude-code" else 0
         reasoning = u.reasoning_tokens if fmt == "codex" else 0
-        usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, cache_write, reasoning, u.cost)
+        cost = u.cost if fmt == "claude-code" else None  # Codex keeps no cost: its importer prices tokens
+        usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, cache_write, reasoning, cost)
     assistant = m.role == "assistant"
     finish = m.finish_reason if fmt == "claude-code" and assistant else None
     return (m.role, parts, m.model if assistant else None, usage, finish, round(entry.created_at * 1000))
@@ -98,10 +99,14 @@ async def carried(store: Store, session_id: str, fmt: str) -> Carried:
     info = await store.get_session(session_id)
     items: list[tuple[Any, ...]] = []
     titles: list[str] = []
+    model: str | None = None  # Codex names the model per turn: a message without one gets the one before
     for entry in _placed(await active_entries(store, session_id)):
         body = entry.body
         if isinstance(body, Message):
             item = _message(fmt, entry, body)
+            if fmt == "codex" and body.role == "assistant":
+                model = body.model or model
+                item = (*item[:2], model, *item[3:])
             if fmt == "codex" and body.role == "tool" and items and items[-1][0] == "tool":
                 prev = items.pop()
                 item = ("tool", prev[1] + item[1], None, None, None, prev[5])

@@ -9,7 +9,7 @@ What the format cannot carry is counted in the `ExportReport`:
 
 - left out: reverted entries, checkpoints and markers (tether's own), thinking that is not OpenAI's
   (its encrypted reasoning is what the Responses API takes back), file attachments, cache-write token
-  counts, the system prompt of a session that did not come from Codex (Codex would use it in place of its
+  counts and costs (an import prices the tokens anew), the system prompt of a session that did not come from Codex (Codex would use it in place of its
   own instructions), child sessions;
 - flattened: a failed call's output is text (Codex keeps no error flag: it is kept under ``tether``, which
   the importer reads back); several results of one step become one output item each; an assistant message
@@ -164,7 +164,9 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         w.line(at, "turn_context", {"cwd": cwd, "approval_policy": "on-request",
                                     "sandbox_policy": {"type": "workspace-write"}, "model": message.model,
                                     "summary": "auto"})  # fmt: skip
-    elif w.open_response:
+    elif message.model is None and w.model is not None:
+        w.report.flatten("assistant messages without a model (Codex gives them the one before)")
+    if w.open_response:  # nothing closed the response before (a turn context would have)
         w.report.flatten("assistant messages without usage merged with the next (one Codex response)")
     codex = message.metadata.get("codex")
     calls = codex.get("calls") if isinstance(codex, dict) else None
@@ -199,6 +201,8 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         w.totals = w.totals + usage
         if usage.cache_write_tokens:
             w.report.leave_out("cache-write token counts")
+        if usage.cost is not None:
+            w.report.leave_out("costs (Codex keeps none: its import prices the tokens anew)")
         info = {"total_token_usage": _token_usage(w.totals), "last_token_usage": _token_usage(usage),
                 "model_context_window": None}  # fmt: skip
         w.event(at, {"type": "token_count", "info": info, "rate_limits": None})
