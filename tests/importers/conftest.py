@@ -122,7 +122,9 @@ async def export_to(store: Store, session_id: str, fmt: str, folder: Path) -> tu
     buf = io.BytesIO()
     exporter = export_claude_code if fmt == "claude-code" else export_codex
     report = await exporter(store, session_id, buf)
-    name = f"{report.target_id}.jsonl" if fmt == "claude-code" else f"rollout-2025-01-01T00-00-00-{report.target_id}.jsonl"
+    name = (
+        f"{report.target_id}.jsonl" if fmt == "claude-code" else f"rollout-2025-01-01T00-00-00-{report.target_id}.jsonl"
+    )
     path = folder / name
     path.write_bytes(buf.getvalue())
     return path, report
@@ -191,9 +193,17 @@ async def loop_session(store: Store, directory: Path) -> str:
     session = await Session.create(store, directory=directory, model="claude-sonnet-4-5")
     provider = ScriptedProvider(
         [
-            step(Message(role="assistant", parts=[thinking, TextPart(text="Looking."),
-                 ToolCallPart(id="c1", name="look", arguments={"what": "the tests ✓ \u2028 \"quoted\""}),
-                 ToolCallPart(id="c2", name="boom", arguments={"why": "on purpose"})])),  # fmt: skip
+            step(
+                Message(
+                    role="assistant",
+                    parts=[
+                        thinking,
+                        TextPart(text="Looking."),
+                        ToolCallPart(id="c1", name="look", arguments={"what": 'the tests ✓ \u2028 "quoted"'}),
+                        ToolCallPart(id="c2", name="boom", arguments={"why": "on purpose"}),
+                    ],
+                )
+            ),
             step("The tests look fine; boom failed as asked."),
             step("A detour that will be reverted."),
             step("Redone: all good."),

@@ -7,6 +7,7 @@ what cannot be carried is said in the report."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import tempfile
@@ -84,7 +85,7 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     # one chain: each line's parent is the line before, except the compaction boundary, which starts anew
     uuids = [ln["uuid"] for ln in convo]
     assert len(set(uuids)) == len(uuids)
-    for before, line in zip(convo, convo[1:], strict=False):
+    for before, line in itertools.pairwise(convo):
         if line.get("subtype") == "compact_boundary":
             assert line["parentUuid"] is None and line["logicalParentUuid"] == before["uuid"]
         else:
@@ -97,7 +98,11 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     first = convo[0]
     assert first["parentUuid"] is None and first["message"] == {"role": "user", "content": "check the tests"}
     thinking = next(ln for ln in convo if ln["type"] == "assistant")["message"]
-    assert thinking["content"][0] == {"type": "thinking", "thinking": "Let me look first.", "signature": "EqQBCkYIBxgCKkA="}
+    assert thinking["content"][0] == {
+        "type": "thinking",
+        "thinking": "Let me look first.",
+        "signature": "EqQBCkYIBxgCKkA=",
+    }
     assert thinking["usage"] == {
         "input_tokens": 100, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 1000, "output_tokens": 80,
     }  # fmt: skip
@@ -121,7 +126,9 @@ async def test_tools_map_back_to_claude_codes_names_and_arguments(store: Store, 
         ToolCallPart.from_raw("t6", "look", "{not json"),
     ]
     results = [ToolResultPart(call_id=c.id, content="ok", name=c.name) for c in calls]
-    await store.append(info.id, [Message.user("go"), Message(role="assistant", parts=list(calls)), Message.tool(*results)])
+    await store.append(
+        info.id, [Message.user("go"), Message(role="assistant", parts=list(calls)), Message.tool(*results)]
+    )
     folder = tmp_path / "out"
     folder.mkdir()
     path, report = await rt.export_to(store, info.id, FMT, folder)

@@ -313,7 +313,11 @@ class _RolloutImport:
             event = payload.get("type")
             if event in _UI_COPIES:
                 return  # the response item it repeats is journaled
-            if event == "thread_name_updated" and isinstance(payload.get("thread_name"), str) and payload["thread_name"]:
+            if (
+                event == "thread_name_updated"
+                and isinstance(payload.get("thread_name"), str)
+                and payload["thread_name"]
+            ):
                 await self.close()
                 self.named = True
                 await self.emit(TitleChange(title=payload["thread_name"]), at, size)
