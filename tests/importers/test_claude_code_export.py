@@ -170,7 +170,7 @@ async def test_what_the_format_cannot_carry_is_said(store: Store, tmp_path: Path
         "system prompt (Claude Code keeps none per session)": 1,
         "child sessions (export each by its id)": 1,
     }
-    assert report.summary().startswith("left out: 1 attachments without data or address, 1 checkpoints")
+    assert report.summary().startswith("left out: attachments without data or address: 1, checkpoints (tether's): 1")
 
 
 texts = st.text(max_size=60)

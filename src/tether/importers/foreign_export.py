@@ -84,10 +84,10 @@ class ExportReport:
         self.flattened[what] += n
 
     def summary(self) -> str:
-        """One line: ``left out: 2 reverted entries, 1 checkpoint; flattened: 1 compaction (as ...)``."""
+        """One line: ``left out: checkpoints (tether's): 1, reverted entries: 2; flattened: ...``."""
 
         def items(counts: Counter[str]) -> str:
-            return ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+            return ", ".join(f"{what}: {n}" for what, n in sorted(counts.items()))
 
         pieces = []
         if self.left_out:
@@ -150,7 +150,7 @@ async def continuation_order(store: Store, info: SessionInfo, report: ExportRepo
                 yield first
         yield entry
     if hidden:
-        report.leave_out("reverted entries" if hidden != 1 else "reverted entry", hidden)
+        report.leave_out("reverted entries", hidden)
 
 
 def _kept_from(entry: Entry) -> int:
