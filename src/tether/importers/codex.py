@@ -320,6 +320,7 @@ class _RolloutImport:
             ):
                 await self.close()
                 self.named = True
+                self.title = payload["thread_name"]
                 await self.emit(TitleChange(title=payload["thread_name"]), at, size)
                 return
             if event == "token_count" and self.group is not None:
