@@ -100,8 +100,16 @@ async def carried(store: Store, session_id: str, fmt: str) -> Carried:
     items: list[tuple[Any, ...]] = []
     titles: list[str] = []
     model: str | None = None  # Codex names the model per turn: a message without one gets the one before
-    for entry in _placed(await active_entries(store, session_id)):
+    placed = _placed(await active_entries(store, session_id))
+    latest = float("-inf")
+    for i, entry in enumerate(placed):
         body = entry.body
+        at = entry.created_at
+        if isinstance(body, Compaction) and i + 1 < len(placed):
+            at = min(at, placed[i + 1].created_at)  # moved before what it keeps, it takes that one's time
+        if fmt == "claude-code" and isinstance(body, Message | Compaction):
+            at = latest = max(at, latest)  # Claude Code's lines never go back in time
+        entry = Entry(entry.seq, at, body)
         if isinstance(body, Message):
             item = _message(fmt, entry, body)
             if fmt == "codex" and body.role == "assistant":

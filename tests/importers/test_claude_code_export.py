@@ -80,7 +80,7 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     lines = lines_of(path)
     assert report.lines == len(lines)
     convo = [ln for ln in lines if ln["type"] in ("user", "assistant", "system")]
-    assert {ln["sessionId"] for ln in lines} == {report.target_id}
+    assert {ln["sessionId"] for ln in lines if "sessionId" in ln} == {report.target_id}
     assert {ln["cwd"] for ln in convo} == {info.directory}
     # one chain: each line's parent is the line before, except the compaction boundary, which starts anew
     uuids = [ln["uuid"] for ln in convo]
@@ -111,7 +111,9 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     assert len(errors) == 1 and errors[0]["type"] == "tool_result"
     system = next(ln for ln in convo if ln.get("tether"))
     assert system["isMeta"] is True and system["message"]["content"] == "The user switched branches."
-    assert lines[-1] == {"type": "custom-title", "customTitle": "Check the tests", "sessionId": report.target_id}
+    assert lines[-1] == {"type": "summary", "summary": "Check the tests", "leafUuid": convo[-1]["uuid"]}
+    times = [ln["timestamp"] for ln in convo]
+    assert times == sorted(times)  # Claude Code resumes from the newest line: the last one
     assert "detour" not in path.read_text()  # the reverted turn is not there
 
 

@@ -28,7 +28,7 @@ async def test_claude_code_and_codex_formats(server: Served) -> None:
     sid = server.call(make())
     async with TetherClient(server.url) as client:
         lines = [json.loads(line) for line in (await client.export(sid, format="claude-code")).splitlines()]
-        assert [ln["type"] for ln in lines] == ["user", "assistant", "custom-title"]
+        assert [ln["type"] for ln in lines] == ["user", "assistant", "summary"]
         rollout = [json.loads(line) for line in (await client.export(sid, format="codex")).splitlines()]
         assert rollout[0]["type"] == "session_meta" and rollout[0]["payload"]["cwd"] == str(server.workspace)
         with pytest.raises(SessionNotFound):

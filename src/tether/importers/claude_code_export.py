@@ -2,7 +2,8 @@
 `claude_code.py` imports back): one line per message, chained by ``parentUuid``; tool names and arguments
 mapped back to Claude Code's; thinking that carries an Anthropic signature as thinking; a compaction as
 Claude Code writes one (a ``compact_boundary`` line, then its summary as a user line); title changes as
-``custom-title`` lines. What the format cannot carry is counted in the `ExportReport`:
+``summary`` lines naming the line before them. Lines never go back in time (Claude Code resumes from its
+newest line): an entry older than the one before it gets that one's time. What the format cannot carry is counted in the `ExportReport`:
 
 - left out: reverted entries, checkpoints and markers (tether's own), thinking without an Anthropic
   signature (Claude's API refuses to continue from it), the system prompt, child sessions, attachments
@@ -70,6 +71,7 @@ class _Writer:
         self.sid = report.target_id
         self.directory = directory
         self.parent: str | None = None
+        self.latest = float("-inf")  # Claude Code resumes from the newest line: times never go back
 
     def line(self, obj: dict[str, Any]) -> None:
         self.out.write(_encoder.encode(obj) + b"\n")
@@ -78,6 +80,10 @@ class _Writer:
     def base(self, key: str, kind: str, at: float, *, parent: str | bool | None = True) -> dict[str, Any]:
         """The fields every conversation line has; chained to the line before unless `parent` says."""
         uid = line_uuid(self.sid, key)
+        if at < self.latest:
+            self.report.flatten("times raised to the line before (Claude Code resumes from the newest line)")
+            at = self.latest
+        self.latest = at
         obj: dict[str, Any] = {
             "parentUuid": self.parent if parent is True else (parent or None),
             "isSidechain": False,
@@ -261,7 +267,12 @@ def _compaction_lines(w: _Writer, entry: Entry, body: Compaction) -> None:
 
 
 def _title_line(w: _Writer, title: str) -> None:
-    w.line({"type": "custom-title", "customTitle": title, "sessionId": w.sid})
+    """A title as Claude Code keeps one: a ``summary`` line naming the line it was written after (Claude
+    Code shows the summary of a session's last line)."""
+    if w.parent is None:
+        w.report.leave_out("titles before any message")
+        return
+    w.line({"type": "summary", "summary": title, "leafUuid": w.parent})
 
 
 async def export_claude_code(

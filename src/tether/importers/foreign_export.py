@@ -112,8 +112,9 @@ class ExportReport:
 async def continuation_order(store: Store, info: SessionInfo, report: ExportReport) -> AsyncIterator[Entry]:
     """The entries another tool gets, in order: the active history only (what the session's next step
     builds on; reverted entries and revert markers are counted in `report` as left out), with each
-    compaction moved to just before the first entry it keeps (its `first_kept_seq`): a tool that cuts its
-    context at a compaction then sees the summary and the kept tail, as tether's derived context does.
+    compaction moved to just before the first entry it keeps (its `first_kept_seq`), with that entry's time
+    when its own is later: a tool that cuts its context at a compaction then sees the summary and the kept
+    tail, as tether's derived context does.
     Checkpoints and markers are yielded too (each writer says what it does with them). Reads the journal
     twice, keeping only reverts and compactions from the first pass."""
     reverts: list[tuple[int, int]] = []
@@ -147,7 +148,9 @@ async def continuation_order(store: Store, info: SessionInfo, report: ExportRepo
             first = pending.pop(0)
             if first.seq not in placed:
                 placed.add(first.seq)
-                yield first
+                # moved before what it keeps, it takes that entry's time if its own is later: a tool that
+                # orders a session by time (Claude Code resumes from its newest line) keeps the order
+                yield Entry(first.seq, min(first.created_at, entry.created_at), first.body)
         yield entry
     if hidden:
         report.leave_out("reverted entries", hidden)
