@@ -85,6 +85,26 @@ def _placed(entries: list[Entry]) -> list[Entry]:
     return sorted(entries, key=key)
 
 
+def _answered(entries: list[Entry]) -> list[Entry]:
+    """A call that never got a result gets an error result right after its message (both tools' APIs
+    refuse a call without one), as the export promises."""
+    from tether.importers.foreign_export import NO_RESULT
+
+    got = {r.call_id for e in entries if isinstance(e.body, Message) for r in e.body.tool_results}
+    out: list[Entry] = []
+    for entry in entries:
+        out.append(entry)
+        if isinstance(entry.body, Message):
+            results = [
+                ToolResultPart(call_id=call.id, content=NO_RESULT, is_error=True, name=call.name)
+                for call in entry.body.tool_calls
+                if call.id not in got
+            ]
+            if results:
+                out.append(Entry(entry.seq, entry.created_at, Message.tool(*results)))
+    return out
+
+
 @dataclass
 class Carried:
     title: str | None
@@ -100,7 +120,7 @@ async def carried(store: Store, session_id: str, fmt: str) -> Carried:
     items: list[tuple[Any, ...]] = []
     titles: list[str] = []
     model: str | None = None  # Codex names the model per turn: a message without one gets the one before
-    placed = _placed(await active_entries(store, session_id))
+    placed = _answered(_placed(await active_entries(store, session_id)))
     latest = float("-inf")
     for i, entry in enumerate(placed):
         body = entry.body

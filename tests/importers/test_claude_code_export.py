@@ -194,3 +194,34 @@ def test_odd_text_survives(user: str, answer: str, argument: str, output: str, e
             await rt.check(store, info.id, FMT, Path(folder))
 
     asyncio.run(main())
+
+
+async def test_a_call_that_never_got_a_result_gets_an_error_one(store: Store, tmp_path: Path, rt: Any) -> None:
+    """A run stopped between a call and its result: Claude's API refuses such a history, so the export
+    answers the call with an error saying so (and says it did)."""
+    from tether.importers.foreign_export import NO_RESULT
+
+    info = await store.create_session(directory=str(tmp_path))
+    calls = [
+        ToolCallPart(id="c1", name="bash", arguments={"command": "ls"}),
+        ToolCallPart(id="c2", name="read", arguments={"path": "a.py"}),
+        ToolCallPart(id="c3", name="grep", arguments={"pattern": "x"}),
+    ]
+    await store.append(info.id, [
+        Message.user("go"),
+        Message(role="assistant", parts=list(calls)),
+        Message.tool(ToolResultPart(call_id="c1", content="a.py", name="bash")),
+        Message.user("what happened?"),
+    ])  # fmt: skip
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path, report = await rt.export_to(store, info.id, FMT, folder)
+    assert report.flattened == {"calls that never got a result (given an error result)": 2}
+    lines = lines_of(path)
+    assert lines[2]["message"]["content"] == [
+        {"type": "tool_result", "tool_use_id": c, "content": NO_RESULT, "is_error": True} for c in ("c2", "c3")
+    ]
+    back, _ = await rt.round_trip(store, info.id, FMT, folder)
+    results = [r for e in await store.read(back) if isinstance(e.body, Message) for r in e.body.tool_results]
+    assert [(r.call_id, r.is_error) for r in results] == [("c2", True), ("c3", True), ("c1", False)]
+    assert (await rt.carried(store, back, FMT)).items == (await rt.carried(store, info.id, FMT)).items

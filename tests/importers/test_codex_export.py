@@ -147,3 +147,22 @@ def test_odd_text_survives(user: str, answer: str, argument: str, output: str, e
             await rt.check(store, info.id, FMT, Path(folder))
 
     asyncio.run(main())
+
+
+async def test_a_call_that_never_got_a_result_gets_an_error_one(store: Store, tmp_path: Path, rt: Any) -> None:
+    from tether.importers.foreign_export import NO_RESULT
+
+    info = await store.create_session(directory=str(tmp_path))
+    await store.append(info.id, [
+        Message.user("go"),
+        Message(role="assistant", parts=[ToolCallPart(id="c1", name="bash", arguments={"command": "sleep 99"})]),
+        Message.user("stopped it"),
+    ])  # fmt: skip
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path, report = await rt.export_to(store, info.id, FMT, folder)
+    assert report.flattened["calls that never got a result (given an error result)"] == 1
+    outputs = [ln["payload"] for ln in lines_of(path) if ln["payload"].get("type") == "function_call_output"]
+    assert outputs == [
+        {"type": "function_call_output", "call_id": "c1", "output": NO_RESULT, "tether": {"is_error": True}}
+    ]

@@ -37,6 +37,7 @@ from ..messages import (
 from ..store.protocols import Store
 from .claude_code import TOOL_NAMES
 from .foreign_export import (
+    NO_RESULT,
     TETHER_KEY,
     ExportReport,
     child_count,
@@ -266,6 +267,15 @@ def _compaction_lines(w: _Writer, entry: Entry, body: Compaction) -> None:
     w.report.flatten("compactions (as a boundary and a summary message)")
 
 
+def _no_results(w: _Writer, entry: Entry, call_ids: list[str]) -> None:
+    """Error results for calls that never got one: Claude's API refuses a tool use without its result."""
+    line = w.base(f"{entry.seq}/no-result", "user", entry.created_at)
+    blocks = [{"type": "tool_result", "tool_use_id": c, "content": NO_RESULT, "is_error": True} for c in call_ids]
+    line["message"] = {"role": "user", "content": blocks}
+    w.line(line)
+    w.report.flatten("calls that never got a result (given an error result)", len(call_ids))
+
+
 def _title_line(w: _Writer, title: str) -> None:
     """A title as Claude Code keeps one: a ``summary`` line naming the line it was written after (Claude
     Code shows the summary of a session's last line)."""
@@ -284,11 +294,15 @@ async def export_claude_code(
     report = ExportReport("claude-code", info.id, target_id or session_uuid(info.id))
     w = _Writer(out, report, info.directory)
     titles: list[str] = []
-    async for entry in continuation_order(store, info, report):
+    unanswered: set[str] = set()
+    async for entry in continuation_order(store, info, report, unanswered):
         body = entry.body
         report.entries += 1
         if isinstance(body, Message):
             _message_line(w, entry, body)
+            missing = [c.id for c in body.tool_calls if c.id in unanswered]
+            if missing:
+                _no_results(w, entry, missing)
         elif isinstance(body, Compaction):
             _compaction_lines(w, entry, body)
         elif isinstance(body, TitleChange):

@@ -42,6 +42,7 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from .foreign_export import (
+    NO_RESULT,
     TETHER_KEY,
     ExportReport,
     child_count,
@@ -278,12 +279,17 @@ async def export_codex(store: Store, session_id: str, out: IO[bytes], *, target_
     cwd = info.directory or ""
     titles: list[str] = []
     last_at = info.created_at
-    async for entry in continuation_order(store, info, report):
+    unanswered: set[str] = set()
+    async for entry in continuation_order(store, info, report, unanswered):
         body = entry.body
         last_at = max(last_at, entry.created_at)
         report.entries += 1
         if isinstance(body, Message):
             _message(w, entry, body, cwd)
+            for call in body.tool_calls:
+                if call.id in unanswered:  # the Responses API refuses a call without its output
+                    _output(w, entry.created_at, ToolResultPart(call_id=call.id, content=NO_RESULT, is_error=True))
+                    report.flatten("calls that never got a result (given an error result)")
         elif isinstance(body, Compaction):
             _compaction(w, entry, body)
         elif isinstance(body, TitleChange):

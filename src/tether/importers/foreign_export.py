@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..messages import Checkpoint, Compaction, Entry, Marker, Revert, TitleChange
+from ..messages import Checkpoint, Compaction, Entry, Marker, Message, Revert, TitleChange
 from ..store.protocols import Store
 from ..store.records import SessionInfo
 from ..store.reverts import hidden_spans, is_hidden
 
+NO_RESULT = "The call got no result: the run stopped before it finished (added by tether's export)."
+"""The error result an export gives a call that never got one, so the other tool can continue the session."""
+
 __all__ = [
     "EXPORT_FORMATS",
+    "NO_RESULT",
     "TETHER_KEY",
     "ExportReport",
     "continuation_order",
@@ -109,24 +113,37 @@ class ExportReport:
         }
 
 
-async def continuation_order(store: Store, info: SessionInfo, report: ExportReport) -> AsyncIterator[Entry]:
+async def continuation_order(
+    store: Store, info: SessionInfo, report: ExportReport, unanswered: set[str] | None = None
+) -> AsyncIterator[Entry]:
     """The entries another tool gets, in order: the active history only (what the session's next step
     builds on; reverted entries and revert markers are counted in `report` as left out), with each
     compaction moved to just before the first entry it keeps (its `first_kept_seq`), with that entry's time
     when its own is later: a tool that cuts its context at a compaction then sees the summary and the kept
     tail, as tether's derived context does.
     Checkpoints and markers are yielded too (each writer says what it does with them). Reads the journal
-    twice, keeping only reverts and compactions from the first pass."""
+    twice, keeping only reverts, compactions and call ids from the first pass. `unanswered` (when given) is
+    filled, before the first entry comes, with the ids of the active history's tool calls that never got a
+    result (a run that stopped in between): both tools refuse a history with such a call."""
     reverts: list[tuple[int, int]] = []
     compactions: list[Entry] = []
+    calls: list[tuple[int, str]] = []
+    answered: list[tuple[int, str]] = []
     async for entry in store.iter_entries(info.id):
         if entry.seq > info.entry_count:
             break
-        if isinstance(entry.body, Revert):
-            reverts.append((entry.seq, entry.body.to_seq))
-        elif isinstance(entry.body, Compaction):
+        body = entry.body
+        if isinstance(body, Revert):
+            reverts.append((entry.seq, body.to_seq))
+        elif isinstance(body, Compaction):
             compactions.append(entry)
+        elif isinstance(body, Message) and unanswered is not None:
+            calls += [(entry.seq, c.id) for c in body.tool_calls]
+            answered += [(entry.seq, r.call_id) for r in body.tool_results]
     spans = hidden_spans(reverts)
+    if unanswered is not None:
+        got = {call_id for seq, call_id in answered if not is_hidden(seq, spans)}
+        unanswered.update(call_id for seq, call_id in calls if not is_hidden(seq, spans) and call_id not in got)
     pending = sorted(
         (e for e in compactions if not is_hidden(e.seq, spans)),
         key=lambda e: (_kept_from(e), e.seq),
