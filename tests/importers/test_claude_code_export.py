@@ -109,7 +109,8 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     errors = [b for ln in convo if ln["type"] == "user" and isinstance(ln["message"]["content"], list)
               for b in ln["message"]["content"] if b.get("is_error")]  # fmt: skip
     assert len(errors) == 1 and errors[0]["type"] == "tool_result"
-    system = next(ln for ln in convo if ln.get("tether"))
+    assert convo[0]["tether"] == {"exported_from": sid}  # where it came from; Claude Code ignores it
+    system = next(ln for ln in convo if ln.get("tether", {}).get("role") == "system")
     assert system["isMeta"] is True and system["message"]["content"] == "The user switched branches."
     assert lines[-1] == {"type": "summary", "summary": "Check the tests", "leafUuid": convo[-1]["uuid"]}
     times = [ln["timestamp"] for ln in convo]

@@ -93,6 +93,8 @@ class _Writer:
         if self.directory is not None:
             obj["cwd"] = self.directory
         obj.update({"sessionId": self.sid, "type": kind, "uuid": uid, "timestamp": iso_time(at)})
+        if self.parent is None and self.report.lines == 0:
+            obj[TETHER_KEY] = {"exported_from": self.report.session_id}  # for an import to tell; ignored there
         self.parent = uid
         return obj
 

@@ -94,6 +94,7 @@ def _session_meta(info_id: str, report: ExportReport, created: float, directory:
     meta.setdefault("source", "cli")
     if instructions:
         meta["base_instructions"] = {"text": instructions}
+    meta[TETHER_KEY] = {"exported_from": info_id}  # where it came from, for an import to tell (Codex ignores it)
     return meta
 
 
