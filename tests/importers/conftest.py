@@ -132,6 +132,8 @@ async def carried(store: Store, session_id: str, fmt: str) -> Carried:
         entry = Entry(entry.seq, at, body)
         if isinstance(body, Message):
             item = _message(fmt, entry, body)
+            if body.role == "assistant" and not item[1] and not body.metadata.get("codex", {}).get("items"):
+                continue  # nothing the format carries: not written
             if fmt == "codex" and body.role == "assistant":
                 model = body.model or model
                 item = (*item[:2], model, *item[3:])

@@ -159,6 +159,7 @@ async def test_what_the_format_cannot_carry_is_said(store: Store, tmp_path: Path
     await store.append(info.id, [
         Message(role="user", parts=[TextPart(text="see"), FilePart(media_type="application/pdf")]),
         Message(role="assistant", parts=[openai, TextPart(text="seen")]),
+        Message(role="assistant", parts=[openai]),
         Marker(name="approval_request", data={"call_id": "x"}),
         Checkpoint(objective="o"),
     ])  # fmt: skip
@@ -166,14 +167,15 @@ async def test_what_the_format_cannot_carry_is_said(store: Store, tmp_path: Path
     folder.mkdir()
     _, report = await rt.export_to(store, info.id, FMT, folder)
     assert report.left_out == {
-        "thinking blocks without an Anthropic signature": 1,
+        "thinking blocks without an Anthropic signature": 2,
+        "assistant messages with nothing Claude Code can carry": 1,
         "attachments without data or address": 1,
         "markers (approval_request)": 1,
         "checkpoints (tether's)": 1,
         "system prompt (Claude Code keeps none per session)": 1,
         "child sessions (export each by its id)": 1,
     }
-    assert report.summary().startswith("left out: attachments without data or address: 1, checkpoints (tether's): 1")
+    assert report.summary().startswith("left out: assistant messages with nothing Claude Code can carry: 1, ")
 
 
 texts = st.text(max_size=60)

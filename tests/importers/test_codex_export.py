@@ -112,6 +112,7 @@ async def test_what_the_format_cannot_carry_is_said(store: Store, tmp_path: Path
     info = await store.create_session(directory=str(tmp_path), system_prompt="Be brief.")
     await store.append(info.id, [
         Message(role="user", parts=[TextPart(text="read this"), FilePart(media_type="application/pdf", data=b"%PDF")]),
+        Message(role="assistant", parts=[ThinkingPart(text="signed", signature="sig", provider="anthropic")]),
         Message(role="assistant", parts=[TextPart(text="one")]),
         Message(role="assistant", parts=[TextPart(text="two")]),
         Message.tool(ToolResultPart(call_id="a", content="1"), ToolResultPart(call_id="b", content="2")),
@@ -122,6 +123,7 @@ async def test_what_the_format_cannot_carry_is_said(store: Store, tmp_path: Path
         "file attachments (Codex messages hold text and images)": 1,
         "system prompt (Codex would put it in place of its own instructions)": 1,
         "markers (interrupted)": 1,
+        "assistant messages with nothing Codex can carry": 1,
     }
     assert report.flattened == {
         "assistant messages without usage merged with the next (one Codex response)": 1,

@@ -215,6 +215,10 @@ def _message_line(w: _Writer, entry: Entry, message: Message) -> None:
     kept = _kept(message)
     key = str(entry.seq)
     if message.role == "assistant":
+        blocks = _blocks(message, w.report)
+        if not blocks:  # Claude's API refuses an assistant message with no content
+            w.report.leave_out("assistant messages with nothing Claude Code can carry")
+            return
         obj = w.base(key, "assistant", entry.created_at)
         body: dict[str, Any] = {"id": f"msg_tether_{line_uuid(w.sid, key + '/message').replace('-', '')[:24]}"}
         leftover = kept.get("message")
@@ -223,7 +227,7 @@ def _message_line(w: _Writer, entry: Entry, message: Message) -> None:
         body.update({"type": body.get("type", "message"), "role": "assistant"})
         if message.model is not None:
             body["model"] = message.model
-        body["content"] = _blocks(message, w.report)
+        body["content"] = blocks
         body["stop_reason"] = message.finish_reason
         body.setdefault("stop_sequence", None)
         if message.usage is not None:
@@ -240,7 +244,7 @@ def _message_line(w: _Writer, entry: Entry, message: Message) -> None:
         obj["message"] = {"role": "user", "content": message.parts[0].text if plain else blocks}  # type: ignore[union-attr]
         if message.role == "system":
             obj["isMeta"] = True
-            obj[TETHER_KEY] = {"role": "system"}
+            obj.setdefault(TETHER_KEY, {})["role"] = "system"
             w.report.flatten("system messages (as user lines marked isMeta)")
     _restore(obj, kept)
     w.line(obj)

@@ -161,6 +161,15 @@ def _token_usage(usage: Usage) -> dict[str, int]:
 
 def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
     at = entry.created_at
+    codex = message.metadata.get("codex")
+    kept_items = codex.get("items") if isinstance(codex, dict) else None
+    carried = [
+        p for p in message.parts
+        if isinstance(p, TextPart | ToolCallPart | ToolResultPart) or (isinstance(p, ThinkingPart) and p.provider == "openai")
+    ]  # fmt: skip
+    if not carried and not kept_items:  # an empty response would take the usage of the next one
+        w.report.leave_out("assistant messages with nothing Codex can carry")
+        return
     if message.model is not None and message.model != w.model:
         w.model = message.model
         w.line(at, "turn_context", {"cwd": cwd, "approval_policy": "on-request",
@@ -170,7 +179,6 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         w.report.flatten("assistant messages without a model (Codex gives them the one before)")
     if w.open_response:  # nothing closed the response before (a turn context would have)
         w.report.flatten("assistant messages without usage merged with the next (one Codex response)")
-    codex = message.metadata.get("codex")
     calls = codex.get("calls") if isinstance(codex, dict) else None
     kept_calls: dict[str, Any] = calls if isinstance(calls, dict) else {}
     for part in message.parts:
@@ -193,8 +201,7 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
             _output(w, at, part)
         else:
             w.report.leave_out("attachments of assistant messages")
-    items = codex.get("items") if isinstance(codex, dict) else None
-    for kept in items if isinstance(items, list) else []:
+    for kept in kept_items if isinstance(kept_items, list) else []:
         if isinstance(kept, dict) and isinstance(kept.get("item"), dict):
             w.item(at, kept["item"])  # web searches and the like, which tether has no part for
     w.open_response = True
