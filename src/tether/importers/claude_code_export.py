@@ -2,8 +2,8 @@
 `claude_code.py` imports back): one line per message, chained by ``parentUuid``; tool names and arguments
 mapped back to Claude Code's; thinking that carries an Anthropic signature as thinking; a compaction as
 Claude Code writes one (a ``compact_boundary`` line, then its summary as a user line); title changes as
-``summary`` lines naming the line before them. Lines never go back in time (Claude Code resumes from its
-newest line): an entry older than the one before it gets that one's time. What the format cannot carry is counted in the `ExportReport`:
+``summary`` lines naming the line before them. Line times only grow (Claude Code resumes from its newest
+line, the first of equals): an entry no newer than the line before gets that one's time and a millisecond. What the format cannot carry is counted in the `ExportReport`:
 
 - left out: reverted entries, checkpoints and markers (tether's own), thinking without an Anthropic
   signature (Claude's API refuses to continue from it), the system prompt, child sessions, attachments
@@ -72,19 +72,28 @@ class _Writer:
         self.sid = report.target_id
         self.directory = directory
         self.parent: str | None = None
-        self.latest = float("-inf")  # Claude Code resumes from the newest line: times never go back
+        self.latest = -1  # ms of the line before: Claude Code resumes from the newest line, so times only grow
+        self.source = -1  # the newest time an entry had (an older one after it is out of order)
 
     def line(self, obj: dict[str, Any]) -> None:
         self.out.write(_encoder.encode(obj) + b"\n")
         self.report.lines += 1
 
-    def base(self, key: str, kind: str, at: float, *, parent: str | bool | None = True) -> dict[str, Any]:
-        """The fields every conversation line has; chained to the line before unless `parent` says."""
+    def base(
+        self, key: str, kind: str, at: float, *, parent: str | bool | None = True, own: float | None = None
+    ) -> dict[str, Any]:
+        """The fields every conversation line has; chained to the line before unless `parent` says. `own` is
+        the entry's time when `at` was moved (a compaction's lines): only an entry older than one before it
+        is out of order."""
         uid = line_uuid(self.sid, key)
-        if at < self.latest:
+        ms = round(at * 1000)
+        source = round((at if own is None else own) * 1000)
+        if source < self.source:
             self.report.flatten("times raised to the line before (Claude Code resumes from the newest line)")
-            at = self.latest
-        self.latest = at
+        self.source = max(self.source, source)
+        ms = max(ms, self.latest + 1)  # a tie too: Claude Code's newest line must be the last one
+        self.latest = ms
+        at = ms / 1000
         obj: dict[str, Any] = {
             "parentUuid": self.parent if parent is True else (parent or None),
             "isSidechain": False,
@@ -254,7 +263,9 @@ def _compaction_lines(w: _Writer, entry: Entry, body: Compaction) -> None:
     """Claude Code's compaction: a boundary (which cuts the chain: the model's context starts after it)
     and the summary as a user line that Claude Code marks as one."""
     before = w.parent
-    boundary = w.base(f"{entry.seq}/boundary", "system", entry.created_at, parent=False)
+    # the summary gets the entry's time (or the first free one) and the boundary the millisecond before
+    at = max(round(entry.created_at * 1000), w.latest + 2) / 1000
+    boundary = w.base(f"{entry.seq}/boundary", "system", at - 0.001, parent=False, own=entry.created_at)
     boundary.update(
         {
             "logicalParentUuid": before,
@@ -266,7 +277,7 @@ def _compaction_lines(w: _Writer, entry: Entry, body: Compaction) -> None:
         }
     )
     w.line(boundary)
-    summary = w.base(str(entry.seq), "user", entry.created_at)
+    summary = w.base(str(entry.seq), "user", at, own=entry.created_at)
     summary.update({"message": {"role": "user", "content": body.summary}, "isCompactSummary": True,
                     "isVisibleInTranscriptOnly": True})  # fmt: skip
     w.line(summary)
