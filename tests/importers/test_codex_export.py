@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,3 +170,107 @@ async def test_a_call_that_never_got_a_result_gets_an_error_one(store: Store, tm
     assert outputs == [
         {"type": "function_call_output", "call_id": "c1", "output": NO_RESULT, "tether": {"is_error": True}}
     ]
+
+
+def codex_binary() -> str:
+    """Codex's binary from $TETHER_CODEX_BIN; skipped, saying how to get it, when unset."""
+    import os
+
+    binary = os.environ.get("TETHER_CODEX_BIN")
+    how = (
+        "set TETHER_CODEX_BIN to a Codex binary (`npm pack @openai/codex@0.169.0-linux-x64`, untar, "
+        "package/vendor/x86_64-unknown-linux-musl/bin/codex)"
+    )
+    if not binary:
+        pytest.skip(f"no Codex to resume with: {how}")
+    if not Path(binary).is_file():
+        pytest.fail(f"TETHER_CODEX_BIN={binary} is not a file: {how}")
+    return binary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compact", [False, True], ids=["whole", "compacted"])
+async def test_real_codex_resumes_the_export(
+    tmp_path: Path, rt: Any, compact: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`codex exec resume UUID ...` on the installed export, against a recording Responses API on loopback:
+    Codex finds the rollout and sends the model the history (the compaction's summary and kept tail when
+    compacted; the calls, their outputs and the failed one's text otherwise)."""
+    import http.server
+    import os
+    import subprocess
+    import threading
+
+    from tether.importers.foreign_export import install_path, session_uuid
+
+    binary = codex_binary()
+    seen: list[dict[str, Any]] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers.get("content-length", 0)))))
+            self.send_response(400)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error":{"type":"invalid_request_error","message":"recorded"}}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    home, work = tmp_path / "codex", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(
+        'model = "gpt-5"\nmodel_provider = "rec"\n\n[model_providers.rec]\nname = "rec"\n'
+        f'base_url = "http://127.0.0.1:{server.server_port}/v1"\nenv_key = "OPENAI_API_KEY"\n'
+        'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+    )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "CODEX_HOME": str(home),
+        "OPENAI_API_KEY": "sk-test",
+    }
+    try:
+        store = MemoryStore()
+        sid = await rt.loop_session(store, work, compact=compact)
+        bash = ToolCallPart(id="b1", name="bash", arguments={"command": "pytest -q", "timeout": 30})
+        thinking = ThinkingPart(text="Run them.", redacted="gAAAA-enc", provider="openai")
+        await store.append(sid, [
+            Message.user("run the tests"),
+            Message(role="assistant", parts=[thinking, bash], model="gpt-5", usage=Usage(input_tokens=9)),
+            Message.tool(ToolResultPart(call_id="b1", content="3 passed", name="bash")),
+            Message.assistant("All pass."),
+        ])  # fmt: skip
+        info = await store.get_session(sid)
+        monkeypatch.setenv("CODEX_HOME", str(home))
+        target = install_path("codex", info, session_uuid(sid))
+        target.parent.mkdir(parents=True)
+        path, _ = await rt.export_to(store, sid, FMT, target.parent)
+        path.rename(target)
+        done = await asyncio.to_thread(
+            subprocess.run, [binary, "exec", "--skip-git-repo-check", "resume", session_uuid(sid), "go on"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert seen, done.stdout + done.stderr
+    items = seen[0]["input"]
+    said = [c.get("text", "") for i in items if i.get("type") == "message" for c in i["content"]]
+    assert "go on" in said and "All pass." in said and "still here" in said
+    calls = [i for i in items if i.get("type") == "function_call"]
+    outputs = {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"}
+    assert calls[-1]["name"] == "shell_command" and json.loads(calls[-1]["arguments"])["command"] == "pytest -q"
+    assert outputs["b1"] == "3 passed"
+    reasoning = [i for i in items if i.get("type") == "reasoning"]
+    assert reasoning and reasoning[-1]["encrypted_content"] == "gAAAA-enc"
+    if compact:
+        assert any(t.startswith("Summary of the conversation so far") for t in said)
+        assert "check the tests" not in said and "answer 27" not in said and "answer 29" in said
+    else:
+        assert "check the tests" in said and "The user switched branches." in said
+        assert [c["name"] for c in calls[:2]] == ["look", "boom"]
+        assert "exploded: on purpose" in outputs["c2"]
+        assert "detour" not in json.dumps(items)
