@@ -582,6 +582,8 @@ def _export_foreign(session_ref: str, fmt: str, output: str | None, *, install: 
         info = await find_session(store, session_ref)
         if not install:
             with _destination(output, binary=True) as out:
+                if output in (None, "-") and sys.stdout.isatty():
+                    out = cast(IO[bytes], _EscapingWriter(out, escape_json_controls))
                 return info, await writer(store, info.id, out), "written"
         target = install_path(fmt, info, session_uuid(info.id))
         target.parent.mkdir(parents=True, exist_ok=True)
