@@ -277,7 +277,9 @@ class TetherClient:
     async def context(self, session_id: str, *, model: str | None = None) -> dict[str, Any]:
         return await self._call("GET", f"/sessions/{session_id}/context", dict[str, Any], params={"model": model})
 
-    async def export(self, session_id: str, *, format: Literal["json", "markdown", "html"] = "json") -> bytes:
+    async def export(
+        self, session_id: str, *, format: Literal["json", "markdown", "html", "claude-code", "codex"] = "json"
+    ) -> bytes:
         response = await self._http.get(f"/sessions/{session_id}/export", params={"format": format})
         if response.status_code >= 400:
             raise_for_error(response.status_code, response.content)

@@ -147,7 +147,7 @@ async def test_a_conversation_becomes_one_session_with_every_part(store: Store, 
     assert got[2].metadata["claude_code"]["tool_names"] == {"toolu_1": "Read"}
     assert got[3].parts[0] == ToolResultPart(call_id="toolu_1", content="port = 80", name="read")
     assert got[3].metadata["claude_code"]["toolUseResult"]["file"]["content"] == "port = 80"
-    assert got[4].parts[0].arguments == {"command": "make", "timeout_ms": 60000}  # ms kept as ms
+    assert got[4].parts[0].arguments == {"command": "make", "timeout": 60}  # Claude Code's ms, tether's seconds
     assert got[5].parts[0].is_error and got[5].parts[0].content == "make: *** failed"
     # usage is counted once per API message although Claude Code repeats it on each streamed line
     assert [b.usage is not None for b in got if b.role == "assistant"] == [True, False, True, True]

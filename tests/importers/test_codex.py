@@ -53,7 +53,7 @@ async def test_a_rollout_becomes_a_session(store: Store) -> None:
     assert isinstance(first.parts[0], ThinkingPart) and first.parts[0].redacted == "gAAAAABo-encrypted-reasoning"
     assert first.parts[1] == ToolCallPart(
         id="call_shell_1", name="bash",
-        arguments={"command": "pytest -q tests/test_math.py", "workdir": "/home/dev/project", "timeout_ms": 120000},
+        arguments={"command": "pytest -q tests/test_math.py", "workdir": "/home/dev/project", "timeout": 120},
     )  # fmt: skip
     assert first.metadata["codex"]["calls"]["call_shell_1"]["name"] == "shell"  # the call as it came
     assert first.usage is not None and first.usage.input_tokens == 5200 and first.usage.cache_read_tokens == 4096

@@ -5,6 +5,7 @@ one. Sessions are named by full id or by a unique piece of one (the last six cha
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import os
 import sys
 import tempfile
@@ -15,6 +16,9 @@ from typing import IO, Any, AnyStr, Generic, cast
 
 import click
 
+from ..importers.claude_code_export import export_claude_code
+from ..importers.codex_export import export_codex
+from ..importers.foreign_export import EXPORT_FORMATS, ExportReport
 from ..importers.tether_json import export_json, import_file, import_json, parse_export, session_record
 from ..messages import (
     APPROVAL_DECISION_MARKER,
@@ -506,17 +510,24 @@ def _ask(session_ref: str, request: LeaseRequest) -> None:
 @sessions.command()
 @click.argument("session_ref", metavar="ID")
 @click.option(
-    "--format", "-f", "fmt", type=click.Choice(["json", "markdown", "html"]), default="json", show_default=True
-)
+    "--format", "-f", "fmt", type=click.Choice(["json", "markdown", "html", *EXPORT_FORMATS]), default="json",
+    show_default=True,
+)  # fmt: skip
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE (default: stdout).")
 @click.option("--raw", is_flag=True, help="Markdown and HTML: include reverted entries (marked as such).")
 @click.option(
     "--children", is_flag=True, help="HTML: nest each sub-agent's transcript, folded, under the call that ran it."
 )
-def export(session_ref: str, fmt: str, output: str | None, raw: bool, children: bool) -> None:
-    """Export a session: tether JSON (what `import` reads back, exactly), a Markdown transcript, or one
+@click.option("--install", is_flag=True, help="claude-code, codex: put the file where that tool looks for sessions.")
+@click.option("--force", is_flag=True, help="With --install: replace a different file already there.")
+def export(
+    session_ref: str, fmt: str, output: str | None, raw: bool, children: bool, install: bool, force: bool
+) -> None:
+    """Export a session: tether JSON (what `import` reads back, exactly), a Markdown transcript, one
     self-contained HTML page to send to someone (inline style, no script, nothing fetched; tool calls fold
-    open to their arguments and output).
+    open to their arguments and output), or a Claude Code transcript / Codex rollout to continue the session
+    in that tool (`--install` puts it where the tool looks and prints the command that resumes it; what the
+    format cannot carry is said).
 
     A file given with -o appears whole or not at all: it is written aside and renamed into place. Printed to
     a terminal, control characters are escaped (JSON keeps its value); to a file or a pipe it is exact.
@@ -524,10 +535,16 @@ def export(session_ref: str, fmt: str, output: str | None, raw: bool, children: 
     \b
     Examples:
       tether sessions export 4M0R1YB -f html --children -o session.html
-      tether sessions export 4M0R1YB > session.json"""
+      tether sessions export 4M0R1YB > session.json
+      tether sessions export 4M0R1YB -f claude-code --install"""
 
     if children and fmt != "html":
         raise OptionError("--children goes with --format html")
+    if fmt in EXPORT_FORMATS:
+        _export_foreign(session_ref, fmt, output, install=install, force=force)
+        return
+    if install or force:
+        raise OptionError("--install and --force go with --format claude-code or codex")
 
     async def run(store: Store) -> SessionInfo:
         info = await find_session(store, session_ref)
@@ -547,6 +564,62 @@ def export(session_ref: str, fmt: str, output: str | None, raw: bool, children: 
     info = with_store(run)
     if output:
         click.echo(f"Exported {info.id} ({info.entry_count} entries) to {output}", err=True)
+
+
+def _export_foreign(session_ref: str, fmt: str, output: str | None, *, install: bool, force: bool) -> None:
+    """Claude Code or Codex: to -o FILE, stdout, or (--install) the tool's own folder; then what was left
+    out and how to resume it there, on stderr."""
+    from ..importers.foreign_export import install_path, name_codex_thread, resume_hint, session_uuid
+
+    if install and output:
+        raise click.UsageError("give either --install or -o FILE, not both")
+    if force and not install:
+        raise click.UsageError("--force goes with --install")
+    writer = export_claude_code if fmt == "claude-code" else export_codex
+    tool = "Claude Code" if fmt == "claude-code" else "Codex"
+
+    async def run(store: Store) -> tuple[SessionInfo, ExportReport, str]:
+        info = await find_session(store, session_ref)
+        if not install:
+            with _destination(output, binary=True) as out:
+                if output in (None, "-") and sys.stdout.isatty():
+                    out = cast(IO[bytes], _EscapingWriter(out, escape_json_controls))
+                return info, await writer(store, info.id, out), "written"
+        target = install_path(fmt, info, session_uuid(info.id))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with open(fd, "wb") as f:
+                report = await writer(store, info.id, f)
+                f.flush()
+                os.fsync(f.fileno())
+            report.path = str(target)
+            if target.exists() and filecmp.cmp(tmp, target, shallow=False):
+                return info, report, "unchanged"
+            if target.exists() and not force:
+                raise click.ClickException(
+                    f"{target} exists and differs (exported before, and continued in {tool} since?): import it "
+                    f"first (`tether import {target}`) to keep what was added there, or replace it with --force"
+                )
+            os.replace(tmp, target)
+            if fmt == "codex" and info.title:
+                name_codex_thread(report.target_id, info.title)
+            return info, report, "installed"
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    info, report, outcome = with_store(run)
+    where = f" to {report.path or output}" if (report.path or output) else ""
+    said = {"written": "Exported", "installed": "Exported", "unchanged": "Already exported, unchanged:"}[outcome]
+    click.echo(escape_controls(f"{said} {info.id} ({report.entries} entries) as a {tool} session{where}"), err=True)
+    click.echo(escape_controls(f"{tool} cannot carry everything: {report.summary()}" if report.left_out or
+                               report.flattened else "Nothing left out."), err=True)  # fmt: skip
+    hint = resume_hint(fmt, info.directory, report.target_id)
+    if install:
+        click.echo(escape_controls(f"Continue it there: {hint}"), err=True)
+    else:
+        click.echo(escape_controls(f"To continue it there, export with --install, then: {hint}"), err=True)
 
 
 class _EscapingWriter(Generic[AnyStr]):

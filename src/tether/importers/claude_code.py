@@ -5,7 +5,8 @@ tether sessions. One source line becomes one entry, in file order:
 - ``user`` / ``assistant`` lines: messages (text, thinking with its signature, tool calls and results with
   errors as errors, images and documents); a line of tool results is a ``tool`` message. Model, usage (once
   per API message: Claude Code repeats it on each line of a streamed message) and cost (``costUSD`` when the
-  line has it, else tether's price list). What tether has no field for stays in the message's metadata
+  line has it, else tether's price list). A user line that tether's export marked as a system message
+  (``"tether": {"role": "system"}``) is one again. What tether has no field for stays in the message's metadata
   under ``claude_code`` (the line's ids, ``toolUseResult``, unknown content blocks).
 - the user line that carries a compaction's summary (``isCompactSummary``): a `Compaction` entry.
 - ``summary`` (of a line in this file), ``custom-title``, ``ai-title``: a `TitleChange`.
@@ -75,8 +76,8 @@ __all__ = ["FORMAT", "TOOL_NAMES", "import_claude_code", "looks_like_claude_code
 
 TOOL_NAMES: dict[str, tuple[str, dict[str, str]]] = {
     # Claude Code's tool: (tether's tool of the same meaning, argument renames). Other arguments are kept
-    # as they are. Bash's timeout is in milliseconds, tether's in seconds: it is kept as `timeout_ms`.
-    "Bash": ("bash", {"timeout": "timeout_ms"}),
+    # as they are. Bash's timeout is in milliseconds, tether's in seconds: it is converted (`_part`).
+    "Bash": ("bash", {}),
     "Read": ("read", {"file_path": "path"}),
     "Write": ("write", {"file_path": "path"}),
     "Edit": ("edit", {"file_path": "path"}),
@@ -532,6 +533,9 @@ class _FileImport:
                 finish_reason=message.get("stop_reason") if isinstance(message.get("stop_reason"), str) else None,
                 metadata={"claude_code": extra},
             )
+        tether = obj.get("tether")
+        if isinstance(tether, dict) and tether.get("role") == "system" and not has_results:
+            return Message(role="system", parts=parts, metadata={"claude_code": extra})  # tether's export says so
         return Message(role="tool" if has_results else "user", parts=parts, metadata={"claude_code": extra})
 
     def _usage(self, obj: dict[str, Any], message: dict[str, Any], model: str | None) -> Usage | None:
@@ -622,6 +626,10 @@ def _part(block: Any, names: dict[str, str], renamed: dict[str, str]) -> Part | 
         if mapped is not None and isinstance(arguments, dict):
             tether_name, renames = mapped
             arguments = {renames.get(k, k): v for k, v in arguments.items()}
+            timeout = arguments.get("timeout")
+            if name == "Bash" and isinstance(timeout, int | float) and not isinstance(timeout, bool):
+                seconds = timeout / 1000
+                arguments["timeout"] = int(seconds) if seconds.is_integer() else seconds
             renamed[block["id"]] = name
             name = tether_name
         return ToolCallPart(id=block["id"], name=name, arguments=arguments if arguments is not None else {})

@@ -8,11 +8,13 @@ items after a first line of session metadata) into tether sessions:
   ``custom_tool_call``, ``local_shell_call``, and those tether has no part for, such as ``web_search_call``,
   kept in its metadata) make one assistant message; a user message one user message (images included); each
   tool output a ``tool`` message (a failed call's as an error). ``shell`` / ``local_shell_call`` /
-  ``shell_command`` / ``exec_command`` calls are tether's ``bash`` (the command line as one string; the call
-  as it came is kept in the message's metadata, ``codex.calls``).
+  ``shell_command`` / ``exec_command`` calls are tether's ``bash`` (the command line as one string, the
+  timeout in seconds; the call as it came is kept in the message's metadata, ``codex.calls``). An output
+  that tether's export marked failed (``"tether": {"is_error": true}``) is an error.
 - ``event_msg``: ``token_count`` is the usage of the response before it (and its cost, from tether's price
   list); ``user_message``, ``agent_message`` and ``agent_reasoning`` repeat response items for the UI and
-  add nothing; any other event is a `Marker` ``codex.<type>`` with its JSON.
+  add nothing; ``thread_name_updated`` is a `TitleChange`; any other event is a `Marker` ``codex.<type>``
+  with its JSON.
 - ``compacted``: a `Compaction` (its replacement history kept in its metadata); ``turn_context``: the model
   of what follows, and a `Marker` with its JSON; a line type tether does not know: a `Marker` with its JSON.
 
@@ -39,6 +41,7 @@ from ..messages import (
     Role,
     TextPart,
     ThinkingPart,
+    TitleChange,
     ToolCallPart,
     ToolResultPart,
     Usage,
@@ -117,6 +120,7 @@ class _RolloutImport:
         self.directory: str | None = None
         self.first_time: float | None = None
         self.title: str | None = None
+        self.named = False  # the rollout names its thread (`thread_name_updated`)
         self.group: _Group | None = None
         self.names: dict[str, str] = {}
         self.cuts: set[int] = set()
@@ -229,7 +233,7 @@ class _RolloutImport:
         fields: dict[str, Any] = {"metadata": {**current.metadata, IMPORTED: mark}}
         if self.model and current.model != self.model:
             fields["model"] = self.model
-        if self.title and self.created and current.title != self.title:
+        if self.title and self.created and not self.named and current.title != self.title:
             fields["title"] = self.title  # not the store's default (Codex's first user item is its context)
         await self.store.update_session(current.id, **fields)
 
@@ -309,6 +313,16 @@ class _RolloutImport:
             event = payload.get("type")
             if event in _UI_COPIES:
                 return  # the response item it repeats is journaled
+            if (
+                event == "thread_name_updated"
+                and isinstance(payload.get("thread_name"), str)
+                and payload["thread_name"]
+            ):
+                await self.close()
+                self.named = True
+                self.title = payload["thread_name"]
+                await self.emit(TitleChange(title=payload["thread_name"]), at, size)
+                return
             if event == "token_count" and self.group is not None:
                 usage = self._usage(payload)
                 if usage is not None:
@@ -367,6 +381,8 @@ class _RolloutImport:
             call_id = item.get("call_id")
             if isinstance(call_id, str):
                 content, is_error, extra = _output(item.get("output"))
+                tether = item.get("tether")  # what tether's export keeps beside Codex's fields
+                is_error = is_error or (isinstance(tether, dict) and tether.get("is_error") is True)
                 result = ToolResultPart(
                     call_id=call_id, content=content, is_error=is_error, name=self.names.get(call_id),
                     metadata=extra,
@@ -421,6 +437,12 @@ class _RolloutImport:
                     command = shlex.join(command)
             if isinstance(command, str):
                 rest = {k: v for k, v in args.items() if k not in ("command", "cmd", "type")}
+                timeout = rest.pop("timeout_ms", None)
+                if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+                    seconds = timeout / 1000  # tether's bash takes seconds
+                    rest["timeout"] = int(seconds) if seconds.is_integer() else seconds
+                elif timeout is not None:
+                    rest["timeout_ms"] = timeout
                 group.calls[call.id] = {"name": call.name, "arguments": item.get("arguments", item.get("action"))}
                 self.names[call.id] = "bash"
                 return ToolCallPart(id=call.id, name="bash", arguments={"command": command, **rest})

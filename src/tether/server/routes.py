@@ -6,6 +6,7 @@ CLI names them (a full id or a unique piece of one, `runtime.lookup`)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from typing import Annotated, Any, Literal
 
@@ -16,6 +17,8 @@ from starlette.responses import Response, StreamingResponse
 from .. import __version__
 from ..context.compaction import CompactionResult, undo_compaction
 from ..errors import InvalidInput, NotFound
+from ..importers.claude_code_export import export_claude_code
+from ..importers.codex_export import export_codex
 from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
@@ -352,11 +355,13 @@ async def context(
 async def export(
     state: State,
     session_id: Ref,
-    format: Annotated[Literal["json", "markdown", "html"], Query()] = "json",
+    format: Annotated[Literal["json", "markdown", "html", "claude-code", "codex"], Query()] = "json",
     raw: Annotated[bool, Query(description="Markdown and HTML: include reverted entries")] = False,
     children: Annotated[bool, Query(description="HTML: nest each sub-agent's transcript under its call")] = False,
 ) -> Response:
     info = await find_session(state.store, session_id)
+    if format in ("claude-code", "codex"):
+        return await _export_foreign(state, info.id, format)
     name = f"{info.id}.{ {'json': 'json', 'markdown': 'md', 'html': 'html'}[format] }"
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
     if format == "html":
@@ -373,6 +378,19 @@ async def export(
     text = io.StringIO()
     await export_markdown(state.store, info.id, text, raw=raw)
     return Response(text.getvalue(), media_type="text/markdown; charset=utf-8", headers=disposition)
+
+
+async def _export_foreign(state: State, session_id: str, format: str) -> Response:
+    """A Claude Code transcript or a Codex rollout (JSON Lines); what the format could not carry is in the
+    ``X-Tether-Export-Report`` header (JSON), as the CLI says it on stderr."""
+    out = io.BytesIO()
+    writer = export_claude_code if format == "claude-code" else export_codex
+    report = await writer(state.store, session_id, out)
+    headers = {
+        "Content-Disposition": f'attachment; filename="{report.target_id}.jsonl"',
+        "X-Tether-Export-Report": json.dumps(report.as_dict(), ensure_ascii=True),
+    }
+    return Response(out.getvalue(), media_type="application/x-ndjson", headers=headers)
 
 
 async def import_session(
@@ -518,9 +536,10 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
     add(app, "GET", "/sessions/{session_id}/context", context, answers=ok(ContextReport, "What the model would see"),
         errors=(400, 404, 422), summary="The context of the session's next step", tag=s)  # fmt: skip
     add(app, "GET", "/sessions/{session_id}/export", export,
-        answers={200: Answer(None, "The export: tether JSON (what import reads), Markdown, or one HTML page",
-                             schema={"type": "object"},
-                             also={"text/markdown": {"type": "string"}, "text/html": {"type": "string"}})},
+        answers={200: Answer(None, "The export: tether JSON (what import reads), Markdown, one HTML page, or a "
+                             "Claude Code transcript / Codex rollout (JSON Lines)", schema={"type": "object"},
+                             also={"text/markdown": {"type": "string"}, "text/html": {"type": "string"},
+                                   "application/x-ndjson": {"type": "string"}})},
         errors=(400, 404), summary="Export a session", tag=s)  # fmt: skip
     add(app, "GET", "/approvals", list_approvals, answers=ok(ApprovalList, "The requests waiting, oldest first"),
         errors=(400, 404), summary="Tool calls that wait for a person's answer", tag=r)  # fmt: skip
