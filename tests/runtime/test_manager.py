@@ -404,14 +404,14 @@ async def test_the_activity_feed_tells_what_another_process_does_to_the_store(
     here = manager(store, tmp_path, ScriptedProvider(steps(0)))
     feed = here.follow_activity()
     first = asyncio.ensure_future(anext(feed))
-    await asyncio.sleep(0.1)  # the watcher has looked once: what was there before is not news
+    await asyncio.sleep(0)  # what changes from now on is news, whenever the watcher first looks
     gate = asyncio.Event()
 
     @function_tool(read_only=True)
-    async def wait_for_gate() -> str:
+    async def wait_for_gate(what: str) -> str:
         """Wait."""
         await gate.wait()
-        return "open"
+        return f"{what}: open"
 
     async with SqliteStore(store.path) as other_store:
         other = manager(other_store, tmp_path, ScriptedProvider(steps(1, "wait_for_gate")))

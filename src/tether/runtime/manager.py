@@ -63,6 +63,9 @@ STORE_WATCH_INTERVAL = 1.0
 """How often the store is looked at for sessions other processes changed, while the activity feed is
 followed (`follow_activity`)."""
 
+WATCHED_FOR = 5.0
+"""Seconds a session changed by another process is looked at for its status after its last change."""
+
 RECENT_SESSIONS = 256
 """Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
 starts and ends) for a subscriber that comes just after a run: the least recently used are forgotten."""
@@ -434,24 +437,28 @@ class SessionManager:
         """The activity feed (`ActivityFeed.follow`), with what other processes do to the store's sessions
         (a `tether run` beside a server, an import) told as it is seen (`_watch_store`)."""
         if self._store_watch is None or self._store_watch.done():
-            self._store_watch = asyncio.create_task(self._watch_store(), name="tether-watch-store")
+            watch = self._watch_store(since=time.time())
+            self._store_watch = asyncio.create_task(watch, name="tether-watch-store")
         return self.activity.follow(after)
 
-    async def _watch_store(self) -> None:
+    async def _watch_store(self, since: float) -> None:
         """While the feed has followers, look at the most recently updated sessions every
         `STORE_WATCH_INTERVAL`: a session changed by no run of this manager is told (`SessionCreated` or
         `SessionUpdated`, then its `StatusChanged`), and a session another process runs is looked at until its
         run ends (the lease is given back with no change to the session's row). What this manager did
         itself may be told twice; a deletion by another process is not seen (its listing is)."""
-        started = time.time()
         known: OrderedDict[str, tuple[float, int]] = OrderedDict()
-        elsewhere: set[str] = set()
+        told: dict[str, Status] = {}
+        watched: dict[str, float] = {}
+        """Sessions whose status is looked at on every look: those changed lately (a run elsewhere takes the
+        lease just after it creates or appends) and those run elsewhere (until the lease is given back)."""
         first = True
         while not self._closing:
             if not first:
                 await asyncio.sleep(STORE_WATCH_INTERVAL)
                 if not self.activity.followed:
                     return
+            now = time.time()
             try:
                 page = await self.store.list_sessions(parent_id=UNSET, limit=50)
                 for info in reversed(page.items):  # oldest change first
@@ -462,21 +469,27 @@ class SessionManager:
                     known[info.id] = mark
                     known.move_to_end(info.id)
                     entry = self._sessions.get(info.id)
-                    if first or (entry is not None and self._runs_here(entry)):
+                    if (first and info.updated_at < since) or (entry is not None and self._runs_here(entry)):
                         continue
-                    created = is_new and info.created_at >= started
+                    created = is_new and info.created_at >= since
                     self.activity.publish(SessionCreated(session=info) if created else SessionUpdated(session=info))
-                    status = await self.status(info.id)
-                    if status == "busy_elsewhere":
-                        elsewhere.add(info.id)
-                    self.activity.publish(StatusChanged(session_id=info.id, status=status))
-                for sid in list(elsewhere):
+                    watched[info.id] = now
+                for sid, changed in list(watched.items()):
+                    entry = self._sessions.get(sid)
+                    if entry is not None and self._runs_here(entry):
+                        del watched[sid]  # this manager tells its own run's statuses
+                        continue
                     status = await self.status(sid)
-                    if status != "busy_elsewhere":
-                        elsewhere.discard(sid)
+                    if status != told.get(sid):
+                        told[sid] = status
                         self.activity.publish(StatusChanged(session_id=sid, status=status))
-            except SessionNotFound:
-                pass  # deleted while looked at: the next look does not list it
+                    if status == "busy_elsewhere":
+                        watched[sid] = now
+                    elif now - changed > WATCHED_FOR:
+                        del watched[sid]
+                        told.pop(sid, None)
+            except SessionNotFound as gone:
+                watched.pop(gone.session_id, None)  # deleted while looked at: the next look does not list it
             except TetherError:
                 return  # the store is closing
             while len(known) > 1000:
