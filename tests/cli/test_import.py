@@ -44,7 +44,8 @@ def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     shutil.copy(FIXTURES / ROLLOUT, day / ROLLOUT)
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
     monkeypatch.setenv("CODEX_HOME", str(codex))
-    return {"claude": claude, "codex": codex, "db": tmp_path / "t.db"}
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # no opencode here unless a test puts it
+    return {"claude": claude, "codex": codex, "db": tmp_path / "t.db", "xdg": tmp_path / "xdg"}
 
 
 def run(homes: dict[str, Path], *args: str) -> Result:
@@ -115,3 +116,34 @@ def test_help_explains_sources_and_reimport() -> None:
     out = CliRunner().invoke(cli, ["import", "--help"]).output
     assert "--from" in out and "~/.claude/projects" in out and "~/.codex/sessions" in out
     assert "Importing again is safe" in out
+
+
+OPENCODE_DB = Path(__file__).resolve().parents[1] / "fixtures" / "opencode" / "opencode-1.18.33.db"
+
+
+def test_opencode_from_its_data_folder_and_as_a_path(homes: dict[str, Path]) -> None:
+    data = homes["xdg"] / "opencode"
+    data.mkdir(parents=True)
+    shutil.copy(OPENCODE_DB, data / "opencode.db")
+    dry = run(homes, "--from", "opencode", "--dry-run", "--dir", "/tmp/oc/proj")
+    assert dry.exit_code == 0, dry.output
+    assert "7 sessions: 7 would import; would write 30 entries." in dry.output
+    first = run(homes, "--all", "--json")
+    report = json.loads(first.output)
+    assert report["outcomes"] == {"imported": 10}  # two Claude Code files, a Codex rollout, 7 opencode sessions
+    assert sum(f["format"] == "opencode" for f in report["files"]) == 7
+    again = run(homes, str(data / "opencode.db"))  # the database as a path: its format detected
+    assert again.exit_code == 0 and "7 sessions: 7 unchanged; wrote 0 entries." in again.output
+    elsewhere = run(homes, "--from", "opencode", "--dir", "/nowhere")
+    assert elsewhere.exit_code == 0 and "Nothing to import" in elsewhere.output
+
+
+def test_a_database_that_is_not_opencodes_says_what_it_holds(homes: dict[str, Path], tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (id TEXT)")
+    result = run(homes, str(other))
+    assert result.exit_code == 1
+    assert "is not opencode's database: it has no table session, message, part (tables: notes)" in result.output

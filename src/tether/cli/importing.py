@@ -14,7 +14,15 @@ from typing import Any
 import click
 
 from ..importers.jsonl import FileResult
-from ..importers.sources import DISCOVERABLE, FORMATS, default_root, discover, files_under, import_file
+from ..importers.sources import (
+    DISCOVERABLE,
+    FORMATS,
+    default_root,
+    discover,
+    files_under,
+    import_path,
+    is_opencode_store,
+)
 from ..store import Store
 from .common import console, echo_json, wants_json, with_store
 from .sanitize import escape_controls
@@ -39,7 +47,9 @@ def parse_since(value: str, now: float | None = None) -> float:
 @click.command("import")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True), metavar="[PATH]...")
 @click.option("--from", "fmt", type=click.Choice(FORMATS), help="The files' format (default: detected from each file).")
-@click.option("--all", "all_tools", is_flag=True, help="Import from every tool's own folder (Claude Code, Codex).")
+@click.option(
+    "--all", "all_tools", is_flag=True, help="Import from every tool's own folder (Claude Code, Codex, opencode)."
+)
 @click.option("--dir", "-d", "directory", metavar="PATH", help="Only sessions whose workspace is PATH.")
 @click.option("--since", metavar="WHEN", help="Only files changed since WHEN: a date (2025-06-01) or an age (7d).")
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would be imported; write nothing.")
@@ -53,15 +63,18 @@ def import_command(
     dry_run: bool,
     json_flag: bool,
 ) -> None:
-    """Import sessions from Claude Code, Codex, or tether's own JSON export.
+    """Import sessions from Claude Code, Codex, opencode, or tether's own JSON export.
 
     \b
     Where from:
       tether import --from claude-code     Claude Code's folder (~/.claude/projects)
       tether import --from codex           Codex's folder (~/.codex/sessions)
-      tether import --all                  both
+      tether import --from opencode        opencode's data folder (~/.local/share/opencode:
+                                           its opencode.db, and storage/ of before v1.2)
+      tether import --all                  all three
       tether import PATH...                files or folders; the format of each file is
-                                           detected unless --from names it
+                                           detected unless --from names it (an opencode
+                                           database or storage folder is one path)
 
     Importing again is safe: a session imported before is found (its id is derived from the source's), and
     only what its file gained since is appended. A branch made in Claude Code (a message edited and sent
@@ -77,7 +90,8 @@ def import_command(
         raise click.UsageError("give paths or --all, not both")
     if not paths and not all_tools and fmt is None:
         raise click.UsageError(
-            "say what to import: paths, --from claude-code or --from codex (their own folders), or --all"
+            "say what to import: paths, --from claude-code, --from codex or --from opencode (their own folders), "
+            "or --all"
         )
     if not paths and fmt == "tether":
         raise click.UsageError("tether exports have no folder of their own: give their paths")
@@ -86,7 +100,7 @@ def import_command(
     files = _files(paths, fmt, all_tools, where, when)
 
     async def run(store: Store) -> list[FileResult]:
-        return await _import_all(store, files, fmt if paths else None, dry_run)
+        return await _import_all(store, files, fmt if paths else None, dry_run, where, when)
 
     results = with_store(run)
     if wants_json(json_flag):
@@ -112,6 +126,9 @@ def _files(
     out: list[tuple[Path, str | None]] = []
     for raw in paths:
         path = Path(raw)
+        if fmt in (None, "opencode") and is_opencode_store(path):
+            out.append((path, "opencode"))  # one store of many sessions: --dir and --since apply inside
+            continue
         if path.is_dir():
             if fmt in DISCOVERABLE:
                 out += [(p, fmt) for p in discover(fmt, path, directory=where, since=when)]
@@ -130,13 +147,20 @@ def _files(
 
 
 async def _import_all(
-    store: Store, files: list[tuple[Path, str | None]], fmt: str | None, dry_run: bool
+    store: Store,
+    files: list[tuple[Path, str | None]],
+    fmt: str | None,
+    dry_run: bool,
+    directory: str | None = None,
+    since: float | None = None,
 ) -> list[FileResult]:
     results: list[FileResult] = []
     show = sys.stderr.isatty() and len(files) > 1
     if not show:
         for path, known in files:
-            results.append(await import_file(store, str(path), known or fmt, dry_run=dry_run))
+            results += await import_path(
+                store, str(path), known or fmt, dry_run=dry_run, directory=directory, since=since
+            )
         return results
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -146,7 +170,9 @@ async def _import_all(
         task = progress.add_task("importing", total=len(files))
         for path, known in files:
             progress.update(task, description=escape_controls(f"importing {path.name[:40]}"))
-            results.append(await import_file(store, str(path), known or fmt, dry_run=dry_run))
+            results += await import_path(
+                store, str(path), known or fmt, dry_run=dry_run, directory=directory, since=since
+            )
             progress.advance(task)
     return results
 
@@ -215,7 +241,9 @@ def _print(results: list[FileResult], dry_run: bool, searched: list[str]) -> Non
     summary = ", ".join(f"{n} {_VERBS[k]}" for k, n in counts.items())
     total = sum(r.entries for r in results)
     verb = "would write" if dry_run else "wrote"
-    out.print(escape_controls(f"{len(results)} file{'s' * (len(results) != 1)}: {summary}; {verb} {total} entries."))
+    kinds = {r.format == "opencode" for r in results}
+    noun = "session" if kinds == {True} else "file" if kinds == {False} else "source"  # opencode: one per session
+    out.print(escape_controls(f"{len(results)} {noun}{'s' * (len(results) != 1)}: {summary}; {verb} {total} entries."))
 
 
 __all__ = ["import_command", "parse_since"]
