@@ -157,6 +157,7 @@ class _Message:
     info: dict[str, Any]
     parts: list[dict[str, Any]]
     cut: bool = False  # its record or a part could not be read whole (perhaps still being written)
+    size: int = 0  # bytes of its records, as read
 
 
 class OpencodeSource:
@@ -218,6 +219,7 @@ class JsonStorage(OpencodeSource):
         self.path = str(root)
         self.problems = []
         self.old = (root / "session" / "info").is_dir() and not (root / "message").is_dir()
+        self.bytes_read = 0
         self.migration: int | None = None
         try:
             self.migration = int((root / "migration").read_text().strip())
@@ -235,6 +237,7 @@ class JsonStorage(OpencodeSource):
     def _read(self, path: Path, what: str) -> dict[str, Any] | None:
         try:
             data = path.read_bytes()
+            self.bytes_read += len(data)
         except FileNotFoundError:
             return None  # removed since it was listed (a revert cleaned up, a session deleted)
         except OSError as e:
@@ -299,7 +302,7 @@ class JsonStorage(OpencodeSource):
             if after is not None and mid <= after:
                 continue
             path = folder / f"{mid}.json"
-            before = len(self.problems)
+            before, start = len(self.problems), self.bytes_read
             info = self._read(path, "message")
             if info is None:
                 if len(self.problems) > before:
@@ -316,7 +319,7 @@ class JsonStorage(OpencodeSource):
                     parts.append(part)
                 elif len(self.problems) > before:
                     cut = True
-            yield _Message(mid, str(path), info, parts, cut=cut)
+            yield _Message(mid, str(path), info, parts, cut=cut, size=self.bytes_read - start)
 
 
 class SqliteStore(OpencodeSource):
@@ -445,15 +448,16 @@ class SqliteStore(OpencodeSource):
                     if info is None:
                         yield _Message(mid, where, {}, [], cut=True)
                         continue
-                    decoded, cut = [], False
+                    decoded, cut, size = [], False, len(data)
                     for pid, pdata in parts.get(mid, []):
+                        size += len(pdata)
                         part = self._decode(pdata, f"{where}/{pid}", "part")
                         if part is None:
                             cut = True
                             continue
                         part.setdefault("id", pid)
                         decoded.append(part)
-                    yield _Message(mid, where, info, decoded, cut=cut)
+                    yield _Message(mid, where, info, decoded, cut=cut, size=size)
                 cursor = ids[-1]
         finally:
             self.db.execute("COMMIT")
@@ -817,7 +821,7 @@ class _SessionImport:
 
     async def _message(self, message: _Message) -> None:
         info = message.info
-        self.size += sum(len(str(p.get("text", ""))) + len(str(p.get("state", ""))) for p in message.parts)
+        self.size += message.size
         role = info.get("role")
         if role == "user":
             await self._user(message)
