@@ -147,3 +147,81 @@ def test_a_database_that_is_not_opencodes_says_what_it_holds(homes: dict[str, Pa
     result = run(homes, str(other))
     assert result.exit_code == 1
     assert "is not opencode's database: it has no table session, message, part (tables: notes)" in result.output
+
+
+def _entry_count(db: Path) -> int:
+    import asyncio
+
+    from tether.store import SqliteStore
+
+    async def count() -> int:
+        if not db.exists():
+            return 0
+        async with SqliteStore(db) as store:
+            return sum(s.entry_count for s in (await store.list_sessions(limit=100)).items)
+
+    return asyncio.run(count())
+
+
+def _wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_watch_imports_what_is_appended_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import tether
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    transcript = folder / "11111111-1111-4111-8111-111111111111.jsonl"
+    sid = "11111111-1111-4111-8111-111111111111"
+    transcript.write_text(json.dumps(claude_line("u1", None, "first", "/work/app", sid)) + "\n")
+    db = tmp_path / "t.db"
+    env = {
+        **os.environ,
+        "TETHER_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(Path(tether.__file__).resolve().parents[1]),
+    }
+    argv = [sys.executable, "-m", "tether", "--store", f"sqlite:///{db}", "import", "--watch", "--interval", "0.2"]
+    proc = subprocess.Popen(
+        [*argv, str(folder)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: _entry_count(db) == 1, "the first import")
+        line = json.dumps(claude_line("u2", "u1", "second", "/work/app", sid)) + "\n"
+        with transcript.open("a") as f:
+            f.write(line[:30])  # the tool is still writing this line
+            f.flush()
+            time.sleep(1.0)  # rounds pass while the line is cut: it must wait, not be lost or doubled
+            assert _entry_count(db) == 1
+            f.write(line[30:])
+        _wait_for(lambda: _entry_count(db) == 2, "the appended line")
+        with transcript.open("a") as f:
+            f.write(json.dumps(claude_line("u3", "u2", "third", "/work/app", sid)) + "\n")
+        _wait_for(lambda: _entry_count(db) == 3, "the second appended line")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "watching 1 source every 0.2s" in err and "stopped; 3 entries imported while watching" in err
+    assert out.count("appended to") == 2 and "imported" in out
+    assert "cut short" in err  # the half-written line was reported once, then imported whole
+    assert _entry_count(db) == 3
+
+
+def test_watch_refuses_dry_run(homes: dict[str, Path]) -> None:
+    result = run(homes, "--watch", "--dry-run", "--all")
+    assert result.exit_code == 2 and "--watch imports" in result.output

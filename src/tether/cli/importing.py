@@ -3,10 +3,14 @@ tool's own folder, again and again: what was imported before is found and only w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
+import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,17 @@ def parse_since(value: str, now: float | None = None) -> float:
 @click.option("--since", metavar="WHEN", help="Only files changed since WHEN: a date (2025-06-01) or an age (7d).")
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would be imported; write nothing.")
 @click.option("--json", "json_flag", is_flag=True, help="Print one JSON object: every file's outcome and the totals.")
+@click.option(
+    "--watch", "-w", is_flag=True, help="Keep importing as the tools write (every --interval seconds); Ctrl-C stops."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --watch: how often to look for what changed.",
+)
 def import_command(
     paths: tuple[str, ...],
     fmt: str | None,
@@ -62,6 +77,8 @@ def import_command(
     since: str | None,
     dry_run: bool,
     json_flag: bool,
+    watch: bool,
+    interval: float,
 ) -> None:
     """Import sessions from Claude Code, Codex, opencode, or tether's own JSON export.
 
@@ -84,6 +101,10 @@ def import_command(
     of the file is imported. A line of a kind tether does not know is kept as a marker with its JSON.
     Imported sessions ask before they run here for the first time.
 
+    With --watch, the import is repeated every few seconds (only files that changed are read again), so
+    what the tools write is brought in before they delete it; a line or message still being written waits
+    for the next round. Ctrl-C stops after the file being imported.
+
     Exit status: 0 when every file was imported (reported lines included), 1 when a file could not be
     imported at all, 2 for options that cannot be used."""
     if paths and all_tools:
@@ -97,6 +118,11 @@ def import_command(
         raise click.UsageError("tether exports have no folder of their own: give their paths")
     when = parse_since(since) if since else None
     where = os.path.abspath(os.path.expanduser(directory)) if directory else None
+    if watch:
+        if dry_run:
+            raise click.UsageError("--watch imports; it cannot be combined with --dry-run")
+        _watch(lambda: _files(paths, fmt, all_tools, where, when), where, when, interval, wants_json(json_flag))
+        return
     files = _files(paths, fmt, all_tools, where, when)
 
     async def run(store: Store) -> list[FileResult]:
@@ -109,6 +135,52 @@ def import_command(
         _print(results, dry_run, [str(p) for p in paths] or _searched(fmt, all_tools))
     if any(r.outcome == "failed" for r in results):
         raise SystemExit(1)
+
+
+def _watch(
+    sources: Callable[[], list[tuple[Path, str | None]]],
+    directory: str | None,
+    since: float | None,
+    interval: float,
+    as_json: bool,
+) -> None:
+    """Import, then again every `interval` seconds what changed, until SIGINT or SIGTERM (each stops after
+    the file in progress; the store is closed as after any import)."""
+    from ..importers.watch import Watcher
+
+    async def run(store: Store) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = [s for s in (signal.SIGINT, signal.SIGTERM) if hasattr(signal, s.name)]
+        for sig in signals:
+            loop.add_signal_handler(sig, stop.set)
+        watcher = Watcher(sources, directory=directory, since=since)
+        total, rounds = 0, 0
+        try:
+            while not stop.is_set():
+                results = await watcher.round(store, stop.is_set)
+                changed = [r for r in results if r.entries or r.problems or r.outcome == "failed"]
+                total += sum(r.entries for r in results)
+                if changed and as_json:
+                    echo_json({**_json(changed, False), "round": rounds, "at": time.time()})
+                elif changed:
+                    _print(changed, False, [], summary=False)
+                if rounds == 0 and not as_json:
+                    count = watcher.listed
+                    click.echo(
+                        f"watching {count} source{'s' * (count != 1)} every {interval:g}s; Ctrl-C stops", err=True
+                    )
+                rounds += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        return total
+
+    total = with_store(run)
+    if not as_json:
+        click.echo(f"stopped; {total} entr{'y' if total == 1 else 'ies'} imported while watching", err=True)
 
 
 def _searched(fmt: str | None, all_tools: bool) -> list[str]:
@@ -214,15 +286,15 @@ _VERBS = {
 }
 
 
-def _print(results: list[FileResult], dry_run: bool, searched: list[str]) -> None:
+def _print(results: list[FileResult], dry_run: bool, searched: list[str], *, summary: bool = True) -> None:
     out = console()
     if not results:
         where = ", ".join(searched) or "the paths given"
         out.print(escape_controls(f"Nothing to import: no transcripts found in {where}."))
         return
     for r in results:
-        if r.outcome == "unchanged":
-            continue
+        if r.outcome == "unchanged" or (not summary and not r.entries and r.outcome != "failed"):
+            continue  # (while watching, a file with only a problem to report is not a change)
         entries = f"{r.entries} entr{'y' if r.entries == 1 else 'ies'}"
         extra = len(r.sessions) - 1
         more = f", {extra} more session{'s' * (extra != 1)} (forks, sub-agents)" if extra > 0 else ""
@@ -235,15 +307,17 @@ def _print(results: list[FileResult], dry_run: bool, searched: list[str]) -> Non
             click.echo(escape_controls(f"warning: {problem}"), err=True)
         if len(problems) > _SHOWN_PROBLEMS:
             click.echo(f"... and {len(problems) - _SHOWN_PROBLEMS} more (--json lists them all)", err=True)
+    if not summary:
+        return
     counts: dict[str, int] = {}
     for r in results:
         counts[r.outcome] = counts.get(r.outcome, 0) + 1
-    summary = ", ".join(f"{n} {_VERBS[k]}" for k, n in counts.items())
+    outcomes = ", ".join(f"{n} {_VERBS[k]}" for k, n in counts.items())
     total = sum(r.entries for r in results)
     verb = "would write" if dry_run else "wrote"
     kinds = {r.format == "opencode" for r in results}
     noun = "session" if kinds == {True} else "file" if kinds == {False} else "source"  # opencode: one per session
-    out.print(escape_controls(f"{len(results)} {noun}{'s' * (len(results) != 1)}: {summary}; {verb} {total} entries."))
+    out.print(escape_controls(f"{len(results)} {noun}{'s' * (len(results) != 1)}: {outcomes}; {verb} {total} entries."))
 
 
 __all__ = ["import_command", "parse_since"]
