@@ -295,6 +295,24 @@ async def test_messages_that_arrive_are_appended(store: Store, tmp_path: Path) -
     assert (await import_opencode(store, root))[0].outcome == "unchanged"
 
 
+async def test_a_prompt_waits_until_its_answer_begins(store: Store, tmp_path: Path) -> None:
+    root = tmp_path / "storage"
+    session = one_session(root)
+    await import_opencode(store, root)
+    now = int(time.time() * 1000)
+    add_turn(root, 2, now)
+    answer = root / "message" / "ses_a1" / "msg_0002b.json"
+    kept = answer.read_bytes()
+    answer.unlink()  # opencode has written the prompt (and perhaps not all its parts): no answer yet
+    touch(root, session, time.time())
+    assert (await import_opencode(store, root))[0].entries == 0
+    answer.write_bytes(kept)
+    result = (await import_opencode(store, root))[0]
+    assert result.entries == 2
+    texts = [b.parts[0].text for b in bodies(await store.read(tid("ses_a1")))]
+    assert texts == ["question 1", "answer 1", "question 2", "answer 2"]
+
+
 async def test_an_answer_left_unfinished_long_ago_is_imported_as_it_is(store: Store, tmp_path: Path) -> None:
     root = tmp_path / "storage"
     one_session(root, updated=time.time() - 86400)

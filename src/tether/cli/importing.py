@@ -227,7 +227,7 @@ async def _import_all(
     since: float | None = None,
 ) -> list[FileResult]:
     results: list[FileResult] = []
-    show = sys.stderr.isatty() and len(files) > 1
+    show = sys.stderr.isatty() and (len(files) > 1 or any(known == "opencode" for _, known in files))
     if not show:
         for path, known in files:
             results += await import_path(
@@ -242,9 +242,19 @@ async def _import_all(
         task = progress.add_task("importing", total=len(files))
         for path, known in files:
             progress.update(task, description=escape_controls(f"importing {path.name[:40]}"))
+            sessions = None
+
+            def count(done: int, total: int) -> None:  # an opencode store: its sessions, on a bar of their own
+                nonlocal sessions
+                if sessions is None:
+                    sessions = progress.add_task("  sessions", total=total)
+                progress.update(sessions, completed=done, total=total)
+
             results += await import_path(
-                store, str(path), known or fmt, dry_run=dry_run, directory=directory, since=since
+                store, str(path), known or fmt, dry_run=dry_run, directory=directory, since=since, progress=count
             )
+            if sessions is not None:
+                progress.remove_task(sessions)
             progress.advance(task)
     return results
 

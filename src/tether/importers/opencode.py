@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -635,7 +635,11 @@ class _SessionImport:
                 break
             if not message.info:
                 continue  # reported by the source
-            if _unfinished(message.info) and now - s.updated < IDLE_AFTER:
+            if now - s.updated < IDLE_AFTER and (
+                _unfinished(message.info) or (message.id == last and message.info.get("role") == "user")
+            ):
+                # an answer still being written, or a prompt whose parts opencode may still be writing (it
+                # writes the message, then each part): both wait until the turn has moved on
                 waiting = True
                 break
             await self._message(message)
@@ -1134,11 +1138,13 @@ async def import_opencode(
     dry_run: bool = False,
     directory: str | None = None,
     since: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[FileResult]:
     """Import the sessions of opencode's store at `path` (its data folder, database or JSON folder), or
     append what each gained since it was last imported: one result per session (parents before their
-    children), only those of workspace `directory` and changed since `since` when given. A store that cannot
-    be read at all is one `failed` result; bad records are skipped and reported."""
+    children), only those of workspace `directory` and changed since `since` when given; `progress` is told
+    (sessions done, sessions in all) after each. A store that cannot be read at all is one `failed` result;
+    bad records are skipped and reported."""
     where = os.fspath(path)
     try:
         sources = open_source(Path(where))
@@ -1162,7 +1168,9 @@ async def import_opencode(
                 continue
             by_id = {s.id: s for s in sessions}
             sessions.sort(key=lambda s: (_depth(s, by_id), s.created or 0.0, s.id))
-            for session in sessions:
+            for number, session in enumerate(sessions, 1):
+                if progress is not None:
+                    progress(number - 1, len(sessions))
                 done.add(session.id)
                 if directory is not None and os.path.normpath(session.directory or "") != os.path.normpath(directory):
                     continue
@@ -1178,6 +1186,8 @@ async def import_opencode(
                 result.problems = [*source.problems, *result.problems]  # the source's own first (a bad file)
                 source.problems.clear()
                 results.append(result)
+            if progress is not None:
+                progress(len(sessions), len(sessions))
             if source.problems:  # no session to report them with
                 results.append(FileResult(source.path, FORMAT, "unchanged", problems=list(source.problems)))
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -193,10 +193,14 @@ async def import_path(
     dry_run: bool = False,
     directory: str | None = None,
     since: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[FileResult]:
-    """Import one file, or one of opencode's stores (one result per session it holds)."""
+    """Import one file, or one of opencode's stores (one result per session it holds; `progress` is told
+    how many of its sessions are done)."""
     if fmt == "opencode" or (fmt is None and is_opencode_store(Path(path))):
-        return await opencode.import_opencode(store, path, dry_run=dry_run, directory=directory, since=since)
+        return await opencode.import_opencode(
+            store, path, dry_run=dry_run, directory=directory, since=since, progress=progress
+        )
     return [await import_file(store, path, fmt, dry_run=dry_run)]
 
 
