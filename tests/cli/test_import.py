@@ -225,3 +225,10 @@ def test_watch_imports_what_is_appended_and_stops_on_ctrl_c(tmp_path: Path) -> N
 def test_watch_refuses_dry_run(homes: dict[str, Path]) -> None:
     result = run(homes, "--watch", "--dry-run", "--all")
     assert result.exit_code == 2 and "--watch imports" in result.output
+
+
+def test_an_opencode_export_is_detected(homes: dict[str, Path]) -> None:
+    export = Path(__file__).resolve().parents[1] / "fixtures" / "opencode" / "export-1.18.33.json"
+    result = run(homes, str(export))
+    assert result.exit_code == 0, result.output
+    assert "1 session: 1 imported; wrote 6 entries." in result.output

@@ -29,13 +29,14 @@ from tether.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from tether.store import Store
+from tether.store import MemoryStore, Store
 from tether.store.records import IMPORTED
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "opencode"
 DB = FIXTURES / "opencode-1.18.33.db"
 CONTINUED = FIXTURES / "opencode-1.18.33-continued.db"
 STORAGE = FIXTURES / "storage-1.1.65"
+EXPORT = FIXTURES / "export-1.18.33.json"
 
 # sessions of the database fixture (opencode's ids)
 BASH = "ses_deaaeb8aaffebwED2D2W0egrdC"
@@ -387,3 +388,24 @@ async def test_dir_and_since_choose_sessions(store: Store, tmp_path: Path) -> No
     dry = await import_opencode(store, db, dry_run=True, directory="/tmp/oc/proj/")
     assert len(dry) == 7 and {r.outcome for r in dry} == {"would import"}
     assert (await store.list_sessions()).items == []
+
+
+async def test_an_export_is_the_session_the_database_holds(store: Store, tmp_path: Path) -> None:
+    (result,) = await import_opencode(store, copy(EXPORT, tmp_path))
+    memory_store = MemoryStore()
+    assert result.outcome == "imported" and result.session_id == tid(TWO_TOOLS) and result.problems == []
+    await import_opencode(memory_store, copy(DB, tmp_path))
+    from_export = [e.body for e in await store.read(tid(TWO_TOOLS))]
+    from_db = [e.body for e in await memory_store.read(tid(TWO_TOOLS))]
+    assert from_export == from_db
+    again = {r.session_id: r.outcome for r in await import_opencode(store, tmp_path / DB.name)}
+    assert again[tid(TWO_TOOLS)] == "unchanged"  # the same session, whichever way it came
+
+
+async def test_a_json_file_that_is_not_an_export_says_what_it_has(store: Store, tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text('{"info": {"id": "ses_1"}, "msgs": []}')
+    (failed,) = await import_opencode(store, bad)
+    assert failed.outcome == "failed" and "not an opencode export (info and messages); it has: info, msgs" in (
+        failed.problems[0].reason
+    )

@@ -2,7 +2,8 @@
 since v1.2 (``~/.local/share/opencode/opencode.db``: tables ``session``, ``message``, ``part``, each row's
 record in a JSON ``data`` column) and the JSON folder before it (``storage/``: ``session/<project>/<id>.json``,
 ``message/<session>/<id>.json``, ``part/<message>/<id>.json``; and, older still, each project's own
-``storage/session/{info,message,part}``). One opencode session becomes one tether session:
+``storage/session/{info,message,part}``), or a session that ``opencode export`` wrote. One opencode session
+becomes one tether session:
 
 - the session: its directory, title (a later rename a `TitleChange`), times, parent (a sub-agent's session
   is a child session, linked to the ``task`` call that ran it), and the rest of its record in the session's
@@ -76,6 +77,7 @@ __all__ = [
     "OpencodeSource",
     "default_root",
     "import_opencode",
+    "looks_like_export",
     "looks_like_opencode",
     "open_source",
 ]
@@ -114,19 +116,25 @@ def default_root() -> Path:
     return Path(base) / "opencode"
 
 
+def _head(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return b""
+
+
+def looks_like_export(path: Path) -> bool:
+    """Whether `path` is what ``opencode export`` writes: ``{"info": {"id": "ses_...", ...}, "messages": [...]}``."""
+    head = _head(path, 512).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"{") and b'"info"' in head and b'"ses_' in head
+
+
 def looks_like_opencode(path: Path) -> bool:
-    """Whether `path` is opencode's: its data folder, its database, its JSON storage folder, or a project's
-    older storage folder."""
+    """Whether `path` is opencode's: its data folder, its database, its JSON storage folder, a project's
+    older storage folder, or a session exported with ``opencode export``."""
     if path.is_file():
-        if path.suffix != ".db":
-            return False
-        try:
-            with open(path, "rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    return False
-        except OSError:
-            return False
-        return True
+        return (path.suffix == ".db" and _head(path, 16) == b"SQLite format 3\x00") or looks_like_export(path)
     if (path / "opencode.db").is_file() or (path / "storage" / "session").is_dir():
         return True
     return (path / "session").is_dir() and ((path / "message").is_dir() or (path / "session" / "info").is_dir())
@@ -185,6 +193,13 @@ class OpencodeSource:
 def _obj(value: object) -> dict[str, Any]:
     """`value` when it is a JSON object, else an empty one (records are read as they come)."""
     return value if isinstance(value, dict) else {}
+
+
+def _bare(part: dict[str, Any]) -> dict[str, Any]:
+    """A part without the session and message ids it repeats (opencode's database keeps them in columns)."""
+    part.pop("sessionID", None)
+    part.pop("messageID", None)
+    return part
 
 
 def _ms(value: object) -> float | None:
@@ -316,7 +331,7 @@ class JsonStorage(OpencodeSource):
                 part = self._read(part_folder / f"{pid}.json", "part")
                 if part is not None:
                     part.setdefault("id", pid)
-                    parts.append(part)
+                    parts.append(_bare(part))
                 elif len(self.problems) > before:
                     cut = True
             yield _Message(mid, str(path), info, parts, cut=cut, size=self.bytes_read - start)
@@ -476,6 +491,52 @@ class SqliteStore(OpencodeSource):
         return value
 
 
+class ExportFile(OpencodeSource):
+    """One session as ``opencode export`` writes it: its record and its messages with their parts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.problems = []
+        try:
+            value = decode_json(path.read_bytes())
+        except OSError as e:
+            raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
+        except msgspec.DecodeError as e:
+            raise SourceError(f"{path} is not JSON ({e})") from None
+        info = value.get("info") if isinstance(value, dict) else None
+        messages = value.get("messages") if isinstance(value, dict) else None
+        if not isinstance(info, dict) or not isinstance(messages, list):
+            keys = ", ".join(sorted(value)[:8]) if isinstance(value, dict) else type(value).__name__
+            raise SourceError(f"{path} is not an opencode export (info and messages); it has: {keys}")
+        self.info = info
+        self.records: list[_Message] = []
+        for i, item in enumerate(messages):
+            record = _obj(_obj(item).get("info"))
+            mid = record.get("id")
+            if not isinstance(mid, str):
+                self.problems.append(Problem(self.path, None, f"message {i} has no id; skipped"))
+                continue
+            parts = [_bare(p) for p in _obj(item).get("parts") or [] if isinstance(p, dict)]
+            self.records.append(_Message(mid, f"{self.path}#{mid}", record, parts))
+        self.records.sort(key=lambda m: m.id)
+
+    def sessions(self) -> list[_Session]:
+        session = _session_from_info(self.info, self.path)
+        if session is None:
+            self.problems.append(Problem(self.path, None, "the exported session has no id; nothing imported"))
+            return []
+        return [session]
+
+    def last_message(self, session_id: str) -> str | None:
+        return self.records[-1].id if self.records else None
+
+    def has_message(self, session_id: str, message_id: str) -> bool:
+        return any(m.id == message_id for m in self.records)
+
+    def messages(self, session_id: str, after: str | None) -> Iterator[_Message]:
+        yield from (m for m in self.records if after is None or m.id > after)
+
+
 class SourceError(Exception):
     """The path is not an opencode store tether can read (the message says what it saw)."""
 
@@ -484,7 +545,7 @@ def open_source(path: Path) -> list[OpencodeSource]:
     """The stores at `path`: a database, a JSON folder, a project's older folder, or opencode's data folder
     (its database, then its JSON folder for the sessions the database lacks). `SourceError` otherwise."""
     if path.is_file():
-        return [SqliteStore(path)]
+        return [SqliteStore(path) if _head(path, 16) == b"SQLite format 3\x00" else ExportFile(path)]
     sources: list[OpencodeSource] = []
     if (path / "opencode.db").is_file():
         sources.append(SqliteStore(path / "opencode.db"))

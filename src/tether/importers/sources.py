@@ -63,6 +63,8 @@ def detect_format(path: str) -> str:
         return "opencode"  # the only database an import reads; one of another kind says what tables it has
     if not start:
         raise ImportFormatError(f"cannot import {path}: the file is empty")
+    if opencode.looks_like_export(Path(path)):
+        return "opencode"  # `opencode export`: one JSON document over many lines
     seen = "no JSON object"
     for line in read_lines(path):
         if line.no > 20:
