@@ -209,6 +209,7 @@ async def test_the_json_folder_becomes_sessions(store: Store, tmp_path: Path) ->
     assert [r.outcome for r in results] == ["imported"] * 6 and all(not r.problems for r in results)
     child = await store.get_session(tid("ses_deaac776fffemihB6MSmQ8zAq8"))
     assert child.parent_id == tid("ses_deaac7894ffeE52ytaXgzmynW2")
+    assert child.model == "m1" and child.directory == "/tmp/oc-old/proj"  # 1.1's session record names no model
     call = bodies(await store.read(child.parent_id or ""))[1].parts[0]
     assert child.metadata["task"]["call_id"] == call.id
     compacted = await store.read(tid("ses_deaac12fcffeaQ2GQaLbiS8xqL"))

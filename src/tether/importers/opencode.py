@@ -788,9 +788,13 @@ class _SessionImport:
             new_mark["revert_seq"] = self.revert_seq
         elif self.session.revert is None and new_mark.get("revert") is None:
             new_mark.pop("revert_seq", None)
-        await self.store.update_session(current.id, metadata={**current.metadata, IMPORTED: new_mark})
+        fields: dict[str, Any] = {"metadata": {**current.metadata, IMPORTED: new_mark}}
+        if self.model is not None and current.model != self.model:
+            fields["model"] = self.model  # the model of its last answer (opencode's session may not say)
+        await self.store.update_session(current.id, **fields)
 
     revert_seq: int | None = None
+    model: str | None = None
 
     # --- entries ---
 
@@ -961,6 +965,8 @@ class _SessionImport:
             return
         await self._close_compaction()
         self._pending_markers = []
+        if isinstance(info.get("modelID"), str):
+            self.model = info["modelID"]
         steps: list[_Step] = []
         step: _Step | None = None
         names: dict[str, str] = {}
