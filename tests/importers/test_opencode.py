@@ -410,3 +410,60 @@ async def test_a_json_file_that_is_not_an_export_says_what_it_has(store: Store, 
     assert failed.outcome == "failed" and "not an opencode export (info and messages); it has: info, msgs" in (
         failed.problems[0].reason
     )
+
+
+async def test_states_and_errors_written_from_opencodes_schema(store: Store, tmp_path: Path) -> None:
+    """Cases the scripted runs did not produce, written to message-v2.ts: a signed reasoning part, a tool
+    left running by a killed opencode, an answer that failed with an API error, an edit mapped to tether's."""
+    root = tmp_path / "storage"
+    old = time.time() - 86400
+    one_session(root, updated=old)
+    at = int(old * 1000)
+    answer = "msg_0002b"
+    write_json(
+        root / "message" / "ses_a1" / f"{answer}.json",
+        {"id": answer, "sessionID": "ses_a1", "role": "assistant", "time": {"created": at}, "parentID": "msg_0001a",
+         "modelID": "claude-sonnet-4", "providerID": "anthropic", "mode": "build", "agent": "build",
+         "path": {"cwd": "/w", "root": "/w"}, "cost": 0.5,
+         "tokens": {"input": 10, "output": 20, "reasoning": 5, "cache": {"read": 1, "write": 2}}},
+    )  # fmt: skip
+    parts = [
+        {"type": "step-start"},
+        {"type": "reasoning", "text": "Let me edit.", "metadata": {"anthropic": {"signature": "sig=="}},
+         "time": {"start": at, "end": at + 1}},
+        {"type": "tool", "callID": "toolu_1", "tool": "edit",
+         "state": {"status": "completed", "input": {"filePath": "/w/a.py", "oldString": "x", "newString": "y"},
+                   "output": "Edit applied.", "title": "a.py", "metadata": {"diff": "-x\n+y"},
+                   "time": {"start": at + 2, "end": at + 3}}},
+        {"type": "tool", "callID": "toolu_2", "tool": "bash",
+         "state": {"status": "running", "input": {"command": "sleep 100", "timeout": 120000},
+                   "time": {"start": at + 4}}},
+    ]  # fmt: skip
+    for i, part in enumerate(parts):
+        write_json(root / "part" / answer / f"prt_{i}.json", {"id": f"prt_{i}", **part})
+    failed = "msg_0003b"
+    write_json(
+        root / "message" / "ses_a1" / f"{failed}.json",
+        {"id": failed, "sessionID": "ses_a1", "role": "assistant", "time": {"created": at + 10},
+         "parentID": "msg_0001a", "modelID": "claude-sonnet-4", "providerID": "anthropic", "mode": "build",
+         "agent": "build", "path": {"cwd": "/w", "root": "/w"}, "cost": 0,
+         "tokens": {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+         "error": {"name": "APIError", "data": {"message": "overloaded", "statusCode": 529, "isRetryable": True}}},
+    )  # fmt: skip
+    result = (await import_opencode(store, root))[0]
+    assert result.problems == []
+    got = bodies(await store.read(tid("ses_a1")))
+    assert [type(b).__name__ if not isinstance(b, Message) else b.role for b in got] == [
+        "user", "assistant", "assistant", "tool", "Marker"
+    ]  # fmt: skip
+    step = got[2]
+    assert step.parts[0] == ThinkingPart(text="Let me edit.", signature="sig==", provider="anthropic")
+    edit, bash = step.parts[1], step.parts[2]
+    assert edit.name == "edit" and edit.arguments == {"path": "/w/a.py", "old_string": "x", "new_string": "y"}
+    assert bash.arguments == {"command": "sleep 100", "timeout_ms": 120000}
+    assert step.metadata["opencode"]["tool_names"] == {"toolu_1": "edit", "toolu_2": "bash"}
+    assert step.usage.cost == Decimal("0.5") and step.usage.cache_write_tokens == 2  # the message's own tokens
+    done, interrupted = got[3].parts
+    assert done.content == "Edit applied." and not done.is_error
+    assert interrupted.is_error and "running" in interrupted.content and interrupted.metadata == {"status": "running"}
+    assert got[4].name == "opencode.error" and got[4].data["error"]["data"]["statusCode"] == 529
