@@ -57,7 +57,12 @@ def parse_since(value: str, now: float | None = None) -> float:
 @click.option("--dir", "-d", "directory", metavar="PATH", help="Only sessions whose workspace is PATH.")
 @click.option("--since", metavar="WHEN", help="Only files changed since WHEN: a date (2025-06-01) or an age (7d).")
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would be imported; write nothing.")
-@click.option("--json", "json_flag", is_flag=True, help="Print one JSON object: every file's outcome and the totals.")
+@click.option(
+    "--json",
+    "json_flag",
+    is_flag=True,
+    help="Print one JSON object: every file's outcome and the totals (--watch: one line per round that changed something).",
+)
 @click.option(
     "--watch", "-w", is_flag=True, help="Keep importing as the tools write (every --interval seconds); Ctrl-C stops."
 )
@@ -95,7 +100,8 @@ def import_command(
 
     Importing again is safe: a session imported before is found (its id is derived from the source's), and
     only what its file gained since is appended. A branch made in Claude Code (a message edited and sent
-    again) becomes a fork of the session; a sub-agent's transcript a child session.
+    again) becomes a fork of the session; a sub-agent's transcript (Claude Code), spawned thread (Codex) or
+    task session (opencode) a child session; an opencode revert a revert (nothing is deleted).
 
     A line that is not JSON, or cut short, is skipped and reported with its file and line number; the rest
     of the file is imported. A line of a kind tether does not know is kept as a marker with its JSON.
