@@ -479,9 +479,7 @@ class SqliteStore(OpencodeSource):
 
     def _decode(self, data: object, where: str, what: str) -> dict[str, Any] | None:
         try:
-            value = (
-                decode_json(data.encode() if isinstance(data, str) else data) if isinstance(data, str | bytes) else None
-            )
+            value = _decoder.decode(data) if isinstance(data, str | bytes) else None
         except msgspec.DecodeError as e:
             self.problems.append(Problem(where, None, f"this {what}'s data is not JSON ({e}); skipped"))
             return None
@@ -535,6 +533,9 @@ class ExportFile(OpencodeSource):
 
     def messages(self, session_id: str, after: str | None) -> Iterator[_Message]:
         yield from (m for m in self.records if after is None or m.id > after)
+
+
+_decoder = msgspec.json.Decoder()  # takes the database's text as it is (no copy to bytes)
 
 
 class SourceError(Exception):
