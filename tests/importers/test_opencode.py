@@ -467,3 +467,24 @@ async def test_states_and_errors_written_from_opencodes_schema(store: Store, tmp
     assert done.content == "Edit applied." and not done.is_error
     assert interrupted.is_error and "running" in interrupted.content and interrupted.metadata == {"status": "running"}
     assert got[4].name == "opencode.error" and got[4].data["error"]["data"]["statusCode"] == 529
+
+
+async def test_the_layout_before_storage_migration_1(store: Store, tmp_path: Path) -> None:
+    """Each project's own storage/session/{info,message,part} (what opencode's first storage migration
+    copied into the shared folder), made here from the 1.1.65 folder's records."""
+    old = tmp_path / "project" / "p" / "storage"
+    for info_file in (STORAGE / "session").glob("*/*.json"):
+        sid = info_file.stem
+        (old / "session" / "info").mkdir(parents=True, exist_ok=True)
+        shutil.copy(info_file, old / "session" / "info" / info_file.name)
+        for message in (STORAGE / "message" / sid).glob("*.json"):
+            dest = old / "session" / "message" / sid
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy(message, dest / message.name)
+            for part in (STORAGE / "part" / message.stem).glob("*.json"):
+                pdest = old / "session" / "part" / sid / message.stem
+                pdest.mkdir(parents=True, exist_ok=True)
+                shutil.copy(part, pdest / part.name)
+    results = await import_opencode(store, old)
+    assert len(results) == 6 and {r.outcome for r in results} == {"imported"}
+    assert sum(r.entries for r in results) == 29  # as from the shared folder
