@@ -14,6 +14,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tether.importers.jsonl import source_session_id
 from tether.importers.opencode import import_opencode
 from tether.messages import (
@@ -488,3 +490,57 @@ async def test_the_layout_before_storage_migration_1(store: Store, tmp_path: Pat
     results = await import_opencode(store, old)
     assert len(results) == 6 and {r.outcome for r in results} == {"imported"}
     assert sum(r.entries for r in results) == 29  # as from the shared folder
+
+
+async def test_messages_written_while_a_session_is_read(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """opencode writes on while tether reads: what arrives after a session's reading began is left for the
+    next import (the JSON folder's listing, the database's read transaction), never half-taken or doubled."""
+    from tether.importers import opencode
+
+    root = tmp_path / "storage"
+    session = one_session(root, updated=time.time() - 86400)
+    read = opencode.JsonStorage._read
+    arrived: list[int] = []
+
+    def reading(self: opencode.JsonStorage, path: Path, what: str) -> dict[str, Any] | None:
+        if what == "message" and not arrived:
+            arrived.append(1)
+            add_turn(root, 2, int(time.time() * 1000) - 86_400_000)  # a whole turn lands mid-read
+            touch(root, session, time.time() - 86400)
+        return read(self, path, what)
+
+    monkeypatch.setattr(opencode.JsonStorage, "_read", reading)
+    assert (await import_opencode(store, root))[0].entries == 2
+    assert (await import_opencode(store, root))[0].entries == 2
+    assert len(await store.read(tid("ses_a1"))) == 4
+
+    db = copy(DB, tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")  # as opencode keeps it
+    decode = opencode.SqliteStore._decode
+    written: list[int] = []
+
+    def decoding(self: opencode.SqliteStore, data: object, where: str, what: str) -> dict[str, Any] | None:
+        if not written and BASH in where:
+            written.append(1)
+            with sqlite3.connect(db) as conn:  # another process's commit while tether's read is open
+                conn.execute(
+                    "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+                    ("msg_zzzzzzzzzzzz", BASH, 1, 1, json.dumps({"role": "user", "time": {"created": 1}})),
+                )
+                conn.execute(
+                    "INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
+                    ("prt_z", "msg_zzzzzzzzzzzz", BASH, 1, 1, json.dumps({"type": "text", "text": "late"})),
+                )
+                conn.execute("UPDATE session SET time_updated = 1 WHERE id = ?", (BASH,))
+        return decode(self, data, where, what)
+
+    monkeypatch.setattr(opencode.SqliteStore, "_decode", decoding)
+    first = {r.session_id: r for r in await import_opencode(store, db)}
+    assert written and first[tid(BASH)].entries == 4  # the session as it was when its reading began
+    second = {r.session_id: r for r in await import_opencode(store, db)}
+    assert second[tid(BASH)].entries == 1
+    last = (await store.read(tid(BASH)))[-1].body
+    assert last.parts == [TextPart(text="late")]
