@@ -23,7 +23,6 @@ from tether.messages import (
     Entry,
     FilePart,
     ImagePart,
-    Marker,
     Message,
     Revert,
     TextPart,
@@ -357,11 +356,13 @@ async def test_a_part_of_an_unknown_type_is_kept_as_a_marker(store: Store, tmp_p
     root = tmp_path / "storage"
     one_session(root)
     write_json(root / "part" / "msg_0001b" / "prt_2.json", {"id": "prt_2", "type": "hologram", "beam": 3})
+    write_json(root / "part" / "msg_0001a" / "prt_2.json", {"id": "prt_2", "type": "sketch", "lines": 2})
     result = (await import_opencode(store, root))[0]
     got = bodies(await store.read(tid("ses_a1")))
-    assert isinstance(got[-1], Marker) and got[-1].name == "opencode.part"
-    assert got[-1].data["raw"]["beam"] == 3
-    assert "'hologram'" in result.problems[0].reason
+    assert [type(b).__name__ for b in got] == ["Message", "Marker", "Message", "Marker"]  # each after its message
+    assert got[1].name == "opencode.part" and got[1].data["raw"]["lines"] == 2 and got[1].data["message"] == "msg_0001a"
+    assert got[3].name == "opencode.part" and got[3].data["raw"]["beam"] == 3
+    assert ["'sketch'" in p.reason for p in result.problems] == [True, False]
 
 
 async def test_unknown_versions_say_what_they_saw(store: Store, tmp_path: Path) -> None:

@@ -655,6 +655,9 @@ class _SessionImport:
         self.pending_compaction: tuple[_Message, dict[str, Any]] | None = None
         self.children: dict[str, str] = {}  # child session id -> the task call that ran it
         self.info: SessionInfo | None = None
+        self._pending_markers: list[tuple[Marker, float | None]] = []
+        self.revert_seq: int | None = None
+        self.model: str | None = None
 
     async def run(self) -> FileResult:
         s = self.session
@@ -794,9 +797,6 @@ class _SessionImport:
             fields["model"] = self.model  # the model of its last answer (opencode's session may not say)
         await self.store.update_session(current.id, **fields)
 
-    revert_seq: int | None = None
-    model: str | None = None
-
     # --- entries ---
 
     def _add(self, body: EntryBody, at: float | None) -> int:
@@ -832,12 +832,9 @@ class _SessionImport:
             target = str(mark.get("revert")).split("/")[0]
             if isinstance(prior, int) and prior > 1 and self.source.has_message(self.session.id, target):
                 self._add(Revert(to_seq=prior - 1, reason="opencode: revert undone"), self.session.updated)
-                self.undone = True
             return
         if after is not None and not self.source.has_message(self.session.id, after):
             await self._vanished(mark)
-
-    undone = False
 
     async def _revert(self, mark: dict[str, Any]) -> None:
         key = _revert_key(self.session.revert)
@@ -951,11 +948,10 @@ class _SessionImport:
             at,
         )  # fmt: skip
         self.first_seq.setdefault(message.id, seq)
+        self._emit_markers(message)
 
     def _unknown(self, message: _Message, part: dict[str, Any], at: float | None) -> None:
         self._pending_markers.append((Marker(name="opencode.part", data={"message": message.id, "raw": part}), at))
-
-    _pending_markers: list[tuple[Marker, float | None]]
 
     async def _assistant(self, message: _Message) -> None:
         info = message.info
@@ -965,7 +961,6 @@ class _SessionImport:
             await self._compaction(message, at)
             return
         await self._close_compaction()
-        self._pending_markers = []
         if isinstance(info.get("modelID"), str):
             self.model = info["modelID"]
         steps: list[_Step] = []
@@ -1062,6 +1057,10 @@ class _SessionImport:
                         ),
                         step.done or done or at,
                     )
+        self._emit_markers(message)
+
+    def _emit_markers(self, message: _Message) -> None:
+        """The message's parts of types tether does not know, after it, each a marker with its JSON."""
         for marker, when in self._pending_markers:
             self.problems.append(
                 Problem(message.where, None, f"a part of type {marker.data['raw'].get('type')!r}; kept as a marker")
@@ -1245,7 +1244,6 @@ async def import_opencode(
                 if since is not None and session.updated < since:
                     continue
                 one = _SessionImport(store, source, session, dry_run=dry_run)
-                one._pending_markers = []
                 try:
                     result = await one.run()
                 except (sqlite3.Error, OSError) as e:
