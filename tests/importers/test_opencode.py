@@ -498,7 +498,7 @@ async def test_messages_written_while_a_session_is_read(
 ) -> None:
     """opencode writes on while tether reads: what arrives after a session's reading began is left for the
     next import (the JSON folder's listing, the database's read transaction), never half-taken or doubled."""
-    from tether.importers import opencode
+    from tether.importers import opencode_sources as opencode
 
     root = tmp_path / "storage"
     session = one_session(root, updated=time.time() - 86400)

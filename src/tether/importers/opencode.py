@@ -1,9 +1,6 @@
-"""opencode's sessions into tether sessions, from either of its two stores: the SQLite database it keeps
-since v1.2 (``~/.local/share/opencode/opencode.db``: tables ``session``, ``message``, ``part``, each row's
-record in a JSON ``data`` column) and the JSON folder before it (``storage/``: ``session/<project>/<id>.json``,
-``message/<session>/<id>.json``, ``part/<message>/<id>.json``; and, older still, each project's own
-``storage/session/{info,message,part}``), or a session that ``opencode export`` wrote. One opencode session
-becomes one tether session:
+"""opencode's sessions into tether sessions, from any of its stores (the SQLite database it keeps since
+v1.2, the JSON folder before it, a session ``opencode export`` wrote: read by `opencode_sources`). One
+opencode session becomes one tether session:
 
 - the session: its directory, title (a later rename a `TitleChange`), times, parent (a sub-agent's session
   is a child session, linked to the ``task`` call that ran it), and the rest of its record in the session's
@@ -29,11 +26,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import msgspec
 
@@ -62,10 +59,21 @@ from .jsonl import (
     FileResult,
     Problem,
     decode_data_uri,
-    decode_json,
     existing,
     import_mark,
     source_session_id,
+)
+from .opencode_sources import (
+    MessageRecord,
+    OpencodeSource,
+    SessionRecord,
+    SourceError,
+    default_root,
+    json_object,
+    looks_like_export,
+    looks_like_opencode,
+    open_source,
+    seconds,
 )
 
 FORMAT = "opencode"
@@ -74,19 +82,14 @@ __all__ = [
     "FORMAT",
     "IDLE_AFTER",
     "TOOL_NAMES",
-    "OpencodeSource",
     "default_root",
     "import_opencode",
     "looks_like_export",
     "looks_like_opencode",
-    "open_source",
 ]
 
 IDLE_AFTER = 600.0
 """Seconds without a change after which a session's unfinished assistant message counts as interrupted."""
-
-KNOWN_STORAGE_MIGRATION = 2
-"""The last migration of the JSON folder (its ``migration`` file) whose layout this module knows."""
 
 TOOL_NAMES: dict[str, tuple[str, dict[str, str]]] = {
     # opencode's tool: (tether's tool of the same meaning, argument renames). Other arguments are kept as
@@ -109,456 +112,6 @@ _KEPT_PARTS = frozenset({"step-start", "snapshot", "patch", "agent", "subtask", 
 """Parts tether has no part for but that belong to their message: kept in its metadata, in order."""
 
 
-def default_root() -> Path:
-    """opencode's data folder: ``$XDG_DATA_HOME/opencode`` (default ``~/.local/share/opencode``), which holds
-    ``opencode.db`` (v1.2 and later) and ``storage/`` (before)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "opencode"
-
-
-def _head(path: Path, n: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(n)
-    except OSError:
-        return b""
-
-
-def looks_like_export(path: Path) -> bool:
-    """Whether `path` is what ``opencode export`` writes: ``{"info": {"id": "ses_...", ...}, "messages": [...]}``."""
-    head = _head(path, 512).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith(b"{") and b'"info"' in head and b'"ses_' in head
-
-
-def looks_like_opencode(path: Path) -> bool:
-    """Whether `path` is opencode's: its data folder, its database, its JSON storage folder, a project's
-    older storage folder, or a session exported with ``opencode export``."""
-    if path.is_file():
-        return (path.suffix == ".db" and _head(path, 16) == b"SQLite format 3\x00") or looks_like_export(path)
-    if (path / "opencode.db").is_file() or (path / "storage" / "session").is_dir():
-        return True
-    return (path / "session").is_dir() and ((path / "message").is_dir() or (path / "session" / "info").is_dir())
-
-
-# --- reading either store -------------------------------------------------------------------------------
-
-
-@dataclass
-class _Session:
-    """One opencode session's record, from either store."""
-
-    id: str
-    where: str  # what a report names: its JSON file, or the database and the session's id
-    parent: str | None
-    directory: str | None
-    title: str | None
-    created: float | None
-    updated: float
-    revert: dict[str, Any] | None
-    kept: dict[str, Any]
-
-
-@dataclass
-class _Message:
-    id: str
-    where: str
-    info: dict[str, Any]
-    parts: list[dict[str, Any]]
-    cut: bool = False  # its record or a part could not be read whole (perhaps still being written)
-    size: int = 0  # bytes of its records, as read
-
-
-class OpencodeSource:
-    """What an import reads: opencode's sessions and, per session, its messages after a given one."""
-
-    path: str
-    problems: list[Problem]
-
-    def sessions(self) -> list[_Session]:
-        raise NotImplementedError
-
-    def last_message(self, session_id: str) -> str | None:
-        raise NotImplementedError
-
-    def messages(self, session_id: str, after: str | None) -> Iterator[_Message]:
-        raise NotImplementedError
-
-    def has_message(self, session_id: str, message_id: str) -> bool:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        return None
-
-
-def _obj(value: object) -> dict[str, Any]:
-    """`value` when it is a JSON object, else an empty one (records are read as they come)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _bare(part: dict[str, Any]) -> dict[str, Any]:
-    """A part without the session and message ids it repeats (opencode's database keeps them in columns)."""
-    part.pop("sessionID", None)
-    part.pop("messageID", None)
-    return part
-
-
-def _ms(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) / 1000.0
-
-
-def _session_from_info(info: dict[str, Any], where: str) -> _Session | None:
-    sid = info.get("id")
-    if not isinstance(sid, str):
-        return None
-    times = _obj(info.get("time"))
-    created = _ms(times.get("created"))
-    updated = _ms(times.get("updated")) or created or 0.0
-    revert = info.get("revert") if isinstance(info.get("revert"), dict) else None
-    kept = {k: v for k, v in info.items() if k not in ("id", "parentID", "directory", "title", "time", "revert")}
-    return _Session(
-        id=sid, where=where, parent=info["parentID"] if isinstance(info.get("parentID"), str) else None,
-        directory=info["directory"] if isinstance(info.get("directory"), str) else None,
-        title=info["title"] if isinstance(info.get("title"), str) else None,
-        created=created, updated=updated, revert=revert, kept=kept,
-    )  # fmt: skip
-
-
-class JsonStorage(OpencodeSource):
-    """opencode's JSON folder (``storage/``, migration 1 and later), or a project's older
-    ``storage/`` holding ``session/info``, ``session/message`` and ``session/part``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.path = str(root)
-        self.problems = []
-        self.old = (root / "session" / "info").is_dir() and not (root / "message").is_dir()
-        self.bytes_read = 0
-        self.migration: int | None = None
-        try:
-            self.migration = int((root / "migration").read_text().strip())
-        except (OSError, ValueError):
-            pass
-        if self.migration is not None and self.migration > KNOWN_STORAGE_MIGRATION:
-            self.problems.append(
-                Problem(
-                    str(root / "migration"), None,
-                    f"storage migration {self.migration} is newer than the last tether knows "
-                    f"({KNOWN_STORAGE_MIGRATION}); records are imported as far as they are recognized",
-                )
-            )  # fmt: skip
-
-    def _read(self, path: Path, what: str) -> dict[str, Any] | None:
-        try:
-            data = path.read_bytes()
-            self.bytes_read += len(data)
-        except FileNotFoundError:
-            return None  # removed since it was listed (a revert cleaned up, a session deleted)
-        except OSError as e:
-            self.problems.append(Problem(str(path), None, f"cannot read this {what}: {e.strerror or e}; skipped"))
-            return None
-        try:
-            value = decode_json(data)
-        except msgspec.DecodeError as e:
-            self.problems.append(Problem(str(path), None, f"this {what} is not JSON ({e}); skipped"))
-            return None
-        if not isinstance(value, dict):
-            self.problems.append(Problem(str(path), None, f"this {what} is a JSON {type(value).__name__}; skipped"))
-            return None
-        return value
-
-    def _session_files(self) -> Iterator[Path]:
-        folder = self.root / "session"
-        if self.old:
-            yield from sorted(p for p in (folder / "info").glob("*.json") if not p.name.startswith("."))
-            return
-        for project in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-            yield from sorted(p for p in project.glob("*.json") if not p.name.startswith("."))
-
-    def sessions(self) -> list[_Session]:
-        found = []
-        for path in self._session_files():
-            info = self._read(path, "session")
-            if info is None:
-                continue
-            session = _session_from_info(info, str(path))
-            if session is None:
-                self.problems.append(Problem(str(path), None, "a session record without an id; skipped"))
-                continue
-            found.append(session)
-        return found
-
-    def _message_folder(self, session_id: str) -> Path:
-        return self.root / "session" / "message" / session_id if self.old else self.root / "message" / session_id
-
-    def _part_folder(self, session_id: str, message_id: str) -> Path:
-        if self.old:
-            return self.root / "session" / "part" / session_id / message_id
-        return self.root / "part" / message_id
-
-    def _ids(self, folder: Path) -> list[str]:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            return []
-        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
-
-    def last_message(self, session_id: str) -> str | None:
-        ids = self._ids(self._message_folder(session_id))
-        return ids[-1] if ids else None
-
-    def has_message(self, session_id: str, message_id: str) -> bool:
-        return (self._message_folder(session_id) / f"{message_id}.json").is_file()
-
-    def messages(self, session_id: str, after: str | None) -> Iterator[_Message]:
-        folder = self._message_folder(session_id)
-        for mid in self._ids(folder):
-            if after is not None and mid <= after:
-                continue
-            path = folder / f"{mid}.json"
-            before, start = len(self.problems), self.bytes_read
-            info = self._read(path, "message")
-            if info is None:
-                if len(self.problems) > before:
-                    yield _Message(mid, str(path), {}, [], cut=True)
-                continue
-            parts: list[dict[str, Any]] = []
-            cut = False
-            part_folder = self._part_folder(session_id, mid)
-            for pid in self._ids(part_folder):
-                before = len(self.problems)
-                part = self._read(part_folder / f"{pid}.json", "part")
-                if part is not None:
-                    part.setdefault("id", pid)
-                    parts.append(_bare(part))
-                elif len(self.problems) > before:
-                    cut = True
-            yield _Message(mid, str(path), info, parts, cut=cut, size=self.bytes_read - start)
-
-
-class SqliteStore(OpencodeSource):
-    """opencode's SQLite database (v1.2 and later), opened read-only; each session read in one transaction
-    so that it is one version of the session while opencode writes on."""
-
-    REQUIRED: ClassVar[dict[str, set[str]]] = {
-        "session": {"id", "directory", "title"},
-        "message": {"id", "session_id", "data"},
-        "part": {"id", "message_id", "data"},
-    }
-
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-        self.problems = []
-        try:
-            self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
-            self.db.execute("PRAGMA busy_timeout = 5000")
-            tables = {
-                row[0]: {c[1] for c in self.db.execute(f"PRAGMA table_info('{row[0]}')")}
-                for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-        except sqlite3.Error as e:
-            raise SourceError(f"cannot open {path} as a SQLite database: {e}") from None
-        missing = [name for name in self.REQUIRED if name not in tables]
-        if missing:
-            seen = ", ".join(sorted(tables)[:12]) or "none"
-            self.db.close()
-            raise SourceError(
-                f"{path} is not opencode's database: it has no table {', '.join(missing)} (tables: {seen})"
-            )
-        for name, columns in self.REQUIRED.items():
-            lacking = columns - tables[name]
-            if lacking:
-                self.db.close()
-                raise SourceError(
-                    f"{path}: opencode's {name} table has no column {', '.join(sorted(lacking))} "
-                    f"(columns: {', '.join(sorted(tables[name]))}): a version tether does not know"
-                )
-        self.columns = tables["session"]
-        self.migration: str | None = None
-        if "migration" in tables:
-            row = self.db.execute("SELECT max(id) FROM migration").fetchone()
-            self.migration = row[0] if row else None
-
-    def close(self) -> None:
-        self.db.close()
-
-    def sessions(self) -> list[_Session]:
-        self.db.execute("BEGIN")
-        try:
-            rows = self.db.execute("SELECT * FROM session ORDER BY time_created, id").fetchall()
-            names = [d[0] for d in self.db.execute("SELECT * FROM session LIMIT 0").description]
-            self._last = dict(self.db.execute("SELECT session_id, max(id) FROM message GROUP BY session_id").fetchall())
-        finally:
-            self.db.execute("COMMIT")
-        found = []
-        for row in rows:
-            record = dict(zip(names, row, strict=True))
-            sid = record.pop("id")
-            kept: dict[str, Any] = {}
-            for key, value in record.items():
-                if value is None or key in (
-                    "parent_id",
-                    "directory",
-                    "title",
-                    "time_created",
-                    "time_updated",
-                    "revert",
-                ):
-                    continue
-                if isinstance(value, str) and key in ("model", "permission", "summary_diffs", "metadata", "goal"):
-                    try:
-                        value = decode_json(value.encode())
-                    except msgspec.DecodeError:
-                        pass
-                kept[key] = value
-            revert: Any = None
-            if isinstance(record.get("revert"), str):
-                try:
-                    revert = decode_json(record["revert"].encode())
-                except msgspec.DecodeError:
-                    self.problems.append(
-                        Problem(f"{self.path}#{sid}", None, "the session's revert is not JSON; ignored")
-                    )
-            found.append(
-                _Session(
-                    id=sid, where=f"{self.path}#{sid}", parent=record.get("parent_id"),
-                    directory=record.get("directory"), title=record.get("title"),
-                    created=_ms(record.get("time_created")),
-                    updated=_ms(record.get("time_updated")) or _ms(record.get("time_created")) or 0.0,
-                    revert=revert if isinstance(revert, dict) else None, kept=kept,
-                )
-            )  # fmt: skip
-        return found
-
-    def last_message(self, session_id: str) -> str | None:
-        last = getattr(self, "_last", {}).get(session_id)
-        return last if isinstance(last, str) else None
-
-    def has_message(self, session_id: str, message_id: str) -> bool:
-        row = self.db.execute("SELECT 1 FROM message WHERE id = ? AND session_id = ?", (message_id, session_id))
-        return row.fetchone() is not None
-
-    def messages(self, session_id: str, after: str | None, *, chunk: int = 200) -> Iterator[_Message]:
-        self.db.execute("BEGIN")  # one snapshot of the session, however long the caller takes
-        try:
-            cursor = after or ""
-            while True:
-                rows = self.db.execute(
-                    "SELECT id, data FROM message WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",
-                    (session_id, cursor, chunk),
-                ).fetchall()
-                if not rows:
-                    return
-                ids = [r[0] for r in rows]
-                marks = ",".join("?" * len(ids))
-                parts: dict[str, list[tuple[str, str]]] = {}
-                for pid, mid, data in self.db.execute(
-                    f"SELECT id, message_id, data FROM part WHERE message_id IN ({marks}) ORDER BY message_id, id", ids
-                ):
-                    parts.setdefault(mid, []).append((pid, data))
-                for mid, data in rows:
-                    where = f"{self.path}#{session_id}/{mid}"
-                    info = self._decode(data, where, "message")
-                    if info is None:
-                        yield _Message(mid, where, {}, [], cut=True)
-                        continue
-                    decoded, cut, size = [], False, len(data)
-                    for pid, pdata in parts.get(mid, []):
-                        size += len(pdata)
-                        part = self._decode(pdata, f"{where}/{pid}", "part")
-                        if part is None:
-                            cut = True
-                            continue
-                        part.setdefault("id", pid)
-                        decoded.append(part)
-                    yield _Message(mid, where, info, decoded, cut=cut, size=size)
-                cursor = ids[-1]
-        finally:
-            self.db.execute("COMMIT")
-
-    def _decode(self, data: object, where: str, what: str) -> dict[str, Any] | None:
-        try:
-            value = _decoder.decode(data) if isinstance(data, str | bytes) else None
-        except msgspec.DecodeError as e:
-            self.problems.append(Problem(where, None, f"this {what}'s data is not JSON ({e}); skipped"))
-            return None
-        if not isinstance(value, dict):
-            self.problems.append(Problem(where, None, f"this {what}'s data is not a JSON object; skipped"))
-            return None
-        return value
-
-
-class ExportFile(OpencodeSource):
-    """One session as ``opencode export`` writes it: its record and its messages with their parts."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-        self.problems = []
-        try:
-            value = decode_json(path.read_bytes())
-        except OSError as e:
-            raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
-        except msgspec.DecodeError as e:
-            raise SourceError(f"{path} is not JSON ({e})") from None
-        info = value.get("info") if isinstance(value, dict) else None
-        messages = value.get("messages") if isinstance(value, dict) else None
-        if not isinstance(info, dict) or not isinstance(messages, list):
-            keys = ", ".join(sorted(value)[:8]) if isinstance(value, dict) else type(value).__name__
-            raise SourceError(f"{path} is not an opencode export (info and messages); it has: {keys}")
-        self.info = info
-        self.records: list[_Message] = []
-        for i, item in enumerate(messages):
-            record = _obj(_obj(item).get("info"))
-            mid = record.get("id")
-            if not isinstance(mid, str):
-                self.problems.append(Problem(self.path, None, f"message {i} has no id; skipped"))
-                continue
-            parts = [_bare(p) for p in _obj(item).get("parts") or [] if isinstance(p, dict)]
-            self.records.append(_Message(mid, f"{self.path}#{mid}", record, parts))
-        self.records.sort(key=lambda m: m.id)
-
-    def sessions(self) -> list[_Session]:
-        session = _session_from_info(self.info, self.path)
-        if session is None:
-            self.problems.append(Problem(self.path, None, "the exported session has no id; nothing imported"))
-            return []
-        return [session]
-
-    def last_message(self, session_id: str) -> str | None:
-        return self.records[-1].id if self.records else None
-
-    def has_message(self, session_id: str, message_id: str) -> bool:
-        return any(m.id == message_id for m in self.records)
-
-    def messages(self, session_id: str, after: str | None) -> Iterator[_Message]:
-        yield from (m for m in self.records if after is None or m.id > after)
-
-
-_decoder = msgspec.json.Decoder()  # takes the database's text as it is (no copy to bytes)
-
-
-class SourceError(Exception):
-    """The path is not an opencode store tether can read (the message says what it saw)."""
-
-
-def open_source(path: Path) -> list[OpencodeSource]:
-    """The stores at `path`: a database, a JSON folder, a project's older folder, or opencode's data folder
-    (its database, then its JSON folder for the sessions the database lacks). `SourceError` otherwise."""
-    if path.is_file():
-        return [SqliteStore(path) if _head(path, 16) == b"SQLite format 3\x00" else ExportFile(path)]
-    sources: list[OpencodeSource] = []
-    if (path / "opencode.db").is_file():
-        sources.append(SqliteStore(path / "opencode.db"))
-    if (path / "storage" / "session").is_dir():
-        sources.append(JsonStorage(path / "storage"))
-    elif (path / "session").is_dir():
-        sources.append(JsonStorage(path))
-    if not sources:
-        raise SourceError(f"{path} holds neither opencode.db nor opencode's storage folder")
-    return sources
-
-
 # --- the import of one session ---------------------------------------------------------------------------
 
 
@@ -579,7 +132,7 @@ def _int(value: object) -> int:
 def _usage(tokens: object, cost: object) -> Usage | None:
     if not isinstance(tokens, dict):
         return None
-    cache = _obj(tokens.get("cache"))
+    cache = json_object(tokens.get("cache"))
     return Usage(
         input_tokens=_int(tokens.get("input")), output_tokens=_int(tokens.get("output")),
         reasoning_tokens=_int(tokens.get("reasoning")), cache_read_tokens=_int(cache.get("read")),
@@ -600,9 +153,9 @@ def _file_part(part: dict[str, Any]) -> Part | None:
 
 
 def _thinking(part: dict[str, Any]) -> ThinkingPart:
-    meta = _obj(part.get("metadata"))
-    anthropic = _obj(meta.get("anthropic"))
-    openai = _obj(meta.get("openai"))
+    meta = json_object(part.get("metadata"))
+    anthropic = json_object(meta.get("anthropic"))
+    openai = json_object(meta.get("openai"))
     text = str(part.get("text") or "")
     if isinstance(anthropic.get("signature"), str) or isinstance(anthropic.get("redactedData"), str):
         return ThinkingPart(
@@ -628,18 +181,11 @@ class _Step:
     part_meta: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class _Outcome:
-    entries: int = 0
-    messages: int = 0
-    title: str | None = None
-
-
 class _SessionImport:
     """One opencode session into its tether session: created, or appended to with the messages after the
     last one an earlier import took."""
 
-    def __init__(self, store: Store, source: OpencodeSource, session: _Session, *, dry_run: bool) -> None:
+    def __init__(self, store: Store, source: OpencodeSource, session: SessionRecord, *, dry_run: bool) -> None:
         self.store = store
         self.source = source
         self.session = session
@@ -652,7 +198,7 @@ class _SessionImport:
         self.count = 0  # the seq of the last entry placed
         self.written = 0
         self.first_seq: dict[str, int] = {}  # opencode message id -> the seq of its first entry (this run)
-        self.pending_compaction: tuple[_Message, dict[str, Any]] | None = None
+        self.pending_compaction: tuple[MessageRecord, dict[str, Any]] | None = None
         self.children: dict[str, str] = {}  # child session id -> the task call that ran it
         self.info: SessionInfo | None = None
         self._pending_markers: list[tuple[Marker, float | None]] = []
@@ -886,7 +432,7 @@ class _SessionImport:
                 return entry.seq
         return None
 
-    async def _message(self, message: _Message) -> None:
+    async def _message(self, message: MessageRecord) -> None:
         info = message.info
         self.size += message.size
         role = info.get("role")
@@ -899,13 +445,13 @@ class _SessionImport:
             self.problems.append(Problem(message.where, None, f"a message with role {role!r}; kept as a marker"))
             self._add(
                 Marker(name="opencode.message", data={"id": message.id, "info": info, "parts": message.parts}),
-                _ms((info.get("time") or {}).get("created")) if isinstance(info.get("time"), dict) else None,
+                seconds((info.get("time") or {}).get("created")) if isinstance(info.get("time"), dict) else None,
             )
 
-    async def _user(self, message: _Message) -> None:
+    async def _user(self, message: MessageRecord) -> None:
         await self._close_compaction()
         info = message.info
-        at = _ms(info["time"].get("created")) if isinstance(info.get("time"), dict) else None
+        at = seconds(info["time"].get("created")) if isinstance(info.get("time"), dict) else None
         compaction = next((p for p in message.parts if p.get("type") == "compaction"), None)
         if compaction is not None and all(p.get("type") == "compaction" for p in message.parts):
             self.pending_compaction = (message, compaction)
@@ -942,7 +488,7 @@ class _SessionImport:
             meta["parts"] = kept
         if synthetic:
             meta["synthetic"] = synthetic
-        model = _obj(info.get("model"))
+        model = json_object(info.get("model"))
         seq = self._add(
             Message(role="user", parts=parts, model=model.get("modelID"), provider=model.get("providerID"), metadata={"opencode": meta}),
             at,
@@ -950,13 +496,13 @@ class _SessionImport:
         self.first_seq.setdefault(message.id, seq)
         self._emit_markers(message)
 
-    def _unknown(self, message: _Message, part: dict[str, Any], at: float | None) -> None:
+    def _unknown(self, message: MessageRecord, part: dict[str, Any], at: float | None) -> None:
         self._pending_markers.append((Marker(name="opencode.part", data={"message": message.id, "raw": part}), at))
 
-    async def _assistant(self, message: _Message) -> None:
+    async def _assistant(self, message: MessageRecord) -> None:
         info = message.info
-        times = _obj(info.get("time"))
-        at, done = _ms(times.get("created")), _ms(times.get("completed"))
+        times = json_object(info.get("time"))
+        at, done = seconds(times.get("created")), seconds(times.get("completed"))
         if info.get("summary") is True and self.pending_compaction is not None:
             await self._compaction(message, at)
             return
@@ -981,9 +527,9 @@ class _SessionImport:
                 call, result = self._tool(part, names, done or at)
                 step.parts.append(call)
                 step.results.append(result)
-                state = _obj(part.get("state"))
-                span = _obj(state.get("time"))
-                step.done = _ms(span.get("end")) or step.done
+                state = json_object(part.get("state"))
+                span = json_object(state.get("time"))
+                step.done = seconds(span.get("end")) or step.done
                 kept_state = {k: v for k, v in state.items() if k not in ("input", "output", "raw")}
                 extra = {
                     k: v
@@ -1059,7 +605,7 @@ class _SessionImport:
                     )
         self._emit_markers(message)
 
-    def _emit_markers(self, message: _Message) -> None:
+    def _emit_markers(self, message: MessageRecord) -> None:
         """The message's parts of types tether does not know, after it, each a marker with its JSON."""
         for marker, when in self._pending_markers:
             self.problems.append(
@@ -1077,8 +623,8 @@ class _SessionImport:
         self, part: dict[str, Any], names: dict[str, str], at: float | None
     ) -> tuple[ToolCallPart, ToolResultPart]:
         tool, call_id = part["tool"], part["callID"]
-        state = _obj(part.get("state"))
-        arguments = _obj(state.get("input"))
+        state = json_object(part.get("state"))
+        arguments = json_object(state.get("input"))
         name = tool
         mapped = TOOL_NAMES.get(tool)
         if mapped is not None:
@@ -1104,7 +650,7 @@ class _SessionImport:
                 call_id=call_id, is_error=True, name=name, metadata={"status": status},
                 content=f"[the tool call was interrupted: opencode left it {status or 'without a state'}]",
             )  # fmt: skip
-        metadata = _obj(state.get("metadata"))
+        metadata = json_object(state.get("metadata"))
         meta_session = metadata.get("sessionId")
         if tool == "task" and isinstance(meta_session, str):
             self.children[meta_session] = call_id
@@ -1114,7 +660,7 @@ class _SessionImport:
                 self.children.setdefault(child, call_id)
         return call, result
 
-    async def _compaction(self, message: _Message, at: float | None) -> None:
+    async def _compaction(self, message: MessageRecord, at: float | None) -> None:
         assert self.pending_compaction is not None
         request, part = self.pending_compaction
         self.pending_compaction = None
@@ -1144,10 +690,10 @@ class _SessionImport:
             return
         request, part = self.pending_compaction
         self.pending_compaction = None
-        times = _obj(request.info.get("time"))
+        times = json_object(request.info.get("time"))
         seq = self._add(
             Marker(name="opencode.compaction", data={"message": request.id, "info": request.info, "part": part}),
-            _ms(times.get("created")),
+            seconds(times.get("created")),
         )
         self.first_seq.setdefault(request.id, seq)
 
@@ -1189,7 +735,7 @@ def _entry_message_id(body: EntryBody) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _depth(session: _Session, by_id: dict[str, _Session]) -> int:
+def _depth(session: SessionRecord, by_id: dict[str, SessionRecord]) -> int:
     depth, seen, current = 0, set(), session
     while current.parent is not None and current.parent in by_id and current.id not in seen:
         seen.add(current.id)
