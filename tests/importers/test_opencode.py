@@ -27,6 +27,7 @@ from tether.messages import (
     Revert,
     TextPart,
     ThinkingPart,
+    TitleChange,
     ToolCallPart,
     ToolResultPart,
 )
@@ -545,3 +546,19 @@ async def test_messages_written_while_a_session_is_read(
     assert second[tid(BASH)].entries == 1
     last = (await store.read(tid(BASH)))[-1].body
     assert last.parts == [TextPart(text="late")]
+
+
+async def test_a_title_opencode_gives_later_is_a_title_change(store: Store, tmp_path: Path) -> None:
+    root = tmp_path / "storage"
+    session = one_session(root, updated=time.time() - 86400)
+    session["title"] = "New session - 2025-11-02T09:00:00.000Z"  # before opencode's title request answers
+    write_json(root / "session" / "p1" / "ses_a1.json", session)
+    await import_opencode(store, root)
+    session["title"] = "Fix the flaky test"
+    touch(root, session, time.time() - 86000)
+    result = (await import_opencode(store, root))[0]
+    assert result.outcome == "grown" and result.entries == 1
+    last = (await store.read(tid("ses_a1")))[-1].body
+    assert isinstance(last, TitleChange) and last.title == "Fix the flaky test"
+    assert (await store.get_session(tid("ses_a1"))).title == "Fix the flaky test"
+    assert (await import_opencode(store, root))[0].outcome == "unchanged"
