@@ -12,6 +12,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "importers.py"
 REQUIRED = (
     "import_mb_per_s_claude_code",
     "import_mb_per_s_codex",
+    "import_mb_per_s_opencode_db",
+    "import_mb_per_s_opencode_json",
+    "reimport_ratio_opencode_db",
+    "reimport_ratio_opencode_json",
     "import_rss_mb",
     "reimport_s",
     "reimport_ratio",

@@ -44,7 +44,8 @@ def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     shutil.copy(FIXTURES / ROLLOUT, day / ROLLOUT)
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
     monkeypatch.setenv("CODEX_HOME", str(codex))
-    return {"claude": claude, "codex": codex, "db": tmp_path / "t.db"}
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # no opencode here unless a test puts it
+    return {"claude": claude, "codex": codex, "db": tmp_path / "t.db", "xdg": tmp_path / "xdg"}
 
 
 def run(homes: dict[str, Path], *args: str) -> Result:
@@ -115,3 +116,119 @@ def test_help_explains_sources_and_reimport() -> None:
     out = CliRunner().invoke(cli, ["import", "--help"]).output
     assert "--from" in out and "~/.claude/projects" in out and "~/.codex/sessions" in out
     assert "Importing again is safe" in out
+
+
+OPENCODE_DB = Path(__file__).resolve().parents[1] / "fixtures" / "opencode" / "opencode-1.18.33.db"
+
+
+def test_opencode_from_its_data_folder_and_as_a_path(homes: dict[str, Path]) -> None:
+    data = homes["xdg"] / "opencode"
+    data.mkdir(parents=True)
+    shutil.copy(OPENCODE_DB, data / "opencode.db")
+    dry = run(homes, "--from", "opencode", "--dry-run", "--dir", "/tmp/oc/proj")
+    assert dry.exit_code == 0, dry.output
+    assert "7 sessions: 7 would import; would write 30 entries." in dry.output
+    first = run(homes, "--all", "--json")
+    report = json.loads(first.output)
+    assert report["outcomes"] == {"imported": 10}  # two Claude Code files, a Codex rollout, 7 opencode sessions
+    assert sum(f["format"] == "opencode" for f in report["files"]) == 7
+    again = run(homes, str(data / "opencode.db"))  # the database as a path: its format detected
+    assert again.exit_code == 0 and "7 sessions: 7 unchanged; wrote 0 entries." in again.output
+    elsewhere = run(homes, "--from", "opencode", "--dir", "/nowhere")
+    assert elsewhere.exit_code == 0 and "Nothing to import" in elsewhere.output
+
+
+def test_a_database_that_is_not_opencodes_says_what_it_holds(homes: dict[str, Path], tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (id TEXT)")
+    result = run(homes, str(other))
+    assert result.exit_code == 1
+    assert "is not opencode's database: it has no table session, message, part (tables: notes)" in result.output
+
+
+def _entry_count(db: Path) -> int:
+    import asyncio
+
+    from tether.store import SqliteStore
+
+    async def count() -> int:
+        if not db.exists():
+            return 0
+        async with SqliteStore(db) as store:
+            return sum(s.entry_count for s in (await store.list_sessions(limit=100)).items)
+
+    return asyncio.run(count())
+
+
+def _wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_watch_imports_what_is_appended_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import tether
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    transcript = folder / "11111111-1111-4111-8111-111111111111.jsonl"
+    sid = "11111111-1111-4111-8111-111111111111"
+    transcript.write_text(json.dumps(claude_line("u1", None, "first", "/work/app", sid)) + "\n")
+    db = tmp_path / "t.db"
+    env = {
+        **os.environ,
+        "TETHER_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(Path(tether.__file__).resolve().parents[1]),
+    }
+    argv = [sys.executable, "-m", "tether", "--store", f"sqlite:///{db}", "import", "--watch", "--interval", "0.2"]
+    proc = subprocess.Popen(
+        [*argv, str(folder)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: _entry_count(db) == 1, "the first import")
+        line = json.dumps(claude_line("u2", "u1", "second", "/work/app", sid)) + "\n"
+        with transcript.open("a") as f:
+            f.write(line[:30])  # the tool is still writing this line
+            f.flush()
+            time.sleep(1.0)  # rounds pass while the line is cut: it must wait, not be lost or doubled
+            assert _entry_count(db) == 1
+            f.write(line[30:])
+        _wait_for(lambda: _entry_count(db) == 2, "the appended line")
+        with transcript.open("a") as f:
+            f.write(json.dumps(claude_line("u3", "u2", "third", "/work/app", sid)) + "\n")
+        _wait_for(lambda: _entry_count(db) == 3, "the second appended line")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "watching 1 source every 0.2s" in err and "stopped; 3 entries imported while watching" in err
+    assert out.count("appended to") == 2 and "imported" in out
+    assert "cut short" in err  # the half-written line was reported once, then imported whole
+    assert _entry_count(db) == 3
+
+
+def test_watch_refuses_dry_run(homes: dict[str, Path]) -> None:
+    result = run(homes, "--watch", "--dry-run", "--all")
+    assert result.exit_code == 2 and "--watch imports" in result.output
+
+
+def test_an_opencode_export_is_detected(homes: dict[str, Path]) -> None:
+    export = Path(__file__).resolve().parents[1] / "fixtures" / "opencode" / "export-1.18.33.json"
+    result = run(homes, str(export))
+    assert result.exit_code == 0, result.output
+    assert "1 session: 1 imported; wrote 6 entries." in result.output

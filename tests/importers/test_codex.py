@@ -146,3 +146,45 @@ async def test_a_rollout_line_of_another_version_is_kept(store: Store, tmp_path:
     assert result.outcome == "imported" and result.entries == 1
     got = [e.body for e in await store.read(source_session_id("codex", ROLLOUT_ID))]
     assert got == [Marker(name="codex.hologram", data={"line": 2, "raw": {"type": "hologram", "x": 1}})]
+
+
+SPAWN = FIXTURES / "spawn"
+PARENT_THREAD = "0199b000-1111-7aaa-8bbb-000000000001"
+CHILD_THREAD = "0199b000-2222-7aaa-8bbb-000000000002"
+
+
+async def test_a_spawned_thread_is_a_child_session_linked_to_its_spawn_call(store: Store) -> None:
+    for path in sorted(SPAWN.glob("*.jsonl")):  # path order is time order: the parent first
+        result = await import_codex(store, path)
+        assert result.outcome == "imported" and result.problems == []
+    parent_id = source_session_id("codex", PARENT_THREAD)
+    child = await store.get_session(source_session_id("codex", CHILD_THREAD))
+    assert child.parent_id == parent_id
+    assert child.metadata["task"] == {
+        "thread_id": CHILD_THREAD, "depth": 1, "agent_nickname": "Robie", "agent_role": "explorer",
+        "agent": "explorer", "call_id": "call_spawn_1",
+    }  # fmt: skip
+    parent = [e.body for e in await store.read(parent_id)]
+    spawn = next(p for b in parent if isinstance(b, Message) for p in b.parts if isinstance(p, ToolCallPart))
+    assert spawn.id == "call_spawn_1" and spawn.name == "spawn_agent"
+    assert any(isinstance(b, Marker) and b.name == "codex.collab_agent_spawn_end" for b in parent)
+    texts = [
+        p.text
+        for e in await store.read(child.id)
+        if isinstance(e.body, Message)
+        for p in e.body.parts
+        if isinstance(p, TextPart)
+    ]
+    assert texts[-1] == "Two TODOs: src/app.py:12 and src/db.py:40."
+    top = await store.list_sessions(parent_id=None)
+    assert [s.id for s in top.items] == [parent_id]  # the child is listed under its parent, not beside it
+    children = await store.list_sessions(parent_id=parent_id)
+    assert [s.id for s in children.items] == [child.id]
+
+
+async def test_a_spawned_thread_imported_before_its_parent_keeps_the_link_to_find(store: Store) -> None:
+    child_path = sorted(SPAWN.glob("*.jsonl"))[1]
+    await import_codex(store, child_path)
+    child = await store.get_session(source_session_id("codex", CHILD_THREAD))
+    assert child.parent_id is None
+    assert child.metadata["imported_parent_id"] == source_session_id("codex", PARENT_THREAD)

@@ -3,10 +3,14 @@ tool's own folder, again and again: what was imported before is found and only w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
+import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,15 @@ from typing import Any
 import click
 
 from ..importers.jsonl import FileResult
-from ..importers.sources import DISCOVERABLE, FORMATS, default_root, discover, files_under, import_file
+from ..importers.sources import (
+    DISCOVERABLE,
+    FORMATS,
+    default_root,
+    discover,
+    files_under,
+    import_path,
+    is_opencode_store,
+)
 from ..store import Store
 from .common import console, echo_json, wants_json, with_store
 from .sanitize import escape_controls
@@ -39,11 +51,29 @@ def parse_since(value: str, now: float | None = None) -> float:
 @click.command("import")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True), metavar="[PATH]...")
 @click.option("--from", "fmt", type=click.Choice(FORMATS), help="The files' format (default: detected from each file).")
-@click.option("--all", "all_tools", is_flag=True, help="Import from every tool's own folder (Claude Code, Codex).")
+@click.option(
+    "--all", "all_tools", is_flag=True, help="Import from every tool's own folder (Claude Code, Codex, opencode)."
+)
 @click.option("--dir", "-d", "directory", metavar="PATH", help="Only sessions whose workspace is PATH.")
 @click.option("--since", metavar="WHEN", help="Only files changed since WHEN: a date (2025-06-01) or an age (7d).")
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would be imported; write nothing.")
-@click.option("--json", "json_flag", is_flag=True, help="Print one JSON object: every file's outcome and the totals.")
+@click.option(
+    "--json",
+    "json_flag",
+    is_flag=True,
+    help="Print one JSON object: every file's outcome and the totals (--watch: one line per round that changed something).",
+)
+@click.option(
+    "--watch", "-w", is_flag=True, help="Keep importing as the tools write (every --interval seconds); Ctrl-C stops."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --watch: how often to look for what changed.",
+)
 def import_command(
     paths: tuple[str, ...],
     fmt: str | None,
@@ -52,24 +82,34 @@ def import_command(
     since: str | None,
     dry_run: bool,
     json_flag: bool,
+    watch: bool,
+    interval: float,
 ) -> None:
-    """Import sessions from Claude Code, Codex, or tether's own JSON export.
+    """Import sessions from Claude Code, Codex, opencode, or tether's own JSON export.
 
     \b
     Where from:
       tether import --from claude-code     Claude Code's folder (~/.claude/projects)
       tether import --from codex           Codex's folder (~/.codex/sessions)
-      tether import --all                  both
+      tether import --from opencode        opencode's data folder (~/.local/share/opencode:
+                                           its opencode.db, and storage/ of before v1.2)
+      tether import --all                  all three
       tether import PATH...                files or folders; the format of each file is
-                                           detected unless --from names it
+                                           detected unless --from names it (an opencode
+                                           database or storage folder is one path)
 
     Importing again is safe: a session imported before is found (its id is derived from the source's), and
     only what its file gained since is appended. A branch made in Claude Code (a message edited and sent
-    again) becomes a fork of the session; a sub-agent's transcript a child session.
+    again) becomes a fork of the session; a sub-agent's transcript (Claude Code), spawned thread (Codex) or
+    task session (opencode) a child session; an opencode revert a revert (nothing is deleted).
 
     A line that is not JSON, or cut short, is skipped and reported with its file and line number; the rest
     of the file is imported. A line of a kind tether does not know is kept as a marker with its JSON.
     Imported sessions ask before they run here for the first time.
+
+    With --watch, the import is repeated every few seconds (only files that changed are read again), so
+    what the tools write is brought in before they delete it; a line or message still being written waits
+    for the next round. Ctrl-C stops after the file being imported.
 
     Exit status: 0 when every file was imported (reported lines included), 1 when a file could not be
     imported at all, 2 for options that cannot be used."""
@@ -77,16 +117,22 @@ def import_command(
         raise click.UsageError("give paths or --all, not both")
     if not paths and not all_tools and fmt is None:
         raise click.UsageError(
-            "say what to import: paths, --from claude-code or --from codex (their own folders), or --all"
+            "say what to import: paths, --from claude-code, --from codex or --from opencode (their own folders), "
+            "or --all"
         )
     if not paths and fmt == "tether":
         raise click.UsageError("tether exports have no folder of their own: give their paths")
     when = parse_since(since) if since else None
     where = os.path.abspath(os.path.expanduser(directory)) if directory else None
+    if watch:
+        if dry_run:
+            raise click.UsageError("--watch imports; it cannot be combined with --dry-run")
+        _watch(lambda: _files(paths, fmt, all_tools, where, when), where, when, interval, wants_json(json_flag))
+        return
     files = _files(paths, fmt, all_tools, where, when)
 
     async def run(store: Store) -> list[FileResult]:
-        return await _import_all(store, files, fmt if paths else None, dry_run)
+        return await _import_all(store, files, fmt if paths else None, dry_run, where, when)
 
     results = with_store(run)
     if wants_json(json_flag):
@@ -95,6 +141,52 @@ def import_command(
         _print(results, dry_run, [str(p) for p in paths] or _searched(fmt, all_tools))
     if any(r.outcome == "failed" for r in results):
         raise SystemExit(1)
+
+
+def _watch(
+    sources: Callable[[], list[tuple[Path, str | None]]],
+    directory: str | None,
+    since: float | None,
+    interval: float,
+    as_json: bool,
+) -> None:
+    """Import, then again every `interval` seconds what changed, until SIGINT or SIGTERM (each stops after
+    the file in progress; the store is closed as after any import)."""
+    from ..importers.watch import Watcher
+
+    async def run(store: Store) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = [s for s in (signal.SIGINT, signal.SIGTERM) if hasattr(signal, s.name)]
+        for sig in signals:
+            loop.add_signal_handler(sig, stop.set)
+        watcher = Watcher(sources, directory=directory, since=since)
+        total, rounds = 0, 0
+        try:
+            while not stop.is_set():
+                results = await watcher.round(store, stop.is_set)
+                changed = [r for r in results if r.entries or r.problems or r.outcome == "failed"]
+                total += sum(r.entries for r in results)
+                if changed and as_json:
+                    echo_json({**_json(changed, False), "round": rounds, "at": time.time()})
+                elif changed:
+                    _print(changed, False, [], summary=False)
+                if rounds == 0 and not as_json:
+                    count = watcher.listed
+                    click.echo(
+                        f"watching {count} source{'s' * (count != 1)} every {interval:g}s; Ctrl-C stops", err=True
+                    )
+                rounds += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        return total
+
+    total = with_store(run)
+    if not as_json:
+        click.echo(f"stopped; {total} entr{'y' if total == 1 else 'ies'} imported while watching", err=True)
 
 
 def _searched(fmt: str | None, all_tools: bool) -> list[str]:
@@ -112,6 +204,9 @@ def _files(
     out: list[tuple[Path, str | None]] = []
     for raw in paths:
         path = Path(raw)
+        if fmt in (None, "opencode") and is_opencode_store(path):
+            out.append((path, "opencode"))  # one store of many sessions: --dir and --since apply inside
+            continue
         if path.is_dir():
             if fmt in DISCOVERABLE:
                 out += [(p, fmt) for p in discover(fmt, path, directory=where, since=when)]
@@ -130,13 +225,20 @@ def _files(
 
 
 async def _import_all(
-    store: Store, files: list[tuple[Path, str | None]], fmt: str | None, dry_run: bool
+    store: Store,
+    files: list[tuple[Path, str | None]],
+    fmt: str | None,
+    dry_run: bool,
+    directory: str | None = None,
+    since: float | None = None,
 ) -> list[FileResult]:
     results: list[FileResult] = []
-    show = sys.stderr.isatty() and len(files) > 1
+    show = sys.stderr.isatty() and (len(files) > 1 or any(known == "opencode" for _, known in files))
     if not show:
         for path, known in files:
-            results.append(await import_file(store, str(path), known or fmt, dry_run=dry_run))
+            results += await import_path(
+                store, str(path), known or fmt, dry_run=dry_run, directory=directory, since=since
+            )
         return results
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -146,7 +248,19 @@ async def _import_all(
         task = progress.add_task("importing", total=len(files))
         for path, known in files:
             progress.update(task, description=escape_controls(f"importing {path.name[:40]}"))
-            results.append(await import_file(store, str(path), known or fmt, dry_run=dry_run))
+            sessions = None
+
+            def count(done: int, total: int) -> None:  # an opencode store: its sessions, on a bar of their own
+                nonlocal sessions
+                if sessions is None:
+                    sessions = progress.add_task("  sessions", total=total)
+                progress.update(sessions, completed=done, total=total)
+
+            results += await import_path(
+                store, str(path), known or fmt, dry_run=dry_run, directory=directory, since=since, progress=count
+            )
+            if sessions is not None:
+                progress.remove_task(sessions)
             progress.advance(task)
     return results
 
@@ -188,15 +302,15 @@ _VERBS = {
 }
 
 
-def _print(results: list[FileResult], dry_run: bool, searched: list[str]) -> None:
+def _print(results: list[FileResult], dry_run: bool, searched: list[str], *, summary: bool = True) -> None:
     out = console()
     if not results:
         where = ", ".join(searched) or "the paths given"
         out.print(escape_controls(f"Nothing to import: no transcripts found in {where}."))
         return
     for r in results:
-        if r.outcome == "unchanged":
-            continue
+        if r.outcome == "unchanged" or (not summary and not r.entries and r.outcome != "failed"):
+            continue  # (while watching, a file with only a problem to report is not a change)
         entries = f"{r.entries} entr{'y' if r.entries == 1 else 'ies'}"
         extra = len(r.sessions) - 1
         more = f", {extra} more session{'s' * (extra != 1)} (forks, sub-agents)" if extra > 0 else ""
@@ -209,13 +323,17 @@ def _print(results: list[FileResult], dry_run: bool, searched: list[str]) -> Non
             click.echo(escape_controls(f"warning: {problem}"), err=True)
         if len(problems) > _SHOWN_PROBLEMS:
             click.echo(f"... and {len(problems) - _SHOWN_PROBLEMS} more (--json lists them all)", err=True)
+    if not summary:
+        return
     counts: dict[str, int] = {}
     for r in results:
         counts[r.outcome] = counts.get(r.outcome, 0) + 1
-    summary = ", ".join(f"{n} {_VERBS[k]}" for k, n in counts.items())
+    outcomes = ", ".join(f"{n} {_VERBS[k]}" for k, n in counts.items())
     total = sum(r.entries for r in results)
     verb = "would write" if dry_run else "wrote"
-    out.print(escape_controls(f"{len(results)} file{'s' * (len(results) != 1)}: {summary}; {verb} {total} entries."))
+    kinds = {r.format == "opencode" for r in results}
+    noun = "session" if kinds == {True} else "file" if kinds == {False} else "source"  # opencode: one per session
+    out.print(escape_controls(f"{len(results)} {noun}{'s' * (len(results) != 1)}: {outcomes}; {verb} {total} entries."))
 
 
 __all__ = ["import_command", "parse_since"]

@@ -1,6 +1,8 @@
 """Bringing sessions in and taking them out: tether's own JSON format (`tether_json`), Claude Code
-transcripts (`claude_code`) and Codex rollouts (`codex`), each a module that reads its format into the
-store; `sources` finds each tool's files and detects a file's format (opencode joins later)."""
+transcripts (`claude_code`), Codex rollouts (`codex`) and opencode's stores (`opencode`), each a module that
+reads its format into the store (`opencode_sources` reads opencode's stores); `sources` finds each tool's
+files and detects a file's format; `watch` repeats an import as the tools write; `claude_code_export` and
+`codex_export` write a session in those tools' formats."""
 
 from __future__ import annotations
 

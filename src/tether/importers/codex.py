@@ -17,6 +17,10 @@ items after a first line of session metadata) into tether sessions:
   with its JSON.
 - ``compacted``: a `Compaction` (its replacement history kept in its metadata); ``turn_context``: the model
   of what follows, and a `Marker` with its JSON; a line type tether does not know: a `Marker` with its JSON.
+- spawned threads (sub-agents): a rollout whose ``session_meta.source`` is
+  ``{"subagent": {"thread_spawn": {"parent_thread_id", "depth", ...}}}`` is a child session of its parent's
+  (when that was imported first: files are imported in path order, which is time order), linked to the
+  parent's ``spawn_agent`` call through the parent's ``collab_agent_spawn_end`` event.
 
 Importing again appends only what was added since (the session id is derived from the rollout's id)."""
 
@@ -127,6 +131,7 @@ class _RolloutImport:
         self.catalog: Any = None
         self.writer: SessionWriter
         self.created = False
+        self.spawned: dict[str, str] = {}  # a spawned thread's id -> the call that spawned it
 
     async def run(self) -> FileResult:
         result = FileResult(self.path, FORMAT, "imported", session_id=self.session_id)
@@ -153,11 +158,13 @@ class _RolloutImport:
         async def create() -> None:
             self.created = True
             if not self.dry_run:
+                parent_id, link = await self._parent_link()
                 await self.store.create_session(
                     id=self.session_id,
                     directory=self.directory,
+                    parent_id=parent_id,
                     system_prompt=self._instructions(),
-                    metadata={IMPORTED: self._mark(), "codex": self._meta_kept()},
+                    metadata={IMPORTED: self._mark(), "codex": self._meta_kept(), **link},
                     created_at=self.first_time,
                 )
 
@@ -196,6 +203,36 @@ class _RolloutImport:
         result.problems = [*self.problems, Problem(self.path, None, reason)]
         return result
 
+    def _spawned_by(self) -> dict[str, Any] | None:
+        """The ``ThreadSpawn`` source of a sub-agent's rollout (``parent_thread_id``, ``depth``, ...), or None."""
+        source = self.meta.get("source")
+        sub = source.get("subagent", source.get("sub_agent")) if isinstance(source, dict) else None
+        spawn = sub.get("thread_spawn") if isinstance(sub, dict) else None
+        if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):
+            return spawn
+        return None
+
+    async def _parent_link(self) -> tuple[str | None, dict[str, Any]]:
+        """A spawned thread's parent session (when it was imported) and the `task` link to its spawn call."""
+        spawn = self._spawned_by()
+        if spawn is None:
+            return None, {}
+        parent_key = str(spawn["parent_thread_id"]).lower()
+        parent_id = source_session_id(FORMAT, parent_key)
+        parent = await existing(self.store, parent_id)
+        if parent is None:
+            return None, {"imported_parent_id": parent_id}
+        task: dict[str, Any] = {"thread_id": self.meta.get("id") or self.key}
+        for key in ("depth", "agent_nickname", "agent_role"):
+            if spawn.get(key) is not None:
+                task[key] = spawn[key]
+        if isinstance(spawn.get("agent_role"), str):
+            task["agent"] = spawn["agent_role"]
+        call_id = import_mark(parent).get("spawned", {}).get(self.key)
+        if isinstance(call_id, str):
+            task["call_id"] = call_id
+        return parent_id, {"task": task}
+
     def _instructions(self) -> str | None:
         for key in ("instructions", "base_instructions"):
             value = self.meta.get(key)
@@ -230,6 +267,8 @@ class _RolloutImport:
         }
         if self.cuts:
             mark["cuts"] = sorted(self.cuts)
+        if self.spawned:
+            mark["spawned"] = {**mark.get("spawned", {}), **self.spawned}
         fields: dict[str, Any] = {"metadata": {**current.metadata, IMPORTED: mark}}
         if self.model and current.model != self.model:
             fields["model"] = self.model
@@ -323,6 +362,11 @@ class _RolloutImport:
                 self.title = payload["thread_name"]
                 await self.emit(TitleChange(title=payload["thread_name"]), at, size)
                 return
+            if event == "collab_agent_spawn_end":
+                thread = payload.get("new_thread_id", payload.get("newThreadId"))
+                call = payload.get("call_id", payload.get("callId"))
+                if isinstance(thread, str) and isinstance(call, str):
+                    self.spawned[thread.lower()] = call  # kept as a marker below, too
             if event == "token_count" and self.group is not None:
                 usage = self._usage(payload)
                 if usage is not None:

@@ -1,36 +1,51 @@
 """Where transcripts are and what they are: each tool's default location (Claude Code's projects folder,
-Codex's sessions folder), the files of a folder, the format of a file (detected from its first lines), and
-the import of a list of files one after another with the outcome of each."""
+Codex's sessions folder, opencode's data folder), the files of a folder, the format of a file (detected from
+its first lines; opencode's stores from their shape), and the import of a list of files one after another
+with the outcome of each."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 
 from ..errors import ImportFormatError, InvalidInput
 from ..store.protocols import Store
-from . import claude_code, codex
+from . import claude_code, codex, opencode
 from .jsonl import FileResult, Problem, decode_json, existing, read_lines
 
-FORMATS = ("claude-code", "codex", "tether")
-DISCOVERABLE = ("claude-code", "codex")
+FORMATS = ("claude-code", "codex", "opencode", "tether")
+DISCOVERABLE = ("claude-code", "codex", "opencode")
 
-__all__ = ["DISCOVERABLE", "FORMATS", "default_root", "detect_format", "discover", "files_under", "import_file"]
+__all__ = [
+    "DISCOVERABLE",
+    "FORMATS",
+    "default_root",
+    "detect_format",
+    "discover",
+    "files_under",
+    "import_file",
+    "import_path",
+    "is_opencode_store",
+]
 
 
 def default_root(tool: str) -> Path:
     """Where `tool` keeps its transcripts: ``$CLAUDE_CONFIG_DIR/projects`` (default ``~/.claude/projects``)
-    for Claude Code, ``$CODEX_HOME/sessions`` (default ``~/.codex/sessions``) for Codex."""
+    for Claude Code, ``$CODEX_HOME/sessions`` (default ``~/.codex/sessions``) for Codex,
+    ``$XDG_DATA_HOME/opencode`` (default ``~/.local/share/opencode``: its database and storage folder) for
+    opencode."""
     if tool == "claude-code":
         base = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
         return Path(base) / "projects"
     if tool == "codex":
         base = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
         return Path(base) / "sessions"
+    if tool == "opencode":
+        return opencode.default_root()
     raise InvalidInput(f"tether finds no default location for {tool!r}: give a path")
 
 
@@ -44,8 +59,12 @@ def detect_format(path: str) -> str:
         raise ImportFormatError(f"cannot import {path}: {e.strerror or e}") from None
     if start.startswith(b'{"format":"tether.session"') or start.startswith(b'{"format": "tether.session"'):
         return "tether"
+    if start.startswith(b"SQLite format 3\x00"):
+        return "opencode"  # the only database an import reads; one of another kind says what tables it has
     if not start:
         raise ImportFormatError(f"cannot import {path}: the file is empty")
+    if opencode.looks_like_export(Path(path)):
+        return "opencode"  # `opencode export`: one JSON document over many lines
     seen = "no JSON object"
     for line in read_lines(path):
         if line.no > 20:
@@ -111,6 +130,8 @@ def discover(
     """The transcript files of `tool` under `root` (default: its own location), only those of workspace
     `directory` and those changed since `since` (seconds since the epoch) when given."""
     root = root or default_root(tool)
+    if tool == "opencode":  # one store holds every session: `import_path` applies `directory` and `since`
+        return [root] if opencode.looks_like_opencode(root) else []
     if not root.is_dir():
         return []
     files: list[Path] = []
@@ -147,7 +168,42 @@ async def import_file(store: Store, path: str, fmt: str | None = None, *, dry_ru
         return await codex.import_codex(store, path, dry_run=dry_run)
     if fmt == "tether":
         return await _import_tether(store, path, dry_run=dry_run)
+    if fmt == "opencode":
+        results = await opencode.import_opencode(store, path, dry_run=dry_run)
+        if len(results) == 1:
+            return results[0]
+        merged = FileResult(path, "opencode", "imported" if any(r.entries for r in results) else "unchanged")
+        merged.entries = sum(r.entries for r in results)
+        merged.sessions = [sid for r in results for sid in r.sessions]
+        merged.problems = [p for r in results for p in r.problems]
+        if any(r.outcome == "failed" for r in results):
+            merged.outcome = "failed"
+        return merged
     raise InvalidInput(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+
+
+def is_opencode_store(path: Path) -> bool:
+    """Whether `path` is one of opencode's stores (imported whole, not file by file)."""
+    return opencode.looks_like_opencode(path)
+
+
+async def import_path(
+    store: Store,
+    path: str,
+    fmt: str | None = None,
+    *,
+    dry_run: bool = False,
+    directory: str | None = None,
+    since: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[FileResult]:
+    """Import one file, or one of opencode's stores (one result per session it holds; `progress` is told
+    how many of its sessions are done)."""
+    if fmt == "opencode" or (fmt is None and is_opencode_store(Path(path))):
+        return await opencode.import_opencode(
+            store, path, dry_run=dry_run, directory=directory, since=since, progress=progress
+        )
+    return [await import_file(store, path, fmt, dry_run=dry_run)]
 
 
 async def _import_tether(store: Store, path: str, *, dry_run: bool) -> FileResult:
