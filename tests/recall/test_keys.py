@@ -101,6 +101,21 @@ async def test_keys_grow_incrementally(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_a_bounded_sync_counts_every_batch_it_read(tmp_path: Path) -> None:
+    """The limit bounds the entries read, batches of one session included: 3 sessions of 30 turns, read 8 at
+    a time, with a limit of 40, stop after the second session (the progress counts what was read)."""
+    store = SqliteStore(tmp_path / "t.db")
+    keys = KeyIndex(default_key_path(store))
+    for n in range(3):
+        await chat(store, [Message.user(f"turn {i} of session {n}") for i in range(30)])
+    told: list[int] = []
+    assert not await keys.sync(store, limit=40, batch=8, progress=told.append)
+    assert keys.count() == 40 and told == [30, 40]
+    assert await keys.sync(store, batch=8) and keys.count() == 90
+    keys.close()
+    await store.close()
+
+
 async def test_deleted_and_replaced_sessions_leave_the_keys(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "t.db")
     keys = KeyIndex(tmp_path / "k.keys")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -134,11 +134,13 @@ class KeyIndex:
         session_id: str | None = None,
         limit: int = SYNC_LIMIT,
         batch: int = 512,
+        progress: Callable[[int], None] | None = None,
     ) -> bool:
         """Read into the keys what the store gained since the last sync (of one directory or session, or
         all), at most `limit` entries; True when nothing in that scope is left behind. A session the store
         no longer has, or that was replaced under its id, is dropped (an unscoped sync drops every session
-        the store lost). Memory is bounded by `batch` turns."""
+        the store lost). Memory is bounded by `batch` turns. `progress` is told the entries read so far
+        after each session."""
         if session_id is not None:
             try:
                 infos = [await store.get_session(session_id)]
@@ -172,13 +174,17 @@ class KeyIndex:
                 return False
             end = min(info.entry_count, upto + budget)
             budget -= await self._sync_session(store, info, num, upto, end, batch)
+            if progress is not None:
+                progress(limit - budget)
             if end < info.entry_count:
                 return False
         with self._lock:
             rows, orphans = self._meta("rows") or 0, self._meta("orphans") or 0
         if orphans > 1000 and orphans * 4 > rows:
             self._reset()
-            return await self.sync(store, directory=directory, session_id=session_id, limit=limit, batch=batch)
+            return await self.sync(
+                store, directory=directory, session_id=session_id, limit=limit, batch=batch, progress=progress
+            )
         return True
 
     def _drop(self, session_ids: Iterable[str]) -> None:
@@ -210,6 +216,7 @@ class KeyIndex:
                     (info.id, info.directory, info.created_at),
                 )
                 num = int(self._conn.execute("SELECT num FROM sessions WHERE session_id = ?", (info.id,)).fetchone()[0])
+        start = upto
         previous = await _previous_text(store, info.id, upto) if upto else ""
         rows: list[tuple[int, str, str, float]] = []
         reverts: list[tuple[int, int]] = []
@@ -235,10 +242,10 @@ class KeyIndex:
             previous = text
             if len(rows) >= batch:
                 if not self._write(num, upto, entry.seq, rows, reverts):
-                    return last - upto  # another process got there first: its keys stand
+                    return last - start  # another process got there first: its keys stand
                 upto, rows, reverts = entry.seq, [], []
         self._write(num, upto, last, rows, reverts)
-        return last - upto
+        return last - start
 
     def _write(
         self, num: int, upto: int, last: int, rows: list[tuple[int, str, str, float]], reverts: list[tuple[int, int]]
