@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from tether.cli.main import cli
 from tether.messages import Message
+from tether.recall.keys import KeyIndex
 from tether.store import SqliteStore, Store
 
 T = TypeVar("T")
@@ -106,7 +107,15 @@ def test_backfill_of_an_older_file_shows_progress_then_finds(tmp_path: Path) -> 
     assert result.exit_code == 0, result.stderr
     assert "indexed 2,100 entries of 3 sessions" in result.stdout
     assert "entries to go" in result.stderr  # progress, on stderr
-    assert "nothing to backfill" in tether(path, "recall", "--backfill").stdout
+    # recall's turn keys are built too, before any recall (one would catch up only SYNC_LIMIT entries)
+    assert "turn keys: 2,100 entries read" in result.stderr
+    keys = KeyIndex(str(path) + ".keys")
+    try:
+        assert keys.count() == 2100
+    finally:
+        keys.close()
+    again = tether(path, "recall", "--backfill")
+    assert "nothing to backfill" in again.stdout and "turn keys" not in again.stderr
     data = json.loads(tether(path, "recall", "heron", "--all", "--json", "--limit", "1000").stdout)
     assert len(data["hits"]) == 1000 and data["backlog"] == 0
 

@@ -5,11 +5,16 @@ when stale or missing, and recall falling back to the store's search when they c
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from tether.ids import new_session_id
 from tether.messages import Entry, Message, Revert, ToolResultPart
 from tether.recall import Tuning, recall
-from tether.recall.keys import KEY_VERSION, KeyIndex, default_key_path
+from tether.recall.keys import HEAD_PAGE, KEY_VERSION, KeyIndex, default_key_path
 from tether.store import SqliteStore, Store
 from tether.store.records import SessionInfo
 
@@ -101,6 +106,21 @@ async def test_keys_grow_incrementally(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_a_bounded_sync_counts_every_batch_it_read(tmp_path: Path) -> None:
+    """The limit bounds the entries read, batches of one session included: 3 sessions of 30 turns, read 8 at
+    a time, with a limit of 40, stop after the second session (the progress counts what was read)."""
+    store = SqliteStore(tmp_path / "t.db")
+    keys = KeyIndex(default_key_path(store))
+    for n in range(3):
+        await chat(store, [Message.user(f"turn {i} of session {n}") for i in range(30)])
+    told: list[int] = []
+    assert not await keys.sync(store, limit=40, batch=8, progress=told.append)
+    assert keys.count() == 40 and told == [30, 40]
+    assert await keys.sync(store, batch=8) and keys.count() == 90
+    keys.close()
+    await store.close()
+
+
 async def test_deleted_and_replaced_sessions_leave_the_keys(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "t.db")
     keys = KeyIndex(tmp_path / "k.keys")
@@ -145,4 +165,46 @@ async def test_recall_falls_back_to_the_store_search_without_keys(tmp_path: Path
     await chat(store, [Message.user("the cache key includes the git sha")])
     result = await recall(store, "cache key")
     assert [h.seq for h in result.hits] == [1]
+    await store.close()
+
+
+class CountingStore:
+    """The store with its session listings counted (rows read)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.listed = 0
+
+    async def list_sessions(self, **kw: Any) -> Any:
+        page = await self.store.list_sessions(**kw)
+        self.listed += len(page.items)
+        return page
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_a_sync_reads_what_changed_not_every_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a full listing, a sync walks the store's listing only down to a session it saw unchanged: an
+    append to an old session is keyed at once, and 300 untouched sessions are not read again. A session
+    imported with old timestamps (below the head) is found by the next full listing."""
+    store = SqliteStore(tmp_path / "t.db")
+    counting = CountingStore(store)
+    keys = KeyIndex(default_key_path(store))
+    ids = [await chat(store, [Message.user(f"notes {i}")], directory=f"/repo{i % 3}") for i in range(300)]
+    assert await keys.sync(counting) and keys.count() == 300 and counting.listed == 300  # the first: all
+    counting.listed = 0
+    await store.append(ids[5], [Message.assistant("the flaky test is tests/test_io.py::test_reconnect")])
+    assert await keys.sync(counting) and keys.count() == 301
+    assert counting.listed == HEAD_PAGE  # one page of the head: the changed session, then one unchanged
+    assert await keys.sync(counting, directory="/repo2") and counting.listed == 2 * HEAD_PAGE
+    hits = await recall(counting, "test_reconnect flaky", keys=keys)  # type: ignore[arg-type]
+    assert [(h.session_id, h.seq) for h in hits.hits][:1] == [(ids[5], 2)]
+    old = time.time() - 86400 * 30
+    info = SessionInfo(id=new_session_id(), created_at=old, updated_at=old + 2, directory="/repo0")
+    await store.import_session(info, [Entry(1, old + 1, Message.user("imported: the cache_ttl setting"))])
+    await keys.sync(counting)
+    monkeypatch.setattr("tether.recall.keys.RELIST_SECONDS", 0.0)
+    assert await keys.sync(counting) and keys.count() == 302
+    keys.close()
     await store.close()

@@ -17,6 +17,7 @@ from ..errors import InvalidInput
 from ..paths import canonical_directory
 from ..recall import RecallResult, recall
 from ..recall.backfill import backfill
+from ..recall.engine import default_keys
 from ..recall.facts import FactIndex, FactProgress, default_fact_path
 from ..recall.render import when
 from ..store import Store
@@ -106,6 +107,9 @@ def recall_command(
             done = await backfill(store, progress=_progress)
             if done.entries_indexed:
                 click.echo("", err=True)
+            keyed = await _build_keys(store)
+            if not json_flag and keyed:
+                click.echo(f"turn keys: {keyed:,} entries read", err=True)
             if not query and not build_facts:
                 return done
         session_id = (await find_session(store, session_ref)).id if session_ref else None
@@ -151,6 +155,22 @@ def recall_command(
         echo_json(result)
         return
     _show(result, where)
+
+
+async def _build_keys(store: Store) -> int:
+    """Recall's turn keys brought up to date for every session (a recall would otherwise catch up a few
+    thousand entries at a time), with progress on stderr; returns the entries read."""
+    read = 0
+
+    def show(done: int) -> None:
+        nonlocal read
+        read = done
+        click.echo(f"\rturn keys: {done:,} entries read   ", err=True, nl=False)
+
+    await default_keys(store).sync(store, limit=1 << 62, progress=show)
+    if read:
+        click.echo("", err=True)
+    return read
 
 
 async def _build_facts(

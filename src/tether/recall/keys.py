@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,15 @@ tool output, not 30,000 characters that would drown the turn's own words in BM25
 SYNC_LIMIT = 8_000
 """Entries a recall reads into the keys before it searches; past that (a large store's first recall) the
 rest waits for the next one and this recall searches the store's own index."""
+
+RELIST_SECONDS = 30.0
+"""How often a sync lists every session of its scope (the first sync always does). In between it reads only
+the head of the store's listing (most recently updated first) down to a session it saw unchanged: a recall
+costs what changed, not one row per stored session. What only a full listing finds: a session imported with
+old timestamps, a session the store lost (its keys are never shown meanwhile: hits are read from the store)."""
+
+HEAD_PAGE = 50
+"""Sessions per page of the head of the listing."""
 
 COMMON = 10_000
 """As the store's index does: a query word in more turns than this is dropped when the query has rarer words."""
@@ -96,6 +106,8 @@ class KeyIndex:
                 self._reset()
             self._set_meta("version", KEY_VERSION)
         self._infos: dict[str, SessionInfo] = {}
+        self._seen: dict[str, tuple[float, int]] = {}  # session -> (updated_at, entry_count) when last synced
+        self._listed: dict[str | None, float] = {}  # directory (None: all) -> monotonic time of its last full listing
 
     def close(self) -> None:
         with self._lock:
@@ -134,26 +146,24 @@ class KeyIndex:
         session_id: str | None = None,
         limit: int = SYNC_LIMIT,
         batch: int = 512,
+        progress: Callable[[int], None] | None = None,
     ) -> bool:
         """Read into the keys what the store gained since the last sync (of one directory or session, or
         all), at most `limit` entries; True when nothing in that scope is left behind. A session the store
         no longer has, or that was replaced under its id, is dropped (an unscoped sync drops every session
-        the store lost). Memory is bounded by `batch` turns."""
+        the store lost). Memory is bounded by `batch` turns. `progress` is told the entries read so far
+        after each session."""
+        full = False
         if session_id is not None:
             try:
                 infos = [await store.get_session(session_id)]
             except LookupError:
                 return True  # nothing to find in it: the search says so
         else:
-            infos = await all_sessions(store, directory)
+            infos, full = await self._listing(store, directory)
         with self._lock:
-            known = {
-                sid: (num, created_at, upto, where)
-                for num, sid, created_at, upto, where in self._conn.execute(
-                    "SELECT num, session_id, created_at, upto, directory FROM sessions"
-                )
-            }
-        if directory is None and session_id is None:
+            known = self._known(None if full else [info.id for info in infos])
+        if full and directory is None:
             alive = {info.id for info in infos}
             self._drop([sid for sid in known if sid not in alive])
         budget = limit
@@ -166,20 +176,70 @@ class KeyIndex:
             if num is not None and where != info.directory:
                 with self._lock:
                     self._conn.execute("UPDATE sessions SET directory = ? WHERE num = ?", (info.directory, num))
-            if info.entry_count <= upto:
-                continue
-            if budget <= 0:
-                return False
-            end = min(info.entry_count, upto + budget)
-            budget -= await self._sync_session(store, info, num, upto, end, batch)
-            if end < info.entry_count:
-                return False
+            if info.entry_count > upto:
+                if budget <= 0:
+                    return self._unfinished(directory)
+                end = min(info.entry_count, upto + budget)
+                read, whole = await self._sync_session(store, info, num, upto, end, batch)
+                budget -= read
+                if progress is not None:
+                    progress(limit - budget)
+                if end < info.entry_count:
+                    return self._unfinished(directory)
+                if not whole:
+                    continue  # another process wrote these keys: the next full listing checks how far
+            self._seen[info.id] = (info.updated_at, info.entry_count)
         with self._lock:
             rows, orphans = self._meta("rows") or 0, self._meta("orphans") or 0
         if orphans > 1000 and orphans * 4 > rows:
             self._reset()
-            return await self.sync(store, directory=directory, session_id=session_id, limit=limit, batch=batch)
+            return await self.sync(
+                store, directory=directory, session_id=session_id, limit=limit, batch=batch, progress=progress
+            )
         return True
+
+    async def _listing(self, store: Store, directory: str | None) -> tuple[list[SessionInfo], bool]:
+        """The sessions (of a directory, or all) that may have changed since the last sync, and whether that
+        is every session. Every session when the last full listing of this scope is older than
+        `RELIST_SECONDS` (or there was none); otherwise the head of the store's listing, most recently
+        updated first, down to the first session seen unchanged since its last sync: an append moves its
+        session to the top of that listing, so what lies below was not appended to. A session imported
+        with old timestamps lands below it and is found by the next full listing."""
+        now = time.monotonic()
+        last = max(self._listed.get(None, -RELIST_SECONDS), self._listed.get(directory, -RELIST_SECONDS))
+        if now - last >= RELIST_SECONDS:
+            infos = await all_sessions(store, directory)
+            self._listed[directory] = now
+            return infos, True
+        out: list[SessionInfo] = []
+        cursor: str | None = None
+        while True:
+            page = await store.list_sessions(directory=directory, limit=HEAD_PAGE, cursor=cursor)
+            for info in page.items:
+                if self._seen.get(info.id) == (info.updated_at, info.entry_count):
+                    return out, False
+                out.append(info)
+            if page.next_cursor is None:
+                return out, False
+            cursor = page.next_cursor
+
+    def _unfinished(self, directory: str | None) -> bool:
+        """A sync stopped at its limit: sessions below the head may be behind, so the next one lists all."""
+        self._listed.pop(directory, None)
+        self._listed.pop(None, None)
+        return False
+
+    def _known(self, session_ids: list[str] | None) -> dict[str, tuple[int, float, int, str | None]]:
+        """What the keys hold of these sessions (all when None): num, created_at, upto, directory."""
+        sql = "SELECT num, session_id, created_at, upto, directory FROM sessions"
+        if session_ids is None:
+            rows = self._conn.execute(sql).fetchall()
+        else:
+            rows = []
+            for i in range(0, len(session_ids), 500):
+                chunk = session_ids[i : i + 500]
+                rows += self._conn.execute(f"{sql} WHERE session_id IN ({','.join('?' * len(chunk))})", chunk)
+        return {sid: (num, created_at, upto, where) for num, sid, created_at, upto, where in rows}
 
     def _drop(self, session_ids: Iterable[str]) -> None:
         with self._lock:
@@ -198,11 +258,13 @@ class KeyIndex:
                 self._set_meta("orphans", (self._meta("orphans") or 0) + int(gone))
                 self._conn.execute("COMMIT")
                 self._infos.pop(sid, None)
+                self._seen.pop(sid, None)
 
     async def _sync_session(
         self, store: Store, info: SessionInfo, num: int | None, upto: int, end: int, batch: int
-    ) -> int:
-        """Keys for entries upto+1..end of one session; returns how many entries were read."""
+    ) -> tuple[int, bool]:
+        """Keys for entries upto+1..end of one session; returns how many entries were read, and False when
+        another process had written some of them first (its keys stand)."""
         with self._lock:
             if num is None:
                 self._conn.execute(
@@ -210,6 +272,7 @@ class KeyIndex:
                     (info.id, info.directory, info.created_at),
                 )
                 num = int(self._conn.execute("SELECT num FROM sessions WHERE session_id = ?", (info.id,)).fetchone()[0])
+        start = upto
         previous = await _previous_text(store, info.id, upto) if upto else ""
         rows: list[tuple[int, str, str, float]] = []
         reverts: list[tuple[int, int]] = []
@@ -235,10 +298,9 @@ class KeyIndex:
             previous = text
             if len(rows) >= batch:
                 if not self._write(num, upto, entry.seq, rows, reverts):
-                    return last - upto  # another process got there first: its keys stand
+                    return last - start, False  # another process got there first: its keys stand
                 upto, rows, reverts = entry.seq, [], []
-        self._write(num, upto, last, rows, reverts)
-        return last - upto
+        return last - start, self._write(num, upto, last, rows, reverts)
 
     def _write(
         self, num: int, upto: int, last: int, rows: list[tuple[int, str, str, float]], reverts: list[tuple[int, int]]
