@@ -6,7 +6,7 @@ not something a user serves), so this script builds the manager as tests/server/
 
     python bench/_scripted_server.py --store PATH --workspace DIR [--port 0] [--latency-ms 2]
 
-Prints ``listening http://127.0.0.1:PORT`` once it accepts connections; SIGINT or SIGTERM stop it.
+Prints ``listening http://127.0.0.1:PORT pid PID`` once it accepts connections; SIGINT or SIGTERM stop it.
 
 The model answers a prompt that says ``steps=N size=S chunk=C`` (defaults 10, 0 and `--chunk`) with N model
 calls: N - 1 calls of the read-only tool `noop`, each beside S bytes of text, then a final answer of S bytes
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 from collections.abc import AsyncIterator
@@ -91,7 +92,7 @@ class SlowModel:
 class Server(TetherServer):
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
-        print(f"listening http://127.0.0.1:{self.port}", flush=True)
+        print(f"listening http://127.0.0.1:{self.port} pid {os.getpid()}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

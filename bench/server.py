@@ -53,6 +53,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -95,10 +96,12 @@ class Process:
     proc: subprocess.Popen[str]
     url: str
     log: Path
+    server_pid: int | None = None
+    """The server's own process when it runs under a wrapper (a profiler), else `proc`'s."""
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.server_pid or self.proc.pid
 
     def rss_mb(self) -> float:
         return _status_kb(self.pid, "VmRSS") / 1024
@@ -141,7 +144,8 @@ def start_process(
     while time.monotonic() < deadline:
         match = found.search(log.read_text(errors="replace"))
         if match:
-            return Process(proc, match.group(1).rstrip("/"), log)
+            pid = int(match.group(2)) if (match.lastindex or 0) >= 2 and match.group(2) else None
+            return Process(proc, match.group(1).rstrip("/"), log, pid)
         if proc.poll() is not None:
             break
         time.sleep(0.05)
@@ -405,6 +409,7 @@ async def tether_section(report: Report, args: argparse.Namespace, scratch: Path
     report.note(f"prefilled in {time.perf_counter() - t0:.1f} s")
     server = start_process(
         [
+            *shlex.split(args.server_wrapper or ""),
             sys.executable,
             str(HERE / "_scripted_server.py"),
             "--store",
@@ -415,7 +420,7 @@ async def tether_section(report: Report, args: argparse.Namespace, scratch: Path
             str(args.latency_ms),
         ],
         scratch / "tether-server.log",
-        r"listening (http://\S+)",
+        r"listening (http://\S+) pid (\d+)",
         env=child_env(),
     )
     host, port = host_port(server.url)
@@ -424,9 +429,16 @@ async def tether_section(report: Report, args: argparse.Namespace, scratch: Path
     try:
         async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
             out.update(await tether_runs(report, args, client, server, host, port, workspace))
-            report.section(f"tether: REST throughput ({args.http_clients} concurrent clients, {args.http_seconds:g} s each)")
+            report.section(
+                f"tether: REST throughput ({args.http_clients} concurrent clients, {args.http_seconds:g} s each)"
+            )
             rps, cpu = await throughput(
-                client, server, "/sessions?limit=50", args.http_clients, args.http_seconds, lambda b: len(b["items"]) == 50
+                client,
+                server,
+                "/sessions?limit=50",
+                args.http_clients,
+                args.http_seconds,
+                lambda b: len(b["items"]) == 50,
             )
             report.row(f"GET /sessions first page (of {args.list_sessions:,})", "list_rps", rps, "req/s")
             report.row("   server CPU per request", "list_server_cpu_us", cpu, "µs")
@@ -506,7 +518,9 @@ async def tether_runs(
         await asyncio.gather(*(session_work(s) for s in sessions))
     wall, cpu = time.perf_counter() - w0, server.cpu_s() - c0
     frames = sum(st.count for g in streams.values() for st in g)
-    report.note(f"{frames:,} frames delivered in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; load {load0} -> {load()}")
+    report.note(
+        f"{frames:,} frames delivered in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; load {load0} -> {load()}"
+    )
 
     # commit times of every entry the runs wrote
     latencies: list[float] = []
@@ -529,8 +543,20 @@ async def tether_runs(
         report.row(f"journal commit -> client p{q}", f"sse_p{q}_ms", percentile(latencies, q), "ms", digits=2)
     report.row("   max", "sse_max_ms", max(latencies), "ms", digits=2)
     samples = first_events(prompts, tether_number)
-    report.row("POST prompt -> first event p50 (under load)", "prompt_first_event_p50_ms", percentile(samples, 50), "ms", digits=2)
-    report.row("POST prompt -> first event p95 (under load)", "prompt_first_event_p95_ms", percentile(samples, 95), "ms", digits=2)
+    report.row(
+        "POST prompt -> first event p50 (under load)",
+        "prompt_first_event_p50_ms",
+        percentile(samples, 50),
+        "ms",
+        digits=2,
+    )
+    report.row(
+        "POST prompt -> first event p95 (under load)",
+        "prompt_first_event_p95_ms",
+        percentile(samples, 95),
+        "ms",
+        digits=2,
+    )
     report.row("the clients' loop lag p99 (in every figure above)", "client_loop_lag_p99_ms", lag.p99(), "ms", digits=2)
     report.row("server CPU during the runs", "runs_server_cpu_pct", cpu / wall * 100, "% core")
     report.row("frames delivered per second", "frames_per_s", frames / wall, "/s", digits=0)
@@ -568,7 +594,9 @@ async def tether_runs(
         sent = [r.nbytes - before[s] for s, r in readers.items()]
         per_stream = sum(sent) / len(sent) / 1e6
         stalled_rss = server.rss_mb()
-        report.row("bytes each stalled client was sent and did not read", "unread_mb_per_stream", per_stream, "MB", digits=2)
+        report.row(
+            "bytes each stalled client was sent and did not read", "unread_mb_per_stream", per_stream, "MB", digits=2
+        )
         report.row("   all stalled clients together", "unread_mb_total", per_stream * len(stalled), "MB")
         report.row("server RSS with the stalled clients connected", "server_rss_mb_stalled", stalled_rss, "MB")
         report.row("   growth over the RSS after the runs", "stall_growth_ratio", stalled_rss / rss, "x", digits=2)
@@ -746,7 +774,13 @@ async def opencode_measure(
     await ready(stream)
     idle = [await prompt(sid, idle_dir, f"hello {i}", [stream]) for i in range(args.idle_prompts)]
     samples = first_of(idle[1:] or idle)  # the first prompt of an instance also loads its plugins
-    report.row("prompt -> first event p50, idle", "opencode_prompt_first_event_idle_p50_ms", percentile(samples, 50), "ms", digits=2)
+    report.row(
+        "prompt -> first event p50, idle",
+        "opencode_prompt_first_event_idle_p50_ms",
+        percentile(samples, 50),
+        "ms",
+        digits=2,
+    )
     out["prompt_first_event_idle_p50_ms"] = report.figures["opencode_prompt_first_event_idle_p50_ms"]
     await stream.close()
 
@@ -779,7 +813,9 @@ async def opencode_measure(
         await asyncio.gather(*(session_work(s, d) for s, d in sessions))
     wall, cpu = time.perf_counter() - w0, server.cpu_s() - c0
     frames = sum(st.count for g in streams.values() for st in g)
-    report.note(f"{frames:,} frames in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; clients {per} per session")
+    report.note(
+        f"{frames:,} frames in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; clients {per} per session"
+    )
     latencies: list[float] = []
     undated = 0
     for group in streams.values():
@@ -793,13 +829,27 @@ async def opencode_measure(
     if not latencies:
         raise BenchError("no opencode event carried a dated id")
     if min(latencies) < -5 or max(latencies) > 120_000:
-        raise BenchError(f"opencode's event ids do not decode to times near their arrival: {min(latencies)}..{max(latencies)} ms")
+        raise BenchError(
+            f"opencode's event ids do not decode to times near their arrival: {min(latencies)}..{max(latencies)} ms"
+        )
     report.note(f"{len(latencies):,} (event, client) pairs; {undated} frames without a dated id")
     for q in (50, 95, 99):
         report.row(f"event id time -> client p{q}", f"opencode_sse_p{q}_ms", percentile(latencies, q), "ms", digits=2)
     samples = first_of(prompts)
-    report.row("POST prompt_async -> first event p50 (under load)", "opencode_prompt_first_event_p50_ms", percentile(samples, 50), "ms", digits=2)
-    report.row("POST prompt_async -> first event p95 (under load)", "opencode_prompt_first_event_p95_ms", percentile(samples, 95), "ms", digits=2)
+    report.row(
+        "POST prompt_async -> first event p50 (under load)",
+        "opencode_prompt_first_event_p50_ms",
+        percentile(samples, 50),
+        "ms",
+        digits=2,
+    )
+    report.row(
+        "POST prompt_async -> first event p95 (under load)",
+        "opencode_prompt_first_event_p95_ms",
+        percentile(samples, 95),
+        "ms",
+        digits=2,
+    )
     report.row("the clients' loop lag p99", "opencode_client_loop_lag_p99_ms", lag.p99(), "ms", digits=2)
     report.row("server CPU during the runs", "opencode_runs_server_cpu_pct", cpu / wall * 100, "% core")
     report.row("frames delivered per second", "opencode_frames_per_s", frames / wall, "/s", digits=0)
@@ -813,7 +863,9 @@ async def opencode_measure(
             await st.close()
 
     # stalled clients: its bus has no bound of its own; see what the same unread load costs it
-    report.section(f"opencode: {per * args.sessions} clients that never read, {args.stall_rounds} prompt(s) per session")
+    report.section(
+        f"opencode: {per * args.sessions} clients that never read, {args.stall_rounds} prompt(s) per session"
+    )
     readers = {s: stream_for(d) for s, d in sessions}
     for r in readers.values():
         r.keep = True
@@ -828,7 +880,13 @@ async def opencode_measure(
         )
         sent = [r.nbytes - before[s] for s, r in readers.items()]
         stalled_rss = server.rss_mb()
-        report.row("bytes each stalled client was sent and did not read", "opencode_unread_mb_per_stream", sum(sent) / len(sent) / 1e6, "MB", digits=2)
+        report.row(
+            "bytes each stalled client was sent and did not read",
+            "opencode_unread_mb_per_stream",
+            sum(sent) / len(sent) / 1e6,
+            "MB",
+            digits=2,
+        )
         report.row("server RSS with the stalled clients connected", "opencode_server_rss_mb_stalled", stalled_rss, "MB")
         out["server_rss_mb_stalled"] = stalled_rss
     finally:
@@ -854,7 +912,9 @@ async def opencode_measure(
     rps, cpu = await throughput(client, server, path, args.http_clients, args.http_seconds, lambda b: len(b) == 50)
     report.row("GET /session?limit=50", "opencode_list_rps", rps, "req/s")
     report.row("   server CPU per request", "opencode_list_server_cpu_us", cpu, "µs")
-    report.note("tail: not compared (its sessions would need 100 messages from real runs; GET /session/{id}/message?limit=100)")
+    report.note(
+        "tail: not compared (its sessions would need 100 messages from real runs; GET /session/{id}/message?limit=100)"
+    )
     out["list_rps"] = report.figures["opencode_list_rps"]
     return out
 
@@ -877,6 +937,11 @@ async def main() -> None:
     parser.add_argument("--http-clients", type=int, default=4, help="concurrent REST clients (default 4)")
     parser.add_argument("--http-seconds", type=float, default=3.0, help="seconds of each REST figure (3)")
     parser.add_argument("--opencode", help="opencode's binary (npm install opencode-ai): measured beside tether")
+    parser.add_argument(
+        "--server-wrapper",
+        metavar="CMD",
+        help="run the tether server under this command, e.g. 'py-spy record -o prof.txt -f raw --' (a profile)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (what the test runs)")
     parser.add_argument("--dir", help="scratch directory (default: under .bench-out/)")
     args = parser.parse_args()
