@@ -82,6 +82,10 @@ WORK = "steps=10 size=200"
 """A prompt of the main load: ten model calls (nine tool calls), 200 characters of text each."""
 STALL_WORK = "steps=30 size=8000 chunk=1000"
 """A prompt of the stalled-clients phase: large answers, so that the unread bytes add up."""
+OPENCODE_STALL_WORK = "pad=8000"
+"""opencode's: the stub answers with 8,000 more characters, in pieces of 1,000."""
+OPENCODE_STALL_PROMPTS = 10
+"""opencode's prompts per stall round (one model call each, against tether's 30)."""
 
 
 def load() -> list[float]:
@@ -864,7 +868,8 @@ async def opencode_measure(
 
     # stalled clients: its bus has no bound of its own; see what the same unread load costs it
     report.section(
-        f"opencode: {per * args.sessions} clients that never read, {args.stall_rounds} prompt(s) per session"
+        f"opencode: {per * args.sessions} clients that never read, {args.stall_rounds * OPENCODE_STALL_PROMPTS} "
+        f"prompt(s) per session ({OPENCODE_STALL_WORK}: one model call each); one reading client per session"
     )
     readers = {s: stream_for(d) for s, d in sessions}
     for r in readers.values():
@@ -875,9 +880,12 @@ async def opencode_measure(
     try:
         await asyncio.sleep(0.5)
         before = {s: r.nbytes for s, r in readers.items()}
-        await asyncio.gather(
-            *(prompt(s, d, "x" * 2000 + f" {i}", [readers[s]]) for s, d in sessions for i in range(args.stall_rounds))
-        )
+
+        async def stall_work(s: str, d: Path) -> None:
+            for i in range(args.stall_rounds * OPENCODE_STALL_PROMPTS):
+                await prompt(s, d, f"{OPENCODE_STALL_WORK} round {i}", [readers[s]])
+
+        await asyncio.gather(*(stall_work(s, d) for s, d in sessions))
         sent = [r.nbytes - before[s] for s, r in readers.items()]
         stalled_rss = server.rss_mb()
         report.row(
@@ -887,7 +895,16 @@ async def opencode_measure(
             "MB",
             digits=2,
         )
+        report.row(
+            "   all stalled clients together",
+            "opencode_unread_mb_total",
+            sum(sent) / len(sent) / 1e6 * len(stalled),
+            "MB",
+        )
         report.row("server RSS with the stalled clients connected", "opencode_server_rss_mb_stalled", stalled_rss, "MB")
+        report.row(
+            "   growth over the RSS after the runs", "opencode_stall_growth_ratio", stalled_rss / rss, "x", digits=2
+        )
         out["server_rss_mb_stalled"] = stalled_rss
     finally:
         for sock in stalled:
@@ -936,7 +953,11 @@ async def main() -> None:
     parser.add_argument("--tail-entries", type=int, default=1000, help="entries of the session whose tail is read")
     parser.add_argument("--http-clients", type=int, default=4, help="concurrent REST clients (default 4)")
     parser.add_argument("--http-seconds", type=float, default=3.0, help="seconds of each REST figure (3)")
-    parser.add_argument("--opencode", help="opencode's binary (npm install opencode-ai): measured beside tether")
+    parser.add_argument(
+        "--opencode",
+        default=os.environ.get("TETHER_BENCH_OPENCODE"),
+        help="opencode's binary (npm install opencode-ai), measured beside tether [env: TETHER_BENCH_OPENCODE]",
+    )
     parser.add_argument(
         "--server-wrapper",
         metavar="CMD",
