@@ -16,7 +16,7 @@ import os
 import socket
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -388,7 +388,7 @@ class SessionManager:
 
     async def subscribe_batches(
         self, session_id: str, after: int | None = None, *, most: int = SUBSCRIBER_BATCH
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncGenerator[list[Event], None]:
         """`subscribe`, in batches: each one the events ready at once (one, or those queued behind it;
         a replay from the journal `most` at a time), so that a follower that writes to a socket writes
         what piled up in one go instead of one write per event."""
