@@ -28,6 +28,8 @@ from .state import ServerState
 
 SEND_TIMEOUT = 60.0
 """Seconds a frame may wait for a client that does not read before the stream is closed."""
+WRITE_BYTES = 16 * 1024
+"""Frames are written together up to about this many bytes at a time."""
 EXTRA_TYPES: tuple[Any, ...] = ()
 STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
@@ -70,8 +72,10 @@ async def session_events(
         start = await state.manager.position(info.id)
 
     async def frames() -> AsyncIterator[bytes]:
-        # What piled up since the last write goes out in one write: with many followers, a write (and
-        # its send timeout) per event was most of the server's time. An event's JSON has no line break.
+        # What piled up since the last write goes out in one write (up to WRITE_BYTES): with many followers,
+        # a write (and its send timeout) per event was most of the server's time. The cap keeps what a client
+        # that stopped reading holds (its last write waits in the transport) near what one event was.
+        # An event's JSON has no line break.
         own = start
         async for batch in state.manager.subscribe_batches(info.id, after=start):
             chunk = bytearray()
@@ -79,7 +83,11 @@ async def session_events(
                 if event.session_id == info.id:
                     own = event.n
                 chunk += b"id: %d\r\ndata: %s\r\n\r\n" % (own, event_json(event))
-            yield bytes(chunk)
+                if len(chunk) >= WRITE_BYTES:
+                    yield bytes(chunk)
+                    chunk = bytearray()
+            if chunk:
+                yield bytes(chunk)
 
     return _response(state, frames())
 
