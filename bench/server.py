@@ -84,6 +84,8 @@ STALL_WORK = "steps=30 size=8000 chunk=1000"
 """A prompt of the stalled-clients phase: large answers, so that the unread bytes add up."""
 OPENCODE_STALL_WORK = "pad=8000"
 """opencode's: the stub answers with 8,000 more characters, in pieces of 1,000."""
+OPENCODE_WAIT = 600.0
+"""Seconds an opencode prompt may take to end (its first prompt in a directory starts an instance)."""
 OPENCODE_STALL_PROMPTS = 10
 """opencode's prompts per stall round (one model call each, against tether's 30)."""
 
@@ -730,7 +732,7 @@ async def opencode_measure(
     scratch: Path,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    end_marks = ('"type":"session.idle"',)
+    end_marks = ('"type":"session.idle"', '"type":"session.error"')
 
     async def new_session(directory: Path) -> str:
         r = await client.post("/session", params={"directory": str(directory)}, json={})
@@ -749,7 +751,7 @@ async def opencode_measure(
         if r.status_code not in (200, 204):
             raise BenchError(f"opencode prompt_async: {r.status_code} {r.text[:300]}")
         for stream, before in zip(streams, ends, strict=True):
-            await stream.wait(lambda s=stream, b=before: s.ends > b, 120)
+            await stream.wait(lambda s=stream, b=before: s.ends > b, OPENCODE_WAIT)
         return Prompted(session, t0, 0, streams)
 
     def first_of(prompts: list[Prompted]) -> list[float]:
@@ -799,8 +801,11 @@ async def opencode_measure(
     for group in streams.values():
         for st in group:
             await ready(st)
-    # warm each instance (its first prompt loads plugins and makes a title)
-    await asyncio.gather(*(prompt(s, d, "warm up", streams[s]) for s, d in sessions))
+    # warm each instance (its first prompt loads plugins and makes a title), a few at a time
+    t0 = time.perf_counter()
+    for i in range(0, len(sessions), 5):
+        await asyncio.gather(*(prompt(s, d, "warm up", streams[s]) for s, d in sessions[i : i + 5]))
+    report.note(f"{len(sessions)} instances warmed (a first prompt each) in {time.perf_counter() - t0:.1f} s")
     for group in streams.values():
         for st in group:
             st.frames = [f for f in st.frames if "server.connected" in f[1]]
@@ -821,10 +826,11 @@ async def opencode_measure(
         f"{frames:,} frames in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; clients {per} per session"
     )
     latencies: list[float] = []
-    undated = 0
+    undated = errors = 0
     for group in streams.values():
         for st in group:
             for arrival, data in st.frames:
+                errors += '"type":"session.error"' in data
                 stamp = opencode_time(data, arrival)
                 if stamp is None:
                     undated += 1
@@ -837,6 +843,7 @@ async def opencode_measure(
             f"opencode's event ids do not decode to times near their arrival: {min(latencies)}..{max(latencies)} ms"
         )
     report.note(f"{len(latencies):,} (event, client) pairs; {undated} frames without a dated id")
+    report.row("session.error frames (a failed run; should be 0)", "opencode_error_frames", errors, "", digits=0)
     for q in (50, 95, 99):
         report.row(f"event id time -> client p{q}", f"opencode_sse_p{q}_ms", percentile(latencies, q), "ms", digits=2)
     samples = first_of(prompts)
