@@ -23,12 +23,12 @@ Figures:
   `--http-seconds`: the first page of `GET /sessions` (50 of `--list-sessions`, most recent first) and
   `GET /sessions/{id}/entries?tail=100`. Beside each: the server's CPU per request (from /proc), which
   does not depend on how fast this client is.
-- `server_rss_mb`: the server's resident set after the runs. `server_rss_mb_stalled`: after `--clients`
-  more streams that connect and never read (a 4 KiB receive buffer) while every session runs `--stall-rounds`
-  prompts of large answers, so that each stream is sent `unread_mb_per_stream` MB that its client never
-  reads. Held in memory, that is `unread_mb_total`; the manager's bounded buffers (a subscriber that
-  falls behind is caught up from the journal) keep the server's growth to `stall_growth_ratio`. One
-  reading client per session checks that nobody else's events were held up or lost meanwhile.
+- `server_rss_mb`: the server's resident set after the runs. Then the same large work (`--stall-rounds`
+  prompts of big answers per session) twice, on fresh sessions each time, one reading client per session:
+  first alone (`server_rss_mb_control`), then with `--clients` more streams that connect and never read (a
+  4 KiB receive buffer), whose RSS with them still connected is `server_rss_mb_stalled`;
+  `stall_growth_ratio` is stalled over control. Each stalled stream is sent `unread_mb_per_stream` MB (what
+  the reading client got) that it never reads; held in memory that is `unread_mb_total`.
 
 opencode (`--opencode PATH` to its binary, e.g. from `npm install opencode-ai`): `opencode serve` on
 loopback with bench/_openai_stub.py as its model (an OpenAI-compatible provider in its config), home,
@@ -86,8 +86,8 @@ OPENCODE_STALL_WORK = "pad=8000"
 """opencode's: the stub answers with 8,000 more characters, in pieces of 1,000."""
 OPENCODE_WAIT = 600.0
 """Seconds an opencode prompt may take to end (its first prompt in a directory starts an instance)."""
-OPENCODE_STALL_PROMPTS = 10
-"""opencode's prompts per stall round (one model call each, against tether's 30)."""
+OPENCODE_STALL_PROMPTS = 2
+"""opencode's prompts per stall round (one model call each, against tether's 30 steps: its prompts take far longer)."""
 
 
 def load() -> list[float]:
@@ -575,20 +575,54 @@ async def tether_runs(
     out["prompt_first_event_p50_ms"] = report.figures["prompt_first_event_p50_ms"]
     out["prompt_first_event_idle_p50_ms"] = report.figures["prompt_first_event_idle_p50_ms"]
 
-    # stalled clients: connect, never read, while every session runs large answers
+    # stalled clients: the same large work twice, on fresh sessions each time: first with one reading client
+    # per session (the control: what the runs themselves leave in memory), then with `per` clients per
+    # session more that connect and never read. The difference is what the stalled clients cost.
     for group in streams.values():
-        for stream in group[1:]:
+        for stream in group:
             await stream.close()
-        group[0].keep = False
     report.section(
-        f"tether: {per * args.sessions} more clients that never read, {args.stall_rounds} prompt(s) per session "
-        f"({STALL_WORK}); one reading client per session"
+        f"tether: {args.stall_rounds} prompt(s) per session ({STALL_WORK}) on {args.sessions} fresh sessions, "
+        f"one reading client each; then again with {per * args.sessions} more clients that never read"
     )
+    control = await stall_phase(report, args, client, server, host, port, new_session, 0)
+    stalled_rss, per_stream = await stall_phase(report, args, client, server, host, port, new_session, per)
+    control_rss = control[0]
+    report.row(
+        "bytes each stalled client was sent and did not read", "unread_mb_per_stream", per_stream, "MB", digits=2
+    )
+    report.row("   all stalled clients together", "unread_mb_total", per_stream * per * args.sessions, "MB")
+    report.row("server RSS after the control (no stalled client)", "server_rss_mb_control", control_rss, "MB")
+    report.row("server RSS with the stalled clients connected", "server_rss_mb_stalled", stalled_rss, "MB")
+    report.row("   over the control", "stall_growth_ratio", stalled_rss / control_rss, "x", digits=2)
+    report.row("server peak RSS (whole run)", "server_peak_rss_mb", server.hwm_mb(), "MB")
+    out["server_rss_mb"] = rss
+    out["server_rss_mb_stalled"] = stalled_rss
+    return out
+
+
+async def stall_phase(
+    report: Report,
+    args: argparse.Namespace,
+    client: httpx.AsyncClient,
+    server: Process,
+    host: str,
+    port: int,
+    new_session: Callable[[], Any],
+    per: int,
+) -> tuple[float, float]:
+    """Fresh sessions, one reading client each and `per` that never read, each session `--stall-rounds`
+    prompts of STALL_WORK. Returns (the server's RSS MB with the stalled clients still connected, MB sent
+    to each stream)."""
+    sessions = [await new_session() for _ in range(args.sessions)]
+    readers = {s: Stream(host, port, f"/sessions/{s}/events", keep=False) for s in sessions}
+    for r in readers.values():
+        r.start()
+    for r in readers.values():
+        await r.connected.wait()
     stalled = [stalled_socket(host, port, f"/sessions/{s}/events") for s in sessions for _ in range(per)]
     try:
         await asyncio.sleep(0.5)
-        readers = {s: group[0] for s, group in streams.items()}
-        before = {s: r.nbytes for s, r in readers.items()}
 
         async def stall_work(s: str) -> None:
             for _ in range(args.stall_rounds):
@@ -596,25 +630,14 @@ async def tether_runs(
 
         t0 = time.perf_counter()
         await asyncio.gather(*(stall_work(s) for s in sessions))
-        report.note(f"the runs took {time.perf_counter() - t0:.1f} s")
-        sent = [r.nbytes - before[s] for s, r in readers.items()]
-        per_stream = sum(sent) / len(sent) / 1e6
-        stalled_rss = server.rss_mb()
-        report.row(
-            "bytes each stalled client was sent and did not read", "unread_mb_per_stream", per_stream, "MB", digits=2
-        )
-        report.row("   all stalled clients together", "unread_mb_total", per_stream * len(stalled), "MB")
-        report.row("server RSS with the stalled clients connected", "server_rss_mb_stalled", stalled_rss, "MB")
-        report.row("   growth over the RSS after the runs", "stall_growth_ratio", stalled_rss / rss, "x", digits=2)
-        report.row("server peak RSS (whole run)", "server_peak_rss_mb", server.hwm_mb(), "MB")
-        out["server_rss_mb"] = rss
-        out["server_rss_mb_stalled"] = stalled_rss
+        report.note(f"{len(stalled)} stalled clients: the runs took {time.perf_counter() - t0:.1f} s")
+        sent = [r.nbytes for r in readers.values()]
+        return server.rss_mb(), sum(sent) / len(sent) / 1e6
     finally:
         for sock in stalled:
             sock.close()
-        for group in streams.values():
-            await group[0].close()
-    return out
+        for r in readers.values():
+            await r.close()
 
 
 # --- opencode -----------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ FIGURES = (
     "tail_server_cpu_us",
     "server_rss_mb",
     "server_rss_mb_stalled",
+    "server_rss_mb_control",
     "stall_growth_ratio",
     "unread_mb_per_stream",
     "client_loop_lag_p99_ms",
