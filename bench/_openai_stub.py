@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -22,10 +23,21 @@ DEFAULT_TOOLS = {"noop": '{"n": %d}'}
 turn to turn and no client's guard against a model repeating itself fires."""
 
 
+_PAD = re.compile(r"\bpad=(\d+)")
+_FILLER = "the quick brown fox jumps over the lazy dog; "
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # content parts
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
 class Answers:
     """Decides what a request gets: a tool call when the request offers one of `tools` (the first offered
     wins), its last message is the user's and that user message is an even-numbered one; otherwise a short
-    text. A function of the request alone, so the same conversation always gets the same answers."""
+    text, padded with N characters when the user's message says ``pad=N`` (for benches that need volume). A function of the request alone, so the same conversation always gets the same answers."""
 
     def __init__(self, tools: Mapping[str, str] | None = None) -> None:
         self.tools = dict(DEFAULT_TOOLS if tools is None else tools)
@@ -48,7 +60,12 @@ class Answers:
                 self.tool_calls += 1
                 template = self.tools[tool]
                 return "", tool, template % len(messages) if "%d" in template else template
-        return f"Done: turn {users}, {len(messages)} messages.", None, ""
+        text = f"Done: turn {users}, {len(messages)} messages."
+        pad = _PAD.search(_text(messages[-1])) if messages and last == "user" else None
+        if pad:
+            size = int(pad.group(1))
+            text += " " + (_FILLER * (size // len(_FILLER) + 1))[:size]
+        return text, None, ""
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -74,10 +91,13 @@ def sse_body(
         chunks.append(_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}))
         chunks.append(_chunk(model, {}, "tool_calls"))
     else:
-        words = text.split(" ")
+        head, pad = (text[:200], text[200:]) if len(text) > 200 else (text, "")
+        words = head.split(" ")
         for i in range(0, len(words), 3):
             piece = " ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "")
             chunks.append(_chunk(model, {"content": piece}))
+        for i in range(0, len(pad), 1000):  # padding in pieces of 1,000 characters
+            chunks.append(_chunk(model, {"content": pad[i : i + 1000]}))
         chunks.append(_chunk(model, {}, "stop"))
     completion = max(1, len(text or args) // 4)
     if usage:

@@ -264,6 +264,38 @@ async def test_a_request_pending_when_the_run_is_cancelled_is_asked_again(store:
     assert await journaled_requests(store, session.id) == []
 
 
+async def test_the_pending_requests_are_read_back_to_the_last_answer_only(store: Store, tmp_path: Path) -> None:
+    """`journaled_requests` reads from the end back to the model's last answer, a few entries at a time: the
+    requests after it without a decision are pending however many entries they span; one before it is not."""
+    info = await store.create_session(directory=str(tmp_path))
+    calls = [ToolCallPart(id=f"k{i}", name="deploy", arguments={"target": str(i)}) for i in range(12)]
+
+    def request(call_id: str) -> Marker:
+        return Marker(APPROVAL_REQUEST_MARKER, {"call_id": call_id, "tool": "deploy", "reason": "asks"})
+
+    await store.append(
+        info.id,
+        [
+            Message.user("deploy everything"),
+            Message.assistant(tool_calls=[ToolCallPart(id="old", name="deploy", arguments={"target": "x"})]),
+            request("old"),  # pending once, but an answer came after it: no longer
+            Message.assistant("later"),
+            Message.user("now all twelve"),
+            Message.assistant(tool_calls=calls),
+        ],
+    )
+    body: list[Any] = []
+    for i, call in enumerate(calls):
+        body.append(request(call.id))
+        if i % 3 == 0:
+            body.append(Marker(APPROVAL_DECISION_MARKER, {"call_id": call.id, "approved": True}))
+    await store.append(info.id, body)  # 16 entries after the answer: more than one chunk read back
+    pending = await journaled_requests(store, info.id)
+    assert [r.call_id for r in pending] == [c.id for i, c in enumerate(calls) if i % 3]
+    assert all(r.session_id == info.id and r.tool == "deploy" for r in pending)
+    assert await journaled_requests(store, (await store.create_session(directory=str(tmp_path))).id) == []
+
+
 # --- a real process killed while it waits --------------------------------------------------------------
 
 DRIVER = """

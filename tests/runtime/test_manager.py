@@ -198,6 +198,42 @@ async def test_a_subscriber_that_reads_nothing_stays_bounded_and_catches_up(stor
     assert sum(isinstance(e, ToolCallComplete) for e in durable) == 30
 
 
+async def test_batches_give_what_piled_up_at_once_in_order(store: SqliteStore, tmp_path: Path) -> None:
+    """`subscribe_batches` gives the events queued behind the first in one batch (`most` at most), the same
+    events in the same order as `subscribe`; a replay comes from the journal `most` at a time."""
+    mgr = manager(store, tmp_path, ScriptedProvider(steps(6)))
+    first = await mgr.start(None, "warm up", tools=None)
+    await first.result()
+    sid = first.session_id
+    plain = mgr.subscribe(sid)
+    batches = mgr.subscribe_batches(sid, most=7)
+    plain_first = asyncio.create_task(plain.__anext__())  # both registered, then the run goes unread
+    batch_first = asyncio.create_task(batches.__anext__())
+    await asyncio.sleep(0.05)
+    run = await mgr.start(sid, "look around", tools=None)
+    await run.result()
+    events = [await plain_first]
+    while not isinstance(events[-1], Done):
+        events.append(await asyncio.wait_for(plain.__anext__(), 10))
+    got = [await batch_first]
+    while not isinstance(got[-1][-1], Done):
+        got.append(await asyncio.wait_for(batches.__anext__(), 10))
+    await plain.aclose()
+    await batches.aclose()
+    assert [e for b in got for e in b] == events
+    assert all(1 <= len(b) <= 7 for b in got) and max(len(b) for b in got) == 7
+    assert not mgr._sessions.get(sid) or not mgr._sessions[sid].subscribers  # closing took them off
+
+    journal = [e async for e in replay_events(store, sid)]
+    replay = mgr.subscribe_batches(sid, after=0, most=5)
+    replayed: list[list[Event]] = []
+    while sum(isinstance(e, DURABLE_TYPES) for b in replayed for e in b) < len(journal):
+        replayed.append(await asyncio.wait_for(replay.__anext__(), 10))
+    await replay.aclose()
+    assert all(len(b) == 5 for b in replayed[:-1]) and 1 <= len(replayed[-1]) <= 5
+    assert [e for b in replayed for e in b if isinstance(e, DURABLE_TYPES)] == journal
+
+
 async def test_cancel_stops_the_run_keeps_its_work_and_frees_the_session(store: SqliteStore, tmp_path: Path) -> None:
     provider = ScriptedProvider(
         [Message.assistant(tool_calls=[ToolCallPart(id="c1", name="slow", arguments={"seconds": 60})])]

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..messages import APPROVAL_DECISION_MARKER, APPROVAL_REQUEST_MARKER, Entry, Marker, Message, ToolCallPart
 from ..store.protocols import Journal
-from ..store.reverts import active_tail
+from ..store.reverts import ActiveWalk
 from ..tools.base import ToolContext
 from .configuration import save_project_rules
 from .permission import ALLOWED, Answer, ApprovalRequest, Approver, Permission, strictest
@@ -204,10 +204,23 @@ def awaiting(state: RunState, calls: Sequence[ToolCallPart]) -> list[ToolCallPar
 
 
 PENDING_TAIL = 200
-"""Entries read from a session's end to find its pending approval requests (they follow its last answer)."""
+"""Entries read at most from a session's end to find its pending approval requests (they follow its last
+answer, where the reading stops)."""
+PENDING_CHUNK = 8
+"""Entries read at a time on the way back."""
 
 
 async def journaled_requests(store: Journal, session_id: str) -> list[ApprovalRequest]:
     """The approval requests of `session_id` that wait for a decision, as its journal says: those of a run
     that stopped (a cancel, a crash, a restart) while it waited, which its next run asks again."""
-    return undecided(await active_tail(store, session_id, PENDING_TAIL), session_id)
+    # `undecided` looks no further back than the last answer: read back to it, a few entries at a time (an
+    # idle session's status asks this; reading and decoding a fixed 200 entries was most of its cost)
+    last_seq = (await store.get_session(session_id)).entry_count
+    newest_first: list[Entry] = []
+    async for entry in ActiveWalk(store, session_id, last_seq, chunk=PENDING_CHUNK):
+        newest_first.append(entry)
+        body = entry.body
+        if (isinstance(body, Message) and body.role not in ("tool", "system")) or len(newest_first) >= PENDING_TAIL:
+            break
+    newest_first.reverse()
+    return undecided(newest_first, session_id)

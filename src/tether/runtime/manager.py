@@ -16,7 +16,7 @@ import os
 import socket
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -54,6 +54,8 @@ at a step and resumes on demand); run by another process (its lease says)."""
 
 SUBSCRIBER_BUFFER = 1024
 """Events a subscriber may fall behind by before it is moved to reading the journal."""
+SUBSCRIBER_BATCH = 256
+"""The most events `subscribe_batches` gives at once."""
 
 WATCH_INTERVAL = 0.5
 """How often a followed session that no run of this manager has is looked at for what another process
@@ -376,6 +378,20 @@ class SessionManager:
         no durable event is missed or repeated, and nothing waits on a slow subscriber. The events of the
         session's sub-agents (`task`) come as they happen, with their own `session_id` and numbers; a
         replay brings back only the session's own (the children's are in their own journals)."""
+        batches = self.subscribe_batches(session_id, after)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()  # now, not when the collector finds it: it takes the subscriber off
+
+    async def subscribe_batches(
+        self, session_id: str, after: int | None = None, *, most: int = SUBSCRIBER_BATCH
+    ) -> AsyncGenerator[list[Event], None]:
+        """`subscribe`, in batches: each one the events ready at once (one, or those queued behind it;
+        a replay from the journal `most` at a time), so that a follower that writes to a socket writes
+        what piled up in one go instead of one write per event."""
         await self.store.get_session(session_id)  # SessionNotFound before anything else
         entry = self._entry(session_id)
         subscriber = _Subscriber(self.subscriber_buffer)
@@ -384,27 +400,37 @@ class SessionManager:
             entry.watcher = asyncio.create_task(self._watch(entry), name=f"tether-watch-{session_id}")
         last = entry.last_n if after is None else after
         try:
-            if after is not None:
-                async for event in self._catch_up(entry, last):
-                    last = event.n
-                    yield event
+            replay = after is not None
             while True:
-                if subscriber.overflowed:
+                if replay or subscriber.overflowed:
                     subscriber.overflowed = False  # from here on it queues again; the journal fills the gap
+                    replay = False
+                    batch: list[Event] = []
                     async for event in self._catch_up(entry, last):
                         last = event.n
-                        yield event
+                        batch.append(event)
+                        if len(batch) >= most:
+                            yield batch
+                            batch = []
+                    if batch:
+                        yield batch
                     continue
                 queued = await subscriber.queue.get()
-                if subscriber.closed:
-                    return
-                if queued is None:
-                    continue  # a wake-up to catch up
-                if queued.session_id == session_id:  # a sub-agent's events are numbered in its own session
-                    if queued.n <= last:
-                        continue  # already given (a replay overtook the queue)
-                    last = queued.n
-                yield queued
+                batch = []
+                while True:
+                    if subscriber.closed:
+                        return
+                    if queued is not None:  # None: a wake-up to catch up
+                        if queued.session_id != session_id:  # a sub-agent's, numbered in its own session
+                            batch.append(queued)
+                        elif queued.n > last:  # else already given (a replay overtook the queue)
+                            last = queued.n
+                            batch.append(queued)
+                    if len(batch) >= most or subscriber.overflowed or subscriber.queue.empty():
+                        break
+                    queued = subscriber.queue.get_nowait()
+                if batch:
+                    yield batch
         finally:
             entry.subscribers.discard(subscriber)
             if entry.worker is None or entry.worker.done():

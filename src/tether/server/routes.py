@@ -63,7 +63,8 @@ from .schemas import (
 from .state import IMPORT_PATH, ServerState
 
 
-def _state(request: Request) -> ServerState:
+async def _state(request: Request) -> ServerState:
+    # async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop on every request
     state: ServerState = request.app.state.tether
     return state
 

@@ -1,0 +1,65 @@
+"""Keeps bench/server.py from rotting: a --quick run (a real tether server process on loopback, SSE clients,
+stalled clients) finishes and its last line is the JSON with every figure issue 14 names. Speed is never
+asserted here, only that each figure was measured and is in range; opencode is measured only when its binary
+is named (TETHER_BENCH_OPENCODE), else its figures are null and a row says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+SCRIPT = BENCH / "server.py"
+
+FIGURES = (
+    "sse_p50_ms",
+    "sse_p95_ms",
+    "sse_p99_ms",
+    "prompt_first_event_p50_ms",
+    "prompt_first_event_p95_ms",
+    "prompt_first_event_idle_p50_ms",
+    "list_rps",
+    "tail_rps",
+    "list_server_cpu_us",
+    "tail_server_cpu_us",
+    "server_rss_mb",
+    "server_rss_mb_stalled",
+    "server_rss_mb_control",
+    "stall_growth_ratio",
+    "unread_mb_per_stream",
+    "client_loop_lag_p99_ms",
+)
+
+
+def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
+    """One quick run, with an opencode binary that is not there: the peer is skipped with a row saying so,
+    and every tether figure comes."""
+    env = dict(os.environ)
+    env.pop("TETHER_BENCH_OPENCODE", None)
+    scratch = tmp_path / "scratch"
+    argv = [sys.executable, str(SCRIPT), "--quick", "--dir", str(scratch), "--opencode", str(tmp_path / "nope")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in FIGURES:
+        value = figures.get(key)
+        assert isinstance(value, int | float) and not isinstance(value, bool) and value > 0, (key, value)
+    assert figures["sse_p50_ms"] <= figures["sse_p95_ms"] <= figures["sse_p99_ms"] <= figures["sse_max_ms"]
+    assert figures["prompt_first_event_p50_ms"] <= figures["prompt_first_event_p95_ms"]
+    # the stalled clients were really sent something they did not read, and the server is a real process
+    assert figures["unread_mb_per_stream"] > 0.05 and figures["server_rss_mb"] > 20
+    assert set(figures["targets"]) == {"sse_p99_ms", "prompt_first_event_p50_ms"}
+    assert figures["quick"] is True and figures["sizes"]["sessions"] == 5 and figures["sizes"]["clients"] == 20
+    assert figures["opencode"] is None and "is not a file" in proc.stdout
+    assert "journal commit -> client" in proc.stdout and "never read" in proc.stdout
+    assert "load average" in proc.stdout
+    assert list(scratch.iterdir()) == []  # the scratch files are gone
+
+
+def test_bad_options_are_refused() -> None:
+    for argv in (["--clients", "3", "--sessions", "5"], ["--list-sessions", "10"], ["--rounds", "0"]):
+        proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "error:" in proc.stderr, (argv, proc.stderr)
