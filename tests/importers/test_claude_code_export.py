@@ -109,7 +109,9 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     errors = [b for ln in convo if ln["type"] == "user" and isinstance(ln["message"]["content"], list)
               for b in ln["message"]["content"] if b.get("is_error")]  # fmt: skip
     assert len(errors) == 1 and errors[0]["type"] == "tool_result"
-    assert convo[0]["tether"] == {"exported_from": sid}  # where it came from; Claude Code ignores it
+    # where it came from, at which entry, and how many lines are tether's (what follows is Claude Code's)
+    assert convo[0]["tether"] == {"exported_from": sid, "entries": info.entry_count, "lines": len(lines)}
+    assert not any("tether" in ln and "exported_from" in ln["tether"] for ln in lines[1:])
     system = next(ln for ln in convo if ln.get("tether", {}).get("role") == "system")
     assert system["isMeta"] is True and system["message"]["content"] == "The user switched branches."
     assert lines[-1] == {"type": "summary", "summary": "Check the tests", "leafUuid": convo[-1]["uuid"]}

@@ -73,7 +73,8 @@ async def test_the_lines_are_codexs(store: Store, tmp_path: Path, folder: Path, 
     # usage closes each response: a token count right after the assistant's items
     first_call = kinds.index(("response_item", "function_call"))
     assert kinds[first_call + 2] == ("event_msg", "token_count")
-    assert meta["payload"]["tether"] == {"exported_from": sid}  # where it came from; Codex ignores it
+    # where it came from, at which entry, and how many lines are tether's (what follows is Codex's)
+    assert meta["payload"]["tether"] == {"exported_from": sid, "entries": info.entry_count, "lines": len(lines)}
     failed = [ln["payload"] for ln in lines[1:] if ln["payload"].get("tether")]
     assert len(failed) == 1 and isinstance(failed[0]["output"], str)  # Codex's own shape, the flag beside it
     compacted = next(ln["payload"] for ln in lines if ln["type"] == "compacted")
