@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
@@ -52,6 +53,8 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
+from .continuation import Plan, export_mark_of, first_object, make_fork, plan_continuation, record_continuation
+from .foreign_export import TETHER_KEY, line_uuid
 from .jsonl import (
     CannotAppend,
     FileResult,
@@ -170,6 +173,8 @@ class _FileImport:
         self.model: str | None = None
         self.pre_tokens: int | None = None
         self.catalog: Any = None
+        self.exported_from: str | None = None  # a tether export whose session is not in this store
+        self.exported_nodes: list[str] = []  # the lines of a tether export coming back
 
     # --- sessions ---
 
@@ -218,6 +223,7 @@ class _FileImport:
             "tool": FORMAT,
             "path": self.path,
             "source_id": self.session_id or self.key,
+            **({"exported_from": self.exported_from} if self.exported_from else {}),
             **extra,
         }
 
@@ -272,6 +278,17 @@ class _FileImport:
             st = os.stat(self.path)
         except OSError as e:
             return self._failed(result, f"cannot read it: {e.strerror or e}")
+        if self.agent_id is None:
+            first = first_object(self.path)
+            exported = export_mark_of(first.get(TETHER_KEY)) if isinstance(first, dict) else None
+            if exported is not None:
+                plan = await plan_continuation(self.store, self.path, FORMAT, self.key, exported, st.st_size)
+                if isinstance(plan, Problem):
+                    return self._failed(result, plan.reason)
+                if plan is not None:
+                    return await self._continue(plan, result, st.st_size)
+                self.exported_from = exported.origin
+                result.note = f"exported from tether session {exported.origin}, which is not in this store: a copy"
         main_id = source_session_id(FORMAT, self.key)
         info = await existing(self.store, main_id)
         mark = import_mark(info)
@@ -309,6 +326,73 @@ class _FileImport:
         result.title = main.title or (info.title if info else None)
         result.problems = self.problems
         return result
+
+    async def _continue(self, plan: Plan, result: FileResult, size: int) -> FileResult:
+        """A file tether exported, coming back: its own lines are only read (for what later lines refer to),
+        the lines Claude Code appended go to the session the plan says."""
+        result.session_id, result.title = plan.into, plan.origin.title
+        if plan.outcome == "unchanged":
+            result.outcome, result.note = "unchanged", plan.note(0, self.dry_run)
+            return result
+
+        async def fork() -> None:
+            if not self.dry_run:
+                await make_fork(self.store, plan)
+
+        writer = SessionWriter(
+            self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
+            create=fork if plan.fork is not None else None,
+        )  # fmt: skip
+        main = _Target(writer, title=plan.origin.title)
+        self.targets.append(main)
+        current = main
+        exported: dict[str, int] | None = None
+        reading = JsonLines(self.path, self.problems)
+        try:
+            for line, obj in reading:
+                if line.no <= plan.skip:
+                    self._see(obj, main, plan.start)
+                    continue
+                if exported is None:  # a branch from an exported line forks the session at that line's entry
+                    exported = _exported_seqs(self.session_id or self.key, plan.start)
+                    self.nodes.update({u: (main, exported.get(u, plan.start)) for u in self.exported_nodes})
+                current = await self.place(obj, line.no, len(line.data), main, current)
+        except SourceChanged as e:
+            return self._failed(result, f"{e}; import it again")
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        finally:
+            result.lines = reading.lines
+        for target in self.targets:
+            await target.writer.flush()
+        result.entries = sum(t.writer.written for t in self.targets)
+        result.sessions = [t.writer.session_id for t in self.targets if t.writer.written]
+        result.problems = self.problems
+        result.note = plan.note(result.entries, self.dry_run)
+        if not result.entries:
+            result.outcome = "unchanged"
+        elif self.dry_run:
+            result.outcome = "would import" if plan.fork is not None else "would append"
+        else:
+            result.outcome = "imported" if plan.fork is not None else "grown"
+        if not self.dry_run and (result.entries or plan.record):
+            await record_continuation(self.store, plan, offset=reading.consumed, size=size, lines=reading.lines)
+        return result
+
+    def _see(self, obj: Any, main: _Target, start: int) -> None:
+        """An exported line: what later lines need of it, nothing written (its entry is the session's own)."""
+        if not isinstance(obj, dict):
+            return
+        if self.directory is None and isinstance(obj.get("cwd"), str) and obj["cwd"]:
+            self.directory = os.path.normpath(obj["cwd"])
+        if self.session_id is None and isinstance(obj.get("sessionId"), str):
+            self.session_id = obj["sessionId"]
+        self._note(obj)
+        uuid = obj.get("uuid")
+        if isinstance(uuid, str) and obj.get("isSidechain") is not True:
+            self.exported_nodes.append(uuid)
+            self.nodes[uuid] = (main, start)
+            main.tip = self.last_node = uuid
 
     def _failed(self, result: FileResult, reason: str) -> FileResult:
         result.outcome = "failed"
@@ -568,6 +652,20 @@ class _FileImport:
             self.catalog = Catalog()
         info = self.catalog.get("anthropic", model) or self.catalog.get("anthropic", re.sub(r"-\d{8}$", "", model))
         return info.cost(usage) if info is not None else None
+
+
+def _exported_seqs(target_id: str, entries: int) -> dict[str, int]:
+    """The entry each line of tether's export of a session (as `target_id`, `entries` entries) was written
+    for: its line ids are derived from the entries' seqs (`line_uuid`)."""
+    try:
+        UUID(target_id)
+    except ValueError:
+        return {}
+    seqs: dict[str, int] = {}
+    for seq in range(1, entries + 1):
+        for key in (str(seq), f"{seq}/no-result", f"{seq}/boundary"):
+            seqs[line_uuid(target_id, key)] = seq
+    return seqs
 
 
 def _meta_call_id(path: str) -> str | None:
