@@ -53,15 +53,16 @@ def append_turn(path: Path, fmt: str, prompt: str, answer: str, *, parent: str |
                                 "timestamp": "2030-01-01T00:00:01.000Z"}) + "\n")  # fmt: skip
             return
         at = "2030-01-01T00:00:00.000Z"
+        usage = {"input_tokens": 10, "output_tokens": 5}
+        said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}
+        asked = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
         for kind, payload in [
             ("turn_context", {"cwd": "/w", "model": "gpt-5-codex", "approval_policy": "never"}),
-            ("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}),
+            ("response_item", asked),
             ("event_msg", {"type": "user_message", "message": prompt, "images": []}),
-            ("response_item", {"type": "message", "role": "assistant",
-                               "content": [{"type": "output_text", "text": answer}]}),  # fmt: skip
+            ("response_item", said),
             ("event_msg", {"type": "agent_message", "message": answer}),
-            ("event_msg", {"type": "token_count", "info": {"last_token_usage": {"input_tokens": 10,
-                                                                                "output_tokens": 5}}}),  # fmt: skip
+            ("event_msg", {"type": "token_count", "info": {"last_token_usage": usage}}),
         ]:
             f.write(json.dumps({"timestamp": at, "type": kind, "payload": payload}) + "\n")
 
@@ -116,7 +117,10 @@ async def test_what_the_tool_added_is_appended_to_the_original(
     preview = await import_file(store, path, fmt, dry_run=True)
     n = TURN[fmt]
     assert preview.outcome == "would append" and preview.entries == n and preview.session_id == sid
-    assert preview.note == f"exported from tether session {sid}, continued in {tool(fmt)}: {n} entries would append to {sid}"
+    assert (
+        preview.note
+        == f"exported from tether session {sid}, continued in {tool(fmt)}: {n} entries would append to {sid}"
+    )
     assert (await store.get_session(sid)).entry_count == exported.entry_count  # a dry run writes nothing
 
     result = await import_file(store, path, fmt)
