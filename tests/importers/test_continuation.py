@@ -252,3 +252,30 @@ async def test_a_claude_code_branch_from_an_exported_line_forks_at_its_entry(
 
 def tool(fmt: str) -> str:
     return "Claude Code" if fmt == "claude-code" else "Codex"
+
+
+async def test_watching_brings_the_tools_turns_back_once(store: Store, tmp_path: Path, folder: Path, rt: Any) -> None:
+    from tether.importers.watch import Watcher
+
+    sid = await rt.loop_session(store, tmp_path, compact=False)
+    exported = await store.get_session(sid)
+    claude, _ = await rt.export_to(store, sid, "claude-code", folder)
+    codex, _ = await rt.export_to(store, sid, "codex", folder)
+    watcher = Watcher(lambda: [(claude, None), (codex, None)])
+    first = await watcher.round(store)
+    assert [(r.outcome, r.entries, r.session_id) for r in first] == [("unchanged", 0, sid)] * 2
+    append_turn(claude, "claude-code", "from Claude Code", "cc")
+    second = await watcher.round(store)
+    assert [(r.format, r.outcome, r.entries) for r in second] == [("claude-code", "grown", 2)]
+    assert await watcher.round(store) == []  # nothing changed: nothing read
+    append_turn(codex, "codex", "from Codex", "cx")  # the original moved on (Claude Code's turn): a fork
+    third = await watcher.round(store)
+    assert [(r.format, r.outcome, r.entries) for r in third] == [("codex", "imported", 3)]
+    assert third[0].session_id != sid and await session_count(store) == 2
+    assert (await store.get_session(sid)).entry_count == exported.entry_count + 2
+    append_turn(claude, "claude-code", "again", "cc2")
+    append_turn(codex, "codex", "again", "cx2")
+    fourth = await watcher.round(store)
+    assert [(r.outcome, r.entries, r.session_id) for r in fourth] == [
+        ("grown", 2, sid), ("grown", 3, third[0].session_id),
+    ]  # fmt: skip
