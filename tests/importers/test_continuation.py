@@ -279,3 +279,39 @@ async def test_watching_brings_the_tools_turns_back_once(store: Store, tmp_path:
     assert [(r.outcome, r.entries, r.session_id) for r in fourth] == [
         ("grown", 2, sid), ("grown", 3, third[0].session_id),
     ]  # fmt: skip
+
+
+def record_again(path: Path) -> str:
+    """What Claude Code (2.0.30) writes when it resumes a session whose messages have several blocks: every
+    message after the first is written again, one line per block, under new ids, chained from the first
+    line. The id of the last line it writes."""
+    lines = [ln for ln in lines_of(path) if ln.get("type") in ("user", "assistant") and "uuid" in ln]
+    parent = lines[0]["uuid"]
+    with path.open("a", encoding="utf-8") as f:
+        for ln in lines[1:]:
+            content = ln["message"]["content"]
+            for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+                again = {k: v for k, v in ln.items() if k != "tether"}
+                again.update({"uuid": str(uuid.uuid4()), "parentUuid": parent,
+                              "message": {**ln["message"], "content": [block]}})  # fmt: skip
+                f.write(json.dumps(again) + "\n")
+                parent = again["uuid"]
+    return parent
+
+
+async def test_messages_claude_code_writes_again_are_not_imported_again(
+    store: Store, tmp_path: Path, folder: Path, rt: Any
+) -> None:
+    sid = await rt.loop_session(store, tmp_path, compact=False)  # an assistant message of four blocks
+    exported = await store.get_session(sid)
+    path, _ = await rt.export_to(store, sid, "claude-code", folder)
+    last = record_again(path)
+    append_turn(path, "claude-code", "go on", "going", parent=last)
+    result = await import_file(store, path, "claude-code")
+    assert result.outcome == "grown" and result.entries == 2 and result.sessions == [sid]
+    assert (await texts(store, sid))[-3:] == [("assistant", "still here"), ("user", "go on"), ("assistant", "going")]
+    assert (await store.get_session(sid)).entry_count == exported.entry_count + 2
+    assert (await import_file(store, path, "claude-code")).outcome == "unchanged"
+    append_turn(path, "claude-code", "more", "more")  # after the turn: appended the same way
+    assert (await import_file(store, path, "claude-code")).entries == 2
+    assert await session_count(store) == 1

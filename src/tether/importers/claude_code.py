@@ -175,6 +175,9 @@ class _FileImport:
         self.catalog: Any = None
         self.exported_from: str | None = None  # a tether export whose session is not in this store
         self.exported_nodes: list[str] = []  # the lines of a tether export coming back
+        self.exported_blocks: list[tuple[str, str, str]] = []  # their messages' blocks, one after another
+        self.block_end: dict[str, int] = {}  # an exported line (or one written again) -> where its blocks end
+        self.line_ending: dict[int, str] = {}  # where an exported line's blocks end -> that line
 
     # --- sessions ---
 
@@ -356,6 +359,8 @@ class _FileImport:
                 if exported is None:  # a branch from an exported line forks the session at that line's entry
                     exported = _exported_seqs(self.session_id or self.key, plan.start)
                     self.nodes.update({u: (main, exported.get(u, plan.start)) for u in self.exported_nodes})
+                if self._recorded_again(obj, main):
+                    continue
                 current = await self.place(obj, line.no, len(line.data), main, current)
         except SourceChanged as e:
             return self._failed(result, f"{e}; import it again")
@@ -393,6 +398,37 @@ class _FileImport:
             self.exported_nodes.append(uuid)
             self.nodes[uuid] = (main, start)
             main.tip = self.last_node = uuid
+            self.exported_blocks += _block_keys(obj)
+            self.block_end[uuid] = len(self.exported_blocks)
+            self.line_ending[len(self.exported_blocks)] = uuid
+
+    def _recorded_again(self, obj: Any, main: _Target) -> bool:
+        """Whether a line Claude Code appended is one of the export's messages written again: on resume it
+        splits a message of several blocks into one line per block, under new ids, and writes every message
+        after it again too, chained from the last one it kept. Such a line (its parent an exported line or
+        one written again, its blocks the export's next ones) is the session's own: it is not imported,
+        and a line after it continues where it stands in the export."""
+        if not isinstance(obj, dict) or obj.get("type") not in ("user", "assistant"):
+            return False
+        uuid, parent = obj.get("uuid"), obj.get("parentUuid")
+        if not isinstance(uuid, str) or not isinstance(parent, str) or parent not in self.block_end:
+            return False
+        keys = _block_keys(obj)
+        at = self.block_end[parent]
+        if not keys or self.exported_blocks[at : at + len(keys)] != keys:
+            return False
+        self._note(obj)
+        end = at + len(keys)
+        self.block_end[uuid] = end
+        stands = self.line_ending.get(end)
+        if stands is None:  # within an exported message: a line after this one branches at that message
+            stands = next(u for pos, u in sorted(self.line_ending.items()) if pos > end)
+        self.nodes[uuid] = self.nodes[stands]
+        if main.tip == stands:
+            main.tip = uuid
+        if self.last_node == stands:
+            self.last_node = uuid
+        return True
 
     def _failed(self, result: FileResult, reason: str) -> FileResult:
         result.outcome = "failed"
@@ -652,6 +688,30 @@ class _FileImport:
             self.catalog = Catalog()
         info = self.catalog.get("anthropic", model) or self.catalog.get("anthropic", re.sub(r"-\d{8}$", "", model))
         return info.cost(usage) if info is not None else None
+
+
+def _block_keys(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A line's message as (role, block type, what identifies the block) per block: what Claude Code keeps
+    when it writes a message again (a string is a text block)."""
+    message = obj.get("message")
+    if not isinstance(message, dict):
+        return []
+    role = str(message.get("role") or obj.get("type"))
+    content = message.get("content")
+    if isinstance(content, str):
+        return [(role, "text", content)]
+    keys: list[tuple[str, str, str]] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = str(block.get("type"))
+        for name in ("text", "thinking", "id", "tool_use_id", "data"):
+            if isinstance(block.get(name), str):
+                keys.append((role, kind, block[name]))
+                break
+        else:
+            keys.append((role, kind, ""))
+    return keys
 
 
 def _exported_seqs(target_id: str, entries: int) -> dict[str, int]:
