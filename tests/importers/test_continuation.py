@@ -315,3 +315,34 @@ async def test_messages_claude_code_writes_again_are_not_imported_again(
     append_turn(path, "claude-code", "more", "more")  # after the turn: appended the same way
     assert (await import_file(store, path, "claude-code")).entries == 2
     assert await session_count(store) == 1
+
+
+async def test_an_import_killed_after_writing_is_taken_up_not_forked(
+    store: Store, tmp_path: Path, folder: Path, rt: Any, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tether.importers.claude_code as claude_code_module
+    import tether.importers.codex as codex_module
+
+    sid = await rt.loop_session(store, tmp_path, compact=False)
+    exported = await store.get_session(sid)
+    path, _ = await rt.export_to(store, sid, fmt, folder)
+    append_turn(path, fmt, "in the tool", "tool's answer")
+
+    async def killed(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # the process dies after the entries are in, before it says how far it got
+
+    module = claude_code_module if fmt == "claude-code" else codex_module
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "record_continuation", killed)
+        with pytest.raises(KeyboardInterrupt):
+            await import_file(store, path, fmt)
+    assert (await store.get_session(sid)).entry_count == exported.entry_count + TURN[fmt]
+    again = await import_file(store, path, fmt)
+    assert again.outcome == "unchanged" and again.entries == 0 and again.session_id == sid  # not a fork
+    assert await session_count(store) == 1
+    append_turn(path, fmt, "more", "more")
+    assert (await import_file(store, path, fmt)).entries == TURN[fmt]
+    await store.append(sid, [Message.user("in tether")])  # tether's own entry: a later turn makes a fork
+    append_turn(path, fmt, "and more", "more")
+    forked = await import_file(store, path, fmt)
+    assert forked.outcome == "imported" and forked.session_id != sid

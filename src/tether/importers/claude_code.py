@@ -53,7 +53,7 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
-from .continuation import Plan, export_mark_of, first_object, make_fork, plan_continuation, record_continuation
+from .continuation import Plan, begin_continuation, export_mark_of, first_object, plan_continuation, record_continuation
 from .foreign_export import TETHER_KEY, line_uuid
 from .jsonl import (
     CannotAppend,
@@ -338,13 +338,13 @@ class _FileImport:
             result.outcome, result.note = "unchanged", plan.note(0, self.dry_run)
             return result
 
-        async def fork() -> None:
+        async def begin() -> None:
             if not self.dry_run:
-                await make_fork(self.store, plan)
+                await begin_continuation(self.store, plan)
 
         writer = SessionWriter(
             self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
-            create=fork if plan.fork is not None else None,
+            create=begin,
         )  # fmt: skip
         main = _Target(writer, title=plan.origin.title)
         self.targets.append(main)

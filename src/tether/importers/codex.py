@@ -52,7 +52,7 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED
-from .continuation import Plan, export_mark_of, first_object, make_fork, plan_continuation, record_continuation
+from .continuation import Plan, begin_continuation, export_mark_of, first_object, plan_continuation, record_continuation
 from .foreign_export import TETHER_KEY
 from .jsonl import (
     CannotAppend,
@@ -224,13 +224,13 @@ class _RolloutImport:
         self.session_id = plan.into
         self.cuts = {int(n) for n in plan.record.get("cuts", []) if isinstance(n, int)}
 
-        async def fork() -> None:
+        async def begin() -> None:
             if not self.dry_run:
-                await make_fork(self.store, plan)
+                await begin_continuation(self.store, plan)
 
         self.writer = SessionWriter(
             self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
-            create=fork if plan.fork is not None else None,
+            create=begin,
         )  # fmt: skip
         reading, last = JsonLines(self.path, self.problems), 0
         self.quiet = True

@@ -13,11 +13,21 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..messages import Compaction, Marker, Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
 from .jsonl import Problem, decode_json, existing, head_digest, read_lines, source_session_id
 
-__all__ = ["CONTINUED", "ExportMark", "Plan", "export_mark_of", "plan_continuation", "record_continuation"]
+__all__ = [
+    "CONTINUED",
+    "ExportMark",
+    "Plan",
+    "begin_continuation",
+    "export_mark_of",
+    "first_object",
+    "plan_continuation",
+    "record_continuation",
+]
 
 CONTINUED = "continued_in"
 """The original session's metadata key of what was imported back from its exports: one record per exported
@@ -141,6 +151,9 @@ async def plan_continuation(
         target = origin
     if target.entry_count == synced:
         return Plan(**base, outcome="continue", into=into, known=synced, record=record or {})  # type: ignore[arg-type]
+    if record is not None and record.get("pending") and await _all_from(store, fmt, into, synced + 1):
+        # an import of this file was stopped (killed) after it wrote some of its entries, before it said so
+        return Plan(**base, outcome="continue", into=into, known=target.entry_count, record=record or {})  # type: ignore[arg-type]
     # continued in tether since: the tool's continuation is a fork at the point the tool's file reflects
     fork_id = source_session_id(fmt, f"{source_id}/continued-{into}-{synced}")
     made = await existing(store, fork_id)
@@ -154,6 +167,21 @@ async def plan_continuation(
     )
 
 
+async def _all_from(store: Store, fmt: str, session_id: str, start: int) -> bool:
+    """Whether every entry of the session from `start` on came from a `fmt` file (a message or compaction
+    keeping the tool's fields, a marker of one of its lines): written by an import of the file that was cut
+    short (killed) before it recorded how far it got, not by tether continuing the session."""
+    key = fmt.replace("-", "_")
+    async for entry in store.iter_entries(session_id, start):
+        body = entry.body
+        if isinstance(body, Message | Compaction):
+            if not isinstance(body.metadata.get(key), dict):
+                return False
+        elif not (isinstance(body, Marker) and body.name.startswith(f"{fmt}.")):
+            return False
+    return True
+
+
 def _has_more_lines(path: str, lines: int) -> bool:
     """Whether the file has a line after its first `lines` (a blank one does not count)."""
     try:
@@ -165,12 +193,30 @@ def _has_more_lines(path: str, lines: int) -> bool:
     return False
 
 
-async def make_fork(store: Store, plan: Plan, title_of: SessionInfo | None = None) -> None:
-    """Make the fork a diverged continuation goes to (when the plan needs one)."""
-    if plan.fork is None:
-        return
-    source, at = plan.fork
-    base = title_of or await store.get_session(source)
+async def begin_continuation(store: Store, plan: Plan) -> None:
+    """Before the first entry is written: make the fork a diverged continuation goes to (when the plan needs
+    one), and note on the original that entries are being written to it (so that an import killed midway
+    is taken up where it stopped, not mistaken for the session continued in tether)."""
+    if plan.fork is not None:
+        await _fork(store, plan, *plan.fork)
+    origin = await store.get_session(plan.origin.id)
+    records = origin.metadata.get(CONTINUED)
+    records = dict(records) if isinstance(records, dict) else {}
+    records[plan.key] = {
+        **(plan.record or {"offset": 0, "head": head_digest(plan.path, 0)}),
+        "format": plan.fmt,
+        "path": plan.path,
+        "mark": [plan.mark.entries, plan.mark.lines],
+        "into": plan.into,
+        "entries": plan.known,
+        "size": None,
+        "pending": True,
+    }
+    await store.update_session(origin.id, metadata={**origin.metadata, CONTINUED: records})
+
+
+async def _fork(store: Store, plan: Plan, source: str, at: int) -> None:
+    base = await store.get_session(source)
     title = f"{base.title or 'untitled'} (continued in {plan.tool})"
     forked = await store.fork(source, at, id=plan.into, title=title)
     await store.update_session(
