@@ -157,13 +157,14 @@ async def test_continued_in_tether_too_the_tools_continuation_is_a_fork(
     n = TURN[fmt]
     preview = await import_file(store, path, fmt, dry_run=True)
     assert preview.outcome == "would import" and preview.entries == n and await session_count(store) == 1
+    assert preview.note is not None and f"would fork {sid} at entry {exported.entry_count} as " in preview.note
     result = await import_file(store, path, fmt)
     assert result.outcome == "imported" and result.entries == n
     fork = result.session_id
     assert fork is not None and fork != sid and result.sessions == [fork]
     assert result.note == (
-        f"exported from tether session {sid}, continued in {tool(fmt)} and in tether since the export: {n} entries "
-        f"from {tool(fmt)} appended to {fork}, forked from {sid} at entry {exported.entry_count}"
+        f"exported from tether session {sid}, continued in {tool(fmt)} and in tether since the export: forked "
+        f"{sid} at entry {exported.entry_count} as {fork} for {tool(fmt)}'s {n} entries"
     )
     info = await store.get_session(fork)
     assert info.forked_from == sid and info.forked_at == exported.entry_count

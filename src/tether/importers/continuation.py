@@ -107,10 +107,10 @@ class Plan:
         n = f"{entries} entr{'y' if entries == 1 else 'ies'}"
         verb = "would append" if dry_run else "appended"
         if self.fork is not None:
-            made = "would be forked" if dry_run else "forked"
+            made = "would fork" if dry_run else "forked"
             return (
-                f"{where}, continued in {self.tool} and in tether since the export: {n} from {self.tool} "
-                f"{verb} to {self.into}, {made} from {self.fork[0]} at entry {self.fork[1]}"
+                f"{where}, continued in {self.tool} and in tether since the export: {made} "
+                f"{self.fork[0]} at entry {self.fork[1]} as {self.into} for {self.tool}'s {n}"
             )
         return f"{where}, continued in {self.tool}: {n} {verb} to {self.into}"
 
