@@ -347,3 +347,25 @@ async def test_an_import_killed_after_writing_is_taken_up_not_forked(
     append_turn(path, fmt, "and more", "more")
     forked = await import_file(store, path, fmt)
     assert forked.outcome == "imported" and forked.session_id != sid
+
+
+async def test_a_sub_agent_claude_code_ran_in_the_continuation_is_a_child_of_the_original(
+    store: Store, tmp_path: Path, folder: Path, rt: Any
+) -> None:
+    from tether.importers.sources import files_under
+    from tether.importers.sources import import_file as import_any
+
+    sid = await rt.loop_session(store, tmp_path, compact=False)
+    path, report = await rt.export_to(store, sid, "claude-code", folder)
+    append_turn(path, "claude-code", "plan it with a sub-agent", "planned")
+    agent = folder / report.target_id / "subagents" / "agent-a1.jsonl"
+    agent.parent.mkdir(parents=True)
+    line = {"parentUuid": None, "isSidechain": True, "userType": "external", "cwd": str(tmp_path),
+            "sessionId": report.target_id, "agentId": "a1", "type": "user", "uuid": str(uuid.uuid4()),
+            "timestamp": "2030-01-01T00:00:00.000Z", "message": {"role": "user", "content": "make a plan"}}  # fmt: skip
+    agent.write_text(json.dumps(line) + "\n")
+    results = [await import_any(store, str(p)) for p in files_under(folder)]
+    assert [(r.outcome, r.entries) for r in results] == [("grown", 2), ("imported", 1)]
+    child = results[1].session_id
+    assert child is not None and (await store.get_session(child)).parent_id == sid
+    assert await session_count(store) == 2

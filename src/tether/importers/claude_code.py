@@ -53,7 +53,15 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
-from .continuation import Plan, begin_continuation, export_mark_of, first_object, plan_continuation, record_continuation
+from .continuation import (
+    Plan,
+    begin_continuation,
+    continuation_of,
+    export_mark_of,
+    first_object,
+    plan_continuation,
+    record_continuation,
+)
 from .foreign_export import TETHER_KEY, line_uuid
 from .jsonl import (
     CannotAppend,
@@ -208,6 +216,10 @@ class _FileImport:
             return None, {}
         parent_id = source_session_id(FORMAT, self.parent_key)
         parent = await existing(self.store, parent_id)
+        if parent is None:  # a session tether exported, continued in Claude Code: its sub-agent is the continuation's
+            continued = await continuation_of(self.store, self._parent_file(), FORMAT, self.parent_key)
+            parent = await existing(self.store, continued) if continued else None
+            parent_id = continued or parent_id
         call_id = _meta_call_id(self.path)
         if parent is None:
             return None, {"imported_parent_id": parent_id}
@@ -217,6 +229,13 @@ class _FileImport:
         if call_id:
             task["call_id"] = call_id
         return parent_id, {"task": task}
+
+    def _parent_file(self) -> str:
+        """The transcript of a sub-agent's session: ``<session>.jsonl`` beside the ``<session>/subagents``
+        folder, or beside the sub-agent's file (older versions)."""
+        p = Path(self.path)
+        folder = p.parent.parent.parent if p.parent.name == "subagents" else p.parent
+        return str(folder / f"{self.parent_key}.jsonl")
 
     def _mark(self, **extra: Any) -> dict[str, Any]:
         return {

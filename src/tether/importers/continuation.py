@@ -16,6 +16,7 @@ import msgspec
 from ..messages import Compaction, Marker, Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
+from .foreign_export import TETHER_KEY
 from .jsonl import Problem, decode_json, existing, head_digest, read_lines, source_session_id
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "ExportMark",
     "Plan",
     "begin_continuation",
+    "continuation_of",
     "export_mark_of",
     "first_object",
     "plan_continuation",
@@ -180,6 +182,21 @@ async def _all_from(store: Store, fmt: str, session_id: str, start: int) -> bool
         elif not (isinstance(body, Marker) and body.name.startswith(f"{fmt}.")):
             return False
     return True
+
+
+async def continuation_of(store: Store, path: str, fmt: str, source_id: str) -> str | None:
+    """The session the lines the tool added to tether's export at `path` go to (the original, or the fork
+    made of it), when the file is one whose origin is in this store; else None."""
+    first = first_object(path)
+    if fmt == "codex" and isinstance(first, dict):
+        first = first.get("payload")
+    mark = export_mark_of(first.get(TETHER_KEY)) if isinstance(first, dict) else None
+    origin = await existing(store, mark.origin) if mark is not None else None
+    if origin is None:
+        return None
+    records = origin.metadata.get(CONTINUED)
+    record = records.get(f"{fmt}:{source_id}") if isinstance(records, dict) else None
+    return str(record["into"]) if isinstance(record, dict) and isinstance(record.get("into"), str) else origin.id
 
 
 def _has_more_lines(path: str, lines: int) -> bool:
