@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 
 from tether.cli.importing import parse_since
 from tether.cli.main import cli
+from tether.importers.foreign_export import session_uuid
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 ROLLOUT = "rollout-2025-09-20T10-00-00-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.jsonl"
@@ -232,3 +233,51 @@ def test_an_opencode_export_is_detected(homes: dict[str, Path]) -> None:
     result = run(homes, str(export))
     assert result.exit_code == 0, result.output
     assert "1 session: 1 imported; wrote 6 entries." in result.output
+
+
+def test_an_installed_export_comes_back_as_what_the_tool_added(homes: dict[str, Path], tmp_path: Path) -> None:
+    """`sessions export --install`, the session continued in Claude Code, then `import --all`: no copy; the
+    turn is appended to the original; said in words and in --json."""
+    import asyncio
+
+    from tether import SqliteStore
+    from tether.messages import Message
+
+    async def make() -> str:
+        async with SqliteStore(homes["db"]) as store:
+            info = await store.create_session(directory=str(tmp_path / "proj"), title="the work")
+            await store.append(info.id, [Message.user("start"), Message.assistant("started")])
+            return info.id
+
+    sid = asyncio.run(make())
+    store_args = ["--store", str(homes["db"])]
+    env = dict(os.environ)
+    for fmt in ("claude-code", "codex"):
+        exported = CliRunner().invoke(cli, [*store_args, "sessions", "export", sid, "-f", fmt, "--install"], env=env)
+        assert exported.exit_code == 0, exported.output
+    first = run(homes, "--all")
+    assert first.exit_code == 0, first.output
+    assert f"exported from tether session {sid}, unchanged" in first.output
+    summary = first.output.splitlines()[-1]  # the fixtures, and no copy of the exports
+    assert summary.startswith("5 files: ") and "3 imported" in summary and "2 unchanged" in summary
+    (installed,) = (homes["claude"] / "projects").rglob(f"{session_uuid(sid)}.jsonl")
+    last = [ln for ln in map(json.loads, installed.read_text().splitlines()) if "uuid" in ln][-1]  # not its title
+    line = claude_line("u-new", last["uuid"], "go on in Claude Code", last["cwd"], last["sessionId"])
+    with installed.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    preview = json.loads(run(homes, "--all", "--dry-run", "--json").output)
+    (would,) = [f for f in preview["files"] if f["outcome"] != "unchanged"]
+    assert would["outcome"] == "would append" and would["session_id"] == sid and would["entries"] == 1
+    assert (
+        would["note"] == f"exported from tether session {sid}, continued in Claude Code: 1 entry would append to {sid}"
+    )
+    second = run(homes, "--all")
+    assert second.exit_code == 0, second.output
+    assert f"continued in Claude Code: 1 entry appended to {sid}" in second.output
+    summary = second.output.splitlines()[-1]
+    assert "1 appended to" in summary and "4 unchanged" in summary and summary.endswith("wrote 1 entries.")
+    listed = CliRunner().invoke(cli, [*store_args, "sessions", "--all", "--json"])
+    assert len(json.loads(listed.output)) == 4  # three imported, and the original: no copies
+    shown = CliRunner().invoke(cli, [*store_args, "sessions", "show", sid, "--json"])
+    assert "go on in Claude Code" in shown.output
+    assert "unchanged" in run(homes, "--all").output.splitlines()[-1]

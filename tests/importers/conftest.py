@@ -163,13 +163,21 @@ async def export_to(store: Store, session_id: str, fmt: str, folder: Path) -> tu
 
 
 async def round_trip(store: Store, session_id: str, fmt: str, folder: Path) -> tuple[str, ExportReport]:
-    """Export `session_id` in `fmt` and import the file back into `store`: the new session's id and the
+    """Export `session_id` in `fmt` and import the file into another store, as another machine's tether
+    would (this store knows the session, so its import of the file adds nothing: `test_continuation`); the
+    copy is then moved into `store` as it is, for the test to compare. The new session's id and the
     export's report. The import must read every line."""
+    from tether.store.memory import MemoryStore
+
     path, report = await export_to(store, session_id, fmt, folder)
     importer = import_claude_code if fmt == "claude-code" else import_codex
-    result = await importer(store, path)
+    other = MemoryStore()
+    result = await importer(other, path)
     assert result.outcome == "imported" and not result.problems, result.problems
     assert result.session_id is not None and result.sessions == [result.session_id]
+    info = await other.get_session(result.session_id)
+    assert info.metadata["imported"]["exported_from"] == session_id  # the copy says where it came from
+    await store.import_session(info, await other.read(info.id))
     return result.session_id, report
 
 

@@ -109,7 +109,9 @@ async def test_the_lines_are_claude_codes(store: Store, tmp_path: Path, folder: 
     errors = [b for ln in convo if ln["type"] == "user" and isinstance(ln["message"]["content"], list)
               for b in ln["message"]["content"] if b.get("is_error")]  # fmt: skip
     assert len(errors) == 1 and errors[0]["type"] == "tool_result"
-    assert convo[0]["tether"] == {"exported_from": sid}  # where it came from; Claude Code ignores it
+    # where it came from, at which entry, and how many lines are tether's (what follows is Claude Code's)
+    assert convo[0]["tether"] == {"exported_from": sid, "entries": info.entry_count, "lines": len(lines)}
+    assert not any("tether" in ln and "exported_from" in ln["tether"] for ln in lines[1:])
     system = next(ln for ln in convo if ln.get("tether", {}).get("role") == "system")
     assert system["isMeta"] is True and system["message"]["content"] == "The user switched branches."
     assert lines[-1] == {"type": "summary", "summary": "Check the tests", "leafUuid": convo[-1]["uuid"]}
@@ -321,3 +323,90 @@ async def test_real_claude_code_resumes_the_export(
         assert [b["name"] for b in texts("tool_use")] == ["look", "boom"]
         assert [b.get("is_error", False) for b in texts("tool_result")] == [False, True]
         assert "detour" not in str(messages)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compact", [False, True], ids=["whole", "compacted"])
+async def test_real_claude_code_continues_the_export_and_the_turn_comes_back(
+    tmp_path: Path, rt: Any, compact: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round trip through the real tool: `claude --resume UUID -p ...` on the installed export, against
+    an Anthropic API on loopback that answers; Claude Code appends the turn to the file (first writing again,
+    under new ids, every message after one of several blocks), and importing the file brings that turn
+    back to the original session (no copy, nothing written twice), once."""
+    import http.server
+    import subprocess
+    import threading
+
+    from tether.importers.foreign_export import install_path, session_uuid
+
+    node, cli = claude_code_cli()
+    answer = "Carried on in Claude Code."
+
+    class Model(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+            message = {"id": "msg_cc_1", "type": "message", "role": "assistant", "model": request.get("model", "m"),
+                       "content": [], "stop_reason": None, "stop_sequence": None,
+                       "usage": {"input_tokens": 12, "output_tokens": 1}}  # fmt: skip
+            self.send_response(200)
+            if not request.get("stream"):
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                done = {**message, "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn"}
+                self.wfile.write(json.dumps(done).encode())
+                return
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for event in (
+                {"type": "message_start", "message": message},
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": answer}},
+                {"type": "content_block_stop", "index": 0},
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                 "usage": {"output_tokens": 6}},
+                {"type": "message_stop"},
+            ):  # fmt: skip
+                self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_port}",
+        "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }  # fmt: skip
+    store = MemoryStore()
+    try:
+        sid = await rt.loop_session(store, work, compact=compact)
+        info = await store.get_session(sid)
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", env["CLAUDE_CONFIG_DIR"])
+        target = install_path("claude-code", info, session_uuid(sid))
+        target.parent.mkdir(parents=True)
+        path, _ = await rt.export_to(store, sid, FMT, target.parent)
+        exported = path.read_bytes()
+        assert (await import_claude_code(store, path)).outcome == "unchanged"
+        done = await asyncio.to_thread(
+            subprocess.run, [node, cli, "--resume", session_uuid(sid), "-p", "go on"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert done.returncode == 0 and answer in done.stdout, done.stdout + done.stderr
+    grown = path.read_bytes()
+    assert grown.startswith(exported) and len(grown) > len(exported), "Claude Code wrote its turn elsewhere"
+    result = await import_claude_code(store, path)
+    assert result.outcome == "grown" and result.session_id == sid and not result.problems, result
+    assert len((await store.list_sessions()).items) == 1  # no copy
+    entries = await store.read(sid, info.entry_count + 1)
+    said = [(e.body.role, e.body.text) for e in entries if isinstance(e.body, Message)]
+    assert said == [("user", "go on"), ("assistant", answer)]  # the messages written again are not imported
+    assert len(entries) == result.entries  # the rest: markers of Claude Code's own lines (its queue)
+    assert all(isinstance(e.body, Message) or e.body.name.startswith("claude-code.") for e in entries)
+    assert (await import_claude_code(store, path)).outcome == "unchanged"

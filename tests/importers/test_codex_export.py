@@ -73,7 +73,8 @@ async def test_the_lines_are_codexs(store: Store, tmp_path: Path, folder: Path, 
     # usage closes each response: a token count right after the assistant's items
     first_call = kinds.index(("response_item", "function_call"))
     assert kinds[first_call + 2] == ("event_msg", "token_count")
-    assert meta["payload"]["tether"] == {"exported_from": sid}  # where it came from; Codex ignores it
+    # where it came from, at which entry, and how many lines are tether's (what follows is Codex's)
+    assert meta["payload"]["tether"] == {"exported_from": sid, "entries": info.entry_count, "lines": len(lines)}
     failed = [ln["payload"] for ln in lines[1:] if ln["payload"].get("tether")]
     assert len(failed) == 1 and isinstance(failed[0]["output"], str)  # Codex's own shape, the flag beside it
     compacted = next(ln["payload"] for ln in lines if ln["type"] == "compacted")
@@ -274,3 +275,84 @@ async def test_real_codex_resumes_the_export(
         assert [c["name"] for c in calls[:2]] == ["look", "boom"]
         assert "exploded: on purpose" in outputs["c2"]
         assert "detour" not in json.dumps(items)
+
+
+@pytest.mark.slow
+async def test_real_codex_continues_the_export_and_the_turn_comes_back(
+    tmp_path: Path, rt: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round trip through the real tool: `codex exec resume UUID ...` on the installed export, against a
+    Responses API on loopback that answers; Codex appends the turn to the rollout, and importing it brings
+    that turn back to the original session (no copy, nothing written twice), once."""
+    import http.server
+    import os
+    import subprocess
+    import threading
+
+    from tether.importers.foreign_export import install_path, session_uuid
+
+    binary = codex_binary()
+    answer = "Carried on in Codex."
+
+    class Model(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            item = {"type": "message", "role": "assistant", "id": "msg_1",
+                    "content": [{"type": "output_text", "text": answer, "annotations": []}]}  # fmt: skip
+            usage = {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 6,
+                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 26}  # fmt: skip
+            for event in (
+                {"type": "response.created", "response": {"id": "resp_1"}},
+                {"type": "response.output_item.done", "item": item},
+                {"type": "response.completed", "response": {"id": "resp_1", "usage": usage}},
+            ):
+                self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    home, work = tmp_path / "codex", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(
+        'model = "gpt-5"\nmodel_provider = "rec"\n\n[model_providers.rec]\nname = "rec"\n'
+        f'base_url = "http://127.0.0.1:{server.server_port}/v1"\nenv_key = "OPENAI_API_KEY"\n'
+        'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "CODEX_HOME": str(home),
+           "OPENAI_API_KEY": "sk-test"}  # fmt: skip
+    store = MemoryStore()
+    try:
+        sid = await rt.loop_session(store, work, compact=False)
+        info = await store.get_session(sid)
+        monkeypatch.setenv("CODEX_HOME", str(home))
+        target = install_path("codex", info, session_uuid(sid))
+        target.parent.mkdir(parents=True)
+        path, _ = await rt.export_to(store, sid, FMT, target.parent)
+        path = path.rename(target)
+        exported = path.read_bytes()
+        assert (await import_codex(store, path)).outcome == "unchanged"
+        done = await asyncio.to_thread(
+            subprocess.run, [binary, "exec", "--skip-git-repo-check", "resume", session_uuid(sid), "go on"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert done.returncode == 0 and answer in done.stdout + done.stderr, done.stdout + done.stderr
+    grown = path.read_bytes()
+    assert grown.startswith(exported) and len(grown) > len(exported), "Codex wrote its turn elsewhere"
+    result = await import_codex(store, path)
+    assert result.outcome == "grown" and result.session_id == sid and not result.problems, result
+    assert len((await store.list_sessions()).items) == 1  # no copy
+    entries = await store.read(sid, info.entry_count + 1)
+    said = [(e.body.role, e.body.text) for e in entries if isinstance(e.body, Message) and e.body.text]
+    assert said[-1] == ("assistant", answer) and ("user", "go on") in said
+    assert not [text for role, text in said if "check the tests" in text]  # the history is not written twice
+    assert len(entries) == result.entries
+    assert (await import_codex(store, path)).outcome == "unchanged"

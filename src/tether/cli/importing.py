@@ -103,6 +103,11 @@ def import_command(
     again) becomes a fork of the session; a sub-agent's transcript (Claude Code), spawned thread (Codex) or
     task session (opencode) a child session; an opencode revert a revert (nothing is deleted).
 
+    A session tether exported there (`tether sessions export --format claude-code|codex --install`) is not
+    copied back: what the tool added to it (the session continued there) is appended to the original, or,
+    when the original was continued in tether too since the export, to a fork of it at the export point.
+    An export from another machine's tether is imported as a copy.
+
     A line that is not JSON, or cut short, is skipped and reported with its file and line number; the rest
     of the file is imported. A line of a kind tether does not know is kept as a marker with its JSON.
     Imported sessions ask before they run here for the first time.
@@ -277,6 +282,7 @@ def _json(results: list[FileResult], dry_run: bool) -> dict[str, Any]:
             "lines": r.lines,
             "sessions": r.sessions,
             "problems": [{"path": p.path, "line": p.line, "reason": p.reason} for p in r.problems],
+            "note": r.note,
         }
         for r in results
     ]
@@ -309,14 +315,19 @@ def _print(results: list[FileResult], dry_run: bool, searched: list[str], *, sum
         out.print(escape_controls(f"Nothing to import: no transcripts found in {where}."))
         return
     for r in results:
-        if r.outcome == "unchanged" or (not summary and not r.entries and r.outcome != "failed"):
+        if not summary and not r.entries and r.outcome != "failed":
             continue  # (while watching, a file with only a problem to report is not a change)
+        if r.outcome == "unchanged" and not r.note:
+            continue  # (one of tether's own exports is said, so that nobody looks for its copy)
         entries = f"{r.entries} entr{'y' if r.entries == 1 else 'ies'}"
         extra = len(r.sessions) - 1
         more = f", {extra} more session{'s' * (extra != 1)} (forks, sub-agents)" if extra > 0 else ""
         title = f" “{r.title[:60]}”" if r.title else ""
-        line = f"{_VERBS[r.outcome]:>15}  {r.format:<11} {r.session_id or '-'}{title}: {entries}{more}"
+        counted = f": {entries}{more}" if r.outcome != "unchanged" else ""
+        line = f"{_VERBS[r.outcome]:>15}  {r.format:<11} {r.session_id or '-'}{title}{counted}"
         out.print(escape_controls(line) if r.outcome != "failed" else escape_controls(f"{'failed':>15}  {r.path}"))
+        if r.note:
+            out.print(escape_controls(f"{'':>15}  {r.note}"))
     problems = [p for r in results for p in r.problems]
     if problems:
         for problem in problems[:_SHOWN_PROBLEMS]:

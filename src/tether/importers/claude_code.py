@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
@@ -52,6 +53,16 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
+from .continuation import (
+    Plan,
+    begin_continuation,
+    continuation_of,
+    export_mark_of,
+    first_object,
+    plan_continuation,
+    record_continuation,
+)
+from .foreign_export import TETHER_KEY, line_uuid
 from .jsonl import (
     CannotAppend,
     FileResult,
@@ -170,6 +181,11 @@ class _FileImport:
         self.model: str | None = None
         self.pre_tokens: int | None = None
         self.catalog: Any = None
+        self.exported_from: str | None = None  # a tether export whose session is not in this store
+        self.exported_nodes: list[str] = []  # the lines of a tether export coming back
+        self.exported_blocks: list[tuple[str, str, str]] = []  # their messages' blocks, one after another
+        self.block_end: dict[str, int] = {}  # an exported line (or one written again) -> where its blocks end
+        self.line_ending: dict[int, str] = {}  # where an exported line's blocks end -> that line
 
     # --- sessions ---
 
@@ -200,6 +216,10 @@ class _FileImport:
             return None, {}
         parent_id = source_session_id(FORMAT, self.parent_key)
         parent = await existing(self.store, parent_id)
+        if parent is None:  # a session tether exported, continued in Claude Code: its sub-agent is the continuation's
+            continued = await continuation_of(self.store, self._parent_file(), FORMAT, self.parent_key)
+            parent = await existing(self.store, continued) if continued else None
+            parent_id = continued or parent_id
         call_id = _meta_call_id(self.path)
         if parent is None:
             return None, {"imported_parent_id": parent_id}
@@ -210,6 +230,13 @@ class _FileImport:
             task["call_id"] = call_id
         return parent_id, {"task": task}
 
+    def _parent_file(self) -> str:
+        """The transcript of a sub-agent's session: ``<session>.jsonl`` beside the ``<session>/subagents``
+        folder, or beside the sub-agent's file (older versions)."""
+        p = Path(self.path)
+        folder = p.parent.parent.parent if p.parent.name == "subagents" else p.parent
+        return str(folder / f"{self.parent_key}.jsonl")
+
     def _mark(self, **extra: Any) -> dict[str, Any]:
         return {
             "source": self.path,
@@ -218,6 +245,7 @@ class _FileImport:
             "tool": FORMAT,
             "path": self.path,
             "source_id": self.session_id or self.key,
+            **({"exported_from": self.exported_from} if self.exported_from else {}),
             **extra,
         }
 
@@ -272,6 +300,17 @@ class _FileImport:
             st = os.stat(self.path)
         except OSError as e:
             return self._failed(result, f"cannot read it: {e.strerror or e}")
+        if self.agent_id is None:
+            first = first_object(self.path)
+            exported = export_mark_of(first.get(TETHER_KEY)) if isinstance(first, dict) else None
+            if exported is not None:
+                plan = await plan_continuation(self.store, self.path, FORMAT, self.key, exported, st.st_size)
+                if isinstance(plan, Problem):
+                    return self._failed(result, plan.reason)
+                if plan is not None:
+                    return await self._continue(plan, result, st.st_size)
+                self.exported_from = exported.origin
+                result.note = f"exported from tether session {exported.origin}, which is not in this store: a copy"
         main_id = source_session_id(FORMAT, self.key)
         info = await existing(self.store, main_id)
         mark = import_mark(info)
@@ -309,6 +348,106 @@ class _FileImport:
         result.title = main.title or (info.title if info else None)
         result.problems = self.problems
         return result
+
+    async def _continue(self, plan: Plan, result: FileResult, size: int) -> FileResult:
+        """A file tether exported, coming back: its own lines are only read (for what later lines refer to),
+        the lines Claude Code appended go to the session the plan says."""
+        result.session_id, result.title = plan.into, plan.origin.title
+        if plan.outcome == "unchanged":
+            result.outcome, result.note = "unchanged", plan.note(0, self.dry_run)
+            return result
+
+        async def begin() -> None:
+            if not self.dry_run:
+                await begin_continuation(self.store, plan)
+
+        writer = SessionWriter(
+            self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
+            create=begin,
+        )  # fmt: skip
+        main = _Target(writer, title=plan.origin.title)
+        self.targets.append(main)
+        current = main
+        exported: dict[str, int] | None = None
+        reading = JsonLines(self.path, self.problems)
+        try:
+            for line, obj in reading:
+                if line.no <= plan.skip:
+                    self._see(obj, main, plan.start)
+                    continue
+                if exported is None:  # a branch from an exported line forks the session at that line's entry
+                    exported = _exported_seqs(self.session_id or self.key, plan.start)
+                    self.nodes.update({u: (main, exported.get(u, plan.start)) for u in self.exported_nodes})
+                if self._recorded_again(obj, main):
+                    continue
+                current = await self.place(obj, line.no, len(line.data), main, current)
+        except SourceChanged as e:
+            return self._failed(result, f"{e}; import it again")
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        finally:
+            result.lines = reading.lines
+        for target in self.targets:
+            await target.writer.flush()
+        result.entries = sum(t.writer.written for t in self.targets)
+        result.sessions = [t.writer.session_id for t in self.targets if t.writer.written]
+        result.problems = self.problems
+        result.note = plan.note(result.entries, self.dry_run)
+        if not result.entries:
+            result.outcome = "unchanged"
+        elif self.dry_run:
+            result.outcome = "would import" if plan.fork is not None else "would append"
+        else:
+            result.outcome = "imported" if plan.fork is not None else "grown"
+        if not self.dry_run and (result.entries or plan.record):
+            await record_continuation(self.store, plan, offset=reading.consumed, size=size, lines=reading.lines)
+        return result
+
+    def _see(self, obj: Any, main: _Target, start: int) -> None:
+        """An exported line: what later lines need of it, nothing written (its entry is the session's own)."""
+        if not isinstance(obj, dict):
+            return
+        if self.directory is None and isinstance(obj.get("cwd"), str) and obj["cwd"]:
+            self.directory = os.path.normpath(obj["cwd"])
+        if self.session_id is None and isinstance(obj.get("sessionId"), str):
+            self.session_id = obj["sessionId"]
+        self._note(obj)
+        uuid = obj.get("uuid")
+        if isinstance(uuid, str) and obj.get("isSidechain") is not True:
+            self.exported_nodes.append(uuid)
+            self.nodes[uuid] = (main, start)
+            main.tip = self.last_node = uuid
+            self.exported_blocks += _block_keys(obj)
+            self.block_end[uuid] = len(self.exported_blocks)
+            self.line_ending[len(self.exported_blocks)] = uuid
+
+    def _recorded_again(self, obj: Any, main: _Target) -> bool:
+        """Whether a line Claude Code appended is one of the export's messages written again: on resume it
+        splits a message of several blocks into one line per block, under new ids, and writes every message
+        after it again too, chained from the last one it kept. Such a line (its parent an exported line or
+        one written again, its blocks the export's next ones) is the session's own: it is not imported,
+        and a line after it continues where it stands in the export."""
+        if not isinstance(obj, dict) or obj.get("type") not in ("user", "assistant"):
+            return False
+        uuid, parent = obj.get("uuid"), obj.get("parentUuid")
+        if not isinstance(uuid, str) or not isinstance(parent, str) or parent not in self.block_end:
+            return False
+        keys = _block_keys(obj)
+        at = self.block_end[parent]
+        if not keys or self.exported_blocks[at : at + len(keys)] != keys:
+            return False
+        self._note(obj)
+        end = at + len(keys)
+        self.block_end[uuid] = end
+        stands = self.line_ending.get(end)
+        if stands is None:  # within an exported message: a line after this one branches at that message
+            stands = next(u for pos, u in sorted(self.line_ending.items()) if pos > end)
+        self.nodes[uuid] = self.nodes[stands]
+        if main.tip == stands:
+            main.tip = uuid
+        if self.last_node == stands:
+            self.last_node = uuid
+        return True
 
     def _failed(self, result: FileResult, reason: str) -> FileResult:
         result.outcome = "failed"
@@ -568,6 +707,44 @@ class _FileImport:
             self.catalog = Catalog()
         info = self.catalog.get("anthropic", model) or self.catalog.get("anthropic", re.sub(r"-\d{8}$", "", model))
         return info.cost(usage) if info is not None else None
+
+
+def _block_keys(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A line's message as (role, block type, what identifies the block) per block: what Claude Code keeps
+    when it writes a message again (a string is a text block)."""
+    message = obj.get("message")
+    if not isinstance(message, dict):
+        return []
+    role = str(message.get("role") or obj.get("type"))
+    content = message.get("content")
+    if isinstance(content, str):
+        return [(role, "text", content)]
+    keys: list[tuple[str, str, str]] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = str(block.get("type"))
+        for name in ("text", "thinking", "id", "tool_use_id", "data"):
+            if isinstance(block.get(name), str):
+                keys.append((role, kind, block[name]))
+                break
+        else:
+            keys.append((role, kind, ""))
+    return keys
+
+
+def _exported_seqs(target_id: str, entries: int) -> dict[str, int]:
+    """The entry each line of tether's export of a session (as `target_id`, `entries` entries) was written
+    for: its line ids are derived from the entries' seqs (`line_uuid`)."""
+    try:
+        UUID(target_id)
+    except ValueError:
+        return {}
+    seqs: dict[str, int] = {}
+    for seq in range(1, entries + 1):
+        for key in (str(seq), f"{seq}/no-result", f"{seq}/boundary"):
+            seqs[line_uuid(target_id, key)] = seq
+    return seqs
 
 
 def _meta_call_id(path: str) -> str | None:

@@ -35,6 +35,7 @@ from ..messages import (
     Usage,
 )
 from ..store.protocols import Store
+from ..store.records import SessionInfo
 from .claude_code import TOOL_NAMES
 from .foreign_export import (
     NO_RESULT,
@@ -42,11 +43,13 @@ from .foreign_export import (
     ExportReport,
     child_count,
     continuation_order,
+    export_mark,
     iso_time,
     last_title,
     line_uuid,
     note_unwritten,
     session_uuid,
+    written_lines,
 )
 
 __all__ = ["CLAUDE_TOOL_NAMES", "export_claude_code"]
@@ -66,8 +69,9 @@ _encoder = msgspec.json.Encoder(decimal_format="number")
 
 
 class _Writer:
-    def __init__(self, out: IO[bytes], report: ExportReport, directory: str | None) -> None:
+    def __init__(self, out: IO[bytes], report: ExportReport, directory: str | None, mark: dict[str, Any]) -> None:
         self.out = out
+        self.mark = mark
         self.report = report
         self.sid = report.target_id
         self.directory = directory
@@ -103,7 +107,7 @@ class _Writer:
             obj["cwd"] = self.directory
         obj.update({"sessionId": self.sid, "type": kind, "uuid": uid, "timestamp": iso_time(at)})
         if self.parent is None and self.report.lines == 0:
-            obj[TETHER_KEY] = {"exported_from": self.report.session_id}  # for an import to tell; ignored there
+            obj[TETHER_KEY] = dict(self.mark)  # for an import to tell (`export_mark`); Claude Code ignores it
         self.parent = uid
         return obj
 
@@ -306,10 +310,17 @@ async def export_claude_code(
     store: Store, session_id: str, out: IO[bytes], *, target_id: str | None = None
 ) -> ExportReport:
     """Write session `session_id` to `out` as a Claude Code transcript and say what it left out. The
-    transcript's session id is `target_id` (default: a UUID derived from the tether id)."""
+    transcript's session id is `target_id` (default: a UUID derived from the tether id). Its first line
+    says where it came from (`export_mark`), so that importing it back adds only what Claude Code added."""
     info = await store.get_session(session_id)
-    report = ExportReport("claude-code", info.id, target_id or session_uuid(info.id))
-    w = _Writer(out, report, info.directory)
+    target = target_id or session_uuid(info.id)
+    lines = await written_lines(lambda sink: _export(store, info, sink, target, export_mark(info, 0)))
+    return await _export(store, info, out, target, export_mark(info, lines))
+
+
+async def _export(store: Store, info: SessionInfo, out: IO[bytes], target: str, mark: dict[str, Any]) -> ExportReport:
+    report = ExportReport("claude-code", info.id, target)
+    w = _Writer(out, report, info.directory, mark)
     titles: list[str] = []
     unanswered: set[str] = set()
     async for entry in continuation_order(store, info, report, unanswered):

@@ -52,6 +52,8 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED
+from .continuation import Plan, begin_continuation, export_mark_of, first_object, plan_continuation, record_continuation
+from .foreign_export import TETHER_KEY
 from .jsonl import (
     CannotAppend,
     FileResult,
@@ -132,6 +134,8 @@ class _RolloutImport:
         self.writer: SessionWriter
         self.created = False
         self.spawned: dict[str, str] = {}  # a spawned thread's id -> the call that spawned it
+        self.exported_from: str | None = None  # a tether export whose session is not in this store
+        self.quiet = False  # reading the lines of a tether export coming back: nothing is written
 
     async def run(self) -> FileResult:
         result = FileResult(self.path, FORMAT, "imported", session_id=self.session_id)
@@ -139,6 +143,18 @@ class _RolloutImport:
             st = os.stat(self.path)
         except OSError as e:
             return self._failed(result, f"cannot read it: {e.strerror or e}")
+        first = first_object(self.path)
+        payload = first.get("payload") if isinstance(first, dict) and first.get("type") == "session_meta" else None
+        exported = export_mark_of(payload.get(TETHER_KEY)) if isinstance(payload, dict) else None
+        if exported is not None and isinstance(payload, dict):
+            source_id = str(payload.get("id") or self.key).lower()
+            plan = await plan_continuation(self.store, self.path, FORMAT, source_id, exported, st.st_size)
+            if isinstance(plan, Problem):
+                return self._failed(result, plan.reason)
+            if plan is not None:
+                return await self._continue(plan, result, st.st_size)
+            self.exported_from = exported.origin
+            result.note = f"exported from tether session {exported.origin}, which is not in this store: a copy"
         info = await existing(self.store, self.session_id)
         mark = import_mark(info)
         if info is not None and mark:
@@ -198,6 +214,62 @@ class _RolloutImport:
         result.problems = self.problems
         return result
 
+    async def _continue(self, plan: Plan, result: FileResult, size: int) -> FileResult:
+        """A rollout tether exported, coming back: its own lines are only read (for what later lines refer
+        to), the lines Codex appended go to the session the plan says."""
+        result.session_id, result.title = plan.into, plan.origin.title
+        if plan.outcome == "unchanged":
+            result.outcome, result.note = "unchanged", plan.note(0, self.dry_run)
+            return result
+        self.session_id = plan.into
+        self.cuts = {int(n) for n in plan.record.get("cuts", []) if isinstance(n, int)}
+
+        async def begin() -> None:
+            if not self.dry_run:
+                await begin_continuation(self.store, plan)
+
+        self.writer = SessionWriter(
+            self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
+            create=begin,
+        )  # fmt: skip
+        reading, last = JsonLines(self.path, self.problems), 0
+        self.quiet = True
+        try:
+            for line, obj in reading:
+                if self.quiet and line.no > plan.skip:
+                    await self.close()  # a response the export left open is the session's own
+                    self.quiet = False
+                last = line.no
+                await self.place(obj, line.no, len(line.data))
+                if line.no in self.cuts:
+                    await self.close()
+        except SourceChanged as e:
+            return self._failed(result, f"{e}; import it again")
+        except OSError as e:
+            return self._failed(result, f"cannot read it: {e.strerror or e}")
+        finally:
+            result.lines = reading.lines
+        if self.group is not None and last and not self.quiet:
+            self.cuts.add(last)
+        await self.close()
+        await self.writer.flush()
+        result.entries = self.writer.written
+        result.sessions = [plan.into] if self.writer.written else []
+        result.problems = self.problems
+        result.note = plan.note(result.entries, self.dry_run)
+        if not result.entries:
+            result.outcome = "unchanged"
+        elif self.dry_run:
+            result.outcome = "would import" if plan.fork is not None else "would append"
+        else:
+            result.outcome = "imported" if plan.fork is not None else "grown"
+        if not self.dry_run and (result.entries or plan.record):
+            extra = {"cuts": sorted(self.cuts)} if self.cuts else {}
+            await record_continuation(
+                self.store, plan, offset=reading.consumed, size=size, lines=reading.lines, extra=extra
+            )
+        return result
+
     def _failed(self, result: FileResult, reason: str) -> FileResult:
         result.outcome = "failed"
         result.problems = [*self.problems, Problem(self.path, None, reason)]
@@ -253,6 +325,7 @@ class _RolloutImport:
             "tool": FORMAT,
             "path": self.path,
             "source_id": str(self.meta.get("id") or self.key),
+            **({"exported_from": self.exported_from} if self.exported_from else {}),
         }
 
     async def _finish(self, consumed: int, size: int) -> None:
@@ -279,6 +352,8 @@ class _RolloutImport:
     # --- lines ---
 
     async def emit(self, body_or_build: Any, at: float | None, size: int) -> None:
+        if self.quiet:
+            return  # a line of tether's own export, coming back: the session has its entry
         seq = self.writer.take()
         if self.writer.needs(seq):
             body = body_or_build() if callable(body_or_build) else body_or_build

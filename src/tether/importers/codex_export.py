@@ -41,16 +41,19 @@ from ..messages import (
     Usage,
 )
 from ..store.protocols import Store
+from ..store.records import SessionInfo
 from .foreign_export import (
     NO_RESULT,
     TETHER_KEY,
     ExportReport,
     child_count,
     continuation_order,
+    export_mark,
     iso_time,
     last_title,
     note_unwritten,
     session_uuid,
+    written_lines,
 )
 
 __all__ = ["SUMMARY_PREFIX", "export_codex"]
@@ -85,7 +88,7 @@ class _Writer:
         self.line(at, "event_msg", payload)
 
 
-def _session_meta(info_id: str, report: ExportReport, created: float, directory: str | None,
+def _session_meta(mark: dict[str, Any], report: ExportReport, created: float, directory: str | None,
                   kept: dict[str, Any], instructions: str | None) -> dict[str, Any]:  # fmt: skip
     meta = {k: v for k, v in kept.items() if k not in ("id", "timestamp", "cwd", "forked_from_id")}
     meta.update({"id": report.target_id, "timestamp": iso_time(created), "cwd": directory or ""})
@@ -94,7 +97,7 @@ def _session_meta(info_id: str, report: ExportReport, created: float, directory:
     meta.setdefault("source", "cli")
     if instructions:
         meta["base_instructions"] = {"text": instructions}
-    meta[TETHER_KEY] = {"exported_from": info_id}  # where it came from, for an import to tell (Codex ignores it)
+    meta[TETHER_KEY] = dict(mark)  # where it came from, for an import to tell (`export_mark`; Codex ignores it)
     return meta
 
 
@@ -272,16 +275,23 @@ def _compaction(w: _Writer, entry: Entry, body: Compaction) -> None:
 
 async def export_codex(store: Store, session_id: str, out: IO[bytes], *, target_id: str | None = None) -> ExportReport:
     """Write session `session_id` to `out` as a Codex rollout and say what it left out. The rollout's
-    session id is `target_id` (default: a UUID derived from the tether id)."""
+    session id is `target_id` (default: a UUID derived from the tether id). Its ``session_meta`` says
+    where it came from (`export_mark`), so that importing it back adds only what Codex added."""
     info = await store.get_session(session_id)
-    report = ExportReport("codex", info.id, target_id or session_uuid(info.id))
+    target = target_id or session_uuid(info.id)
+    lines = await written_lines(lambda sink: _export(store, info, sink, target, export_mark(info, 0)))
+    return await _export(store, info, out, target, export_mark(info, lines))
+
+
+async def _export(store: Store, info: SessionInfo, out: IO[bytes], target: str, mark: dict[str, Any]) -> ExportReport:
+    report = ExportReport("codex", info.id, target)
     w = _Writer(out, report, info.directory)
     kept = info.metadata.get("codex")
     from_codex = isinstance(kept, dict)
     instructions = info.system_prompt if from_codex else None
     if info.system_prompt and not from_codex:
         report.leave_out("system prompt (Codex would put it in place of its own instructions)")
-    meta = _session_meta(info.id, report, info.created_at, info.directory, kept if isinstance(kept, dict) else {},
+    meta = _session_meta(mark, report, info.created_at, info.directory, kept if isinstance(kept, dict) else {},
                          instructions)  # fmt: skip
     w.line(info.created_at, "session_meta", meta)
     cwd = info.directory or ""

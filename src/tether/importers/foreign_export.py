@@ -9,10 +9,10 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..messages import Checkpoint, Compaction, Entry, Marker, Message, Revert, TitleChange
 from ..store.protocols import Store
@@ -29,9 +29,11 @@ __all__ = [
     "ExportReport",
     "continuation_order",
     "encode_claude_project",
+    "export_mark",
     "iso_time",
     "line_uuid",
     "session_uuid",
+    "written_lines",
 ]
 
 EXPORT_FORMATS = ("claude-code", "codex")
@@ -53,6 +55,20 @@ def line_uuid(session: str, key: str) -> str:
     """A stable UUID for one line of an exported session (`key`: the entry's seq, and a suffix for the
     extra lines one entry may need)."""
     return str(uuid.uuid5(uuid.UUID(session), key))
+
+
+def export_mark(info: SessionInfo, lines: int) -> dict[str, Any]:
+    """What an exported file says of where it came from (under `TETHER_KEY`, on its first line): the tether
+    session, how many entries it had (the point another tool continues from) and how many lines the export
+    wrote (so an import tells them from the lines the tool appended after them)."""
+    return {"exported_from": info.id, "entries": info.entry_count, "lines": lines}
+
+
+async def written_lines(write: Callable[[IO[bytes]], Awaitable[ExportReport]]) -> int:
+    """How many lines `write` writes, found by writing them to nowhere: the export's first line says how many
+    lines the export has, and an export streams (bounded memory), so it is written twice."""
+    with open(os.devnull, "wb") as sink:
+        return (await write(sink)).lines
 
 
 def iso_time(at: float) -> str:

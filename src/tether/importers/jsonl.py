@@ -215,7 +215,8 @@ FileOutcome = Literal["imported", "grown", "unchanged", "would import", "would a
 @dataclass
 class FileResult:
     """What importing one source file did: the sessions it created or appended to, the entries it wrote,
-    the lines it read, and the problems it skipped (or, `failed`, the one that stopped it)."""
+    the lines it read, and the problems it skipped (or, `failed`, the one that stopped it); `note`, what a
+    reader should know besides (a file tether exported coming back: where its lines went)."""
 
     path: str
     format: str
@@ -226,6 +227,7 @@ class FileResult:
     lines: int = 0
     sessions: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    note: str | None = None
 
 
 class SessionWriter:
