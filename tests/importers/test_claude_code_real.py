@@ -134,7 +134,7 @@ async def test_the_task_sub_agent_is_a_child_linked_to_its_call(store: Store) ->
     worker = [c for c in children if c.metadata.get("task", {}).get("call_id") == "toolu_task1"]
     assert len(worker) == 1
     child = await store.read(worker[0].id)
-    assert [m.text for m in _messages(child) if m.role == "user"][0] == "SUBAGENT: list the files"
+    assert next(m.text for m in _messages(child) if m.role == "user") == "SUBAGENT: list the files"
     assert [c.id for c in _parts(child, ToolCallPart)] == ["toolu_sub1"]
     assert _messages(child)[-1].text == S.SUB_DONE
     # the Warmup sidechains Claude Code runs at each start are children too, nothing is dropped
