@@ -158,3 +158,35 @@ async def test_the_continued_session_and_its_compaction(store: Store) -> None:
     # the answer Claude Code wrote itself, not the model: kept, with its model, and no usage counted
     synthetic = next(m for m in after if m.model == "<synthetic>")
     assert synthetic.role == "assistant" and not (synthetic.usage and synthetic.usage.input_tokens)
+
+
+@pytest.mark.slow
+async def test_transcripts_the_installed_claude_code_writes_now_import_whole(store: Store, tmp_path: Path) -> None:
+    """The fixtures made again with the Claude Code at $TETHER_CLAUDE_CODE_CLI (skipped without it): every
+    file it writes imports without a problem, one entry per line, the failed read an error, the compaction
+    a compaction, the sub-agent a child."""
+    import asyncio
+    import os
+    import shutil
+
+    cli = os.environ.get("TETHER_CLAUDE_CODE_CLI")
+    if not cli or shutil.which("node") is None:
+        pytest.skip(
+            "no Claude Code: set TETHER_CLAUDE_CODE_CLI to Claude Code's cli.js (`npm pack "
+            "@anthropic-ai/claude-code@2.0.30`, untar, package/cli.js) and have node on PATH"
+        )
+    await asyncio.to_thread(S.main, ["--claude-code", cli, "--out", str(tmp_path)])
+    made = list(files_under(tmp_path / "claude-code-real" / "projects" / "-scratch-project"))
+    assert len([p for p in made if not p.stem.startswith("agent-")]) == 4
+    kinds: list[str] = []
+    for path in made:
+        result = await import_claude_code(store, path)
+        assert result.outcome == "imported" and result.problems == []
+        assert result.entries == len(_lines(path)), path.name
+        for sid in result.sessions:
+            session = await store.get_session(sid)
+            for e in await store.read(sid):
+                kinds.append(type(e.body).__name__ + (":child" if session.parent_id else ""))
+                if isinstance(e.body, Message):
+                    kinds += ["error" for p in e.body.parts if isinstance(p, ToolResultPart) and p.is_error]
+    assert kinds.count("Compaction") == 1 and kinds.count("error") == 1 and "Message:child" in kinds

@@ -164,3 +164,27 @@ async def test_an_automatic_compaction_is_a_compaction_entry(store: Store) -> No
     assert compactions[0].metadata["codex"]["replacement_history"] == raw["replacement_history"]
     after = entries[[e.body for e in entries].index(compactions[0]) :]
     assert [m.text for m in _messages(after) if m.role == "user"] == ["AGAIN after the compaction"]
+
+
+@pytest.mark.slow
+async def test_rollouts_the_installed_codex_writes_now_import_whole(store: Store, tmp_path: Path) -> None:
+    """The fixtures made again with the Codex at $TETHER_CODEX_BIN (skipped without one): every rollout it
+    writes imports without a problem, every line placed, the failure an error, usage counted."""
+    import asyncio
+    import os
+
+    binary = os.environ.get("TETHER_CODEX_BIN")
+    if not binary:
+        pytest.skip(
+            "no Codex: set TETHER_CODEX_BIN to a Codex binary (`npm pack @openai/codex@0.169.0-linux-x64`, untar, "
+            "package/vendor/x86_64-unknown-linux-musl/bin/codex)"
+        )
+    await asyncio.to_thread(S.main, ["--codex", binary, "--out", str(tmp_path)])
+    made = sorted((tmp_path / "codex-real" / "sessions").rglob("rollout-*.jsonl"))
+    assert len(made) == len(ROLLOUTS)
+    for path in made:
+        sid, entries = await _imported(store, path)
+        assert sum(1 for e in entries if isinstance(e.body, Message)) > 0
+        assert (await store.get_session(sid)).input_tokens > 0
+    errors = [r.call_id for path in made for r in _parts(await store.read(source_session_id("codex", json.loads(path.read_bytes().splitlines()[0])["payload"]["id"])), ToolResultPart) if r.is_error]  # fmt: skip
+    assert sorted(errors) == ["call_bogus1", "call_fail1"]
