@@ -82,6 +82,9 @@ _UI_COPIES = frozenset(
 _MODEL_ITEMS = frozenset(
     {"reasoning", "function_call", "custom_tool_call", "local_shell_call", "web_search_call", "image_generation_call"}
 )
+# events Codex (0.1xx) writes between the items of one model response (the UI's view of each item): kept as
+# markers after the response's message rather than splitting it
+_WITHIN_RESPONSE = frozenset({"item_started", "item_updated", "item_completed"})
 _SHELLS = frozenset({"shell", "container.exec", "shell_command", "exec_command", "local_shell"})
 _UUID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})", re.I)
 
@@ -111,6 +114,8 @@ class _Group:
     items: list[dict[str, Any]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     usage: Usage | None = None
+    record: dict[str, Any] | None = None  # the response's `token_usage_record`
+    after: list[tuple[Any, float | None, int]] = field(default_factory=list)  # markers held until it closes
 
 
 class _RolloutImport:
@@ -136,6 +141,8 @@ class _RolloutImport:
         self.spawned: dict[str, str] = {}  # a spawned thread's id -> the call that spawned it
         self.exported_from: str | None = None  # a tether export whose session is not in this store
         self.quiet = False  # reading the lines of a tether export coming back: nothing is written
+        self.called: dict[str, str] = {}  # a call's id -> the tool name the model used
+        self.failed: set[str] = set()  # calls whose item Codex recorded as failed (`status: "failed"`)
 
     async def run(self) -> FileResult:
         result = FileResult(self.path, FORMAT, "imported", session_id=self.session_id)
@@ -369,6 +376,8 @@ class _RolloutImport:
             metadata["calls"] = group.calls
         if group.items:
             metadata["items"] = group.items
+        if group.record is not None:
+            metadata["token_usage_record"] = group.record
         usage = group.usage
 
         def build() -> Message:
@@ -378,6 +387,8 @@ class _RolloutImport:
             )  # fmt: skip
 
         await self.emit(build, group.at, group.size)
+        for marker, at, size in group.after:
+            await self.emit(marker, at, size)
 
     async def place(self, obj: Any, no: int, size: int) -> None:
         if not isinstance(obj, dict):
@@ -393,6 +404,16 @@ class _RolloutImport:
         kind, payload = obj.get("type"), obj.get("payload")
         if kind in ROLLOUT_TYPES and isinstance(payload, dict):
             await self._rollout_item(kind, payload, obj, no, at, size)
+        elif kind == "token_usage_record" and isinstance(payload, dict) and self.group is not None:
+            # Codex 0.1xx: the usage of the response just streamed (then `token_count` repeats it as totals)
+            usage = self._usage({"info": {"last_token_usage": payload.get("usage")}})
+            if usage is None:
+                await self.close()
+                await self.emit(raw_marker("codex.token_usage_record", no, obj), at, size)
+                return
+            self.group.usage, self.group.record = usage, payload
+            self.group.lines.append(no)
+            await self.close()
         elif no == 1 and "id" in obj and "timestamp" in obj and "type" not in obj:
             self._session_meta(obj)  # an older rollout's first line
         elif isinstance(kind, str) and "payload" not in obj and "record_type" not in obj:
@@ -427,6 +448,13 @@ class _RolloutImport:
             event = payload.get("type")
             if event in _UI_COPIES:
                 return  # the response item it repeats is journaled
+            if event in _WITHIN_RESPONSE:
+                item = payload.get("item")
+                if isinstance(item, dict) and item.get("status") == "failed" and isinstance(item.get("id"), str):
+                    self.failed.add(item["id"])  # e.g. a command that exited non-zero: its output is an error
+                if self.group is not None:
+                    self.group.after.append((raw_marker(f"codex.{event}", no, payload), at, size))
+                    return
             if (
                 event == "thread_name_updated"
                 and isinstance(payload.get("thread_name"), str)
@@ -502,6 +530,11 @@ class _RolloutImport:
                 content, is_error, extra = _output(item.get("output"))
                 tether = item.get("tether")  # what tether's export keeps beside Codex's fields
                 is_error = is_error or (isinstance(tether, dict) and tether.get("is_error") is True)
+                # Codex's own verdicts: the item it recorded as failed; a call of a tool it does not have
+                is_error = is_error or call_id in self.failed
+                is_error = is_error or content == f"unsupported call: {self.called.get(call_id, '')}"
+                if self.called.get(call_id) == "spawn_agent" and not is_error:
+                    self._note_spawn(call_id, content)
                 result = ToolResultPart(
                     call_id=call_id, content=content, is_error=is_error, name=self.names.get(call_id),
                     metadata=extra,
@@ -510,6 +543,17 @@ class _RolloutImport:
                 return
         name = kind if isinstance(kind, str) else "unknown"
         await self.emit(raw_marker(f"codex.{name}", no, item), at, size)
+
+    def _note_spawn(self, call_id: str, output: str) -> None:
+        """Codex 0.1xx records no spawn event: the `spawn_agent` call's output names the thread it started
+        (``{"agent_id": ...}``), which links the child's rollout to this call."""
+        try:
+            value = msgspec.json.decode(output)
+        except msgspec.DecodeError:
+            return
+        agent = value.get("agent_id") if isinstance(value, dict) else None
+        if isinstance(agent, str) and _UUID.fullmatch(agent):
+            self.spawned.setdefault(agent.lower(), call_id)
 
     def _model_part(self, item: dict[str, Any], group: _Group) -> Part | None:
         kind = item.get("type")
@@ -530,6 +574,7 @@ class _RolloutImport:
             if not isinstance(call_id, str):
                 return None
             raw = item.get("arguments")
+            self.called[call_id] = item["name"]
             call = ToolCallPart.from_raw(call_id, item["name"], raw if isinstance(raw, str) else "")
             return self._mapped(call, group, item)
         if kind == "custom_tool_call" and isinstance(item.get("name"), str) and isinstance(item.get("call_id"), str):
