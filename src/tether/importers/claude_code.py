@@ -393,12 +393,7 @@ class _FileImport:
         result.sessions = [t.writer.session_id for t in self.targets if t.writer.written]
         result.problems = self.problems
         result.note = plan.note(result.entries, self.dry_run)
-        if not result.entries:
-            result.outcome = "unchanged"
-        elif self.dry_run:
-            result.outcome = "would import" if plan.fork is not None else "would append"
-        else:
-            result.outcome = "imported" if plan.fork is not None else "grown"
+        result.outcome = plan.file_outcome(result.entries, self.dry_run)
         if not self.dry_run and (result.entries or plan.record):
             await record_continuation(self.store, plan, offset=reading.consumed, size=size, lines=reading.lines)
         return result

@@ -264,12 +264,7 @@ class _RolloutImport:
         result.sessions = [plan.into] if self.writer.written else []
         result.problems = self.problems
         result.note = plan.note(result.entries, self.dry_run)
-        if not result.entries:
-            result.outcome = "unchanged"
-        elif self.dry_run:
-            result.outcome = "would import" if plan.fork is not None else "would append"
-        else:
-            result.outcome = "imported" if plan.fork is not None else "grown"
+        result.outcome = plan.file_outcome(result.entries, self.dry_run)
         if not self.dry_run and (result.entries or plan.record):
             extra = {"cuts": sorted(self.cuts)} if self.cuts else {}
             await record_continuation(

@@ -17,7 +17,7 @@ from ..messages import Compaction, Marker, Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
 from .foreign_export import TETHER_KEY
-from .jsonl import Problem, decode_json, existing, head_digest, read_lines, source_session_id
+from .jsonl import FileOutcome, Problem, decode_json, existing, head_digest, read_lines, source_session_id
 
 __all__ = [
     "CONTINUED",
@@ -99,6 +99,15 @@ class Plan:
     @property
     def tool(self) -> str:
         return TOOLS.get(self.fmt, self.fmt)
+
+    def file_outcome(self, entries: int, dry_run: bool) -> FileOutcome:
+        """What became of the exported file: nothing new, or the tool's entries appended (to the original)
+        or imported (into a fork), or that they would be."""
+        if not entries:
+            return "unchanged"
+        if dry_run:
+            return "would import" if self.fork is not None else "would append"
+        return "imported" if self.fork is not None else "grown"
 
     def note(self, entries: int, dry_run: bool) -> str:
         """What this import did (or would do), in words."""
