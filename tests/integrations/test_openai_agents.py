@@ -462,3 +462,22 @@ async def test_a_writer_killed_mid_turn_loses_at_most_that_turn(tmp_path: Path) 
         for turn in range(len(items) // 3):
             assert items[3 * turn] == {"role": "user", "content": f"{turn}.q"}
             assert items[3 * turn + 2]["output"] == "x" * 2000  # type: ignore[typeddict-item]
+
+
+async def test_reading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """get_items decodes with the collector off (a long history is tens of thousands of objects, all alive);
+    it is on again afterwards, and a program that keeps it off finds it off."""
+    import gc
+
+    async with SqliteStore(tmp_path / "gc.db") as store:
+        session = TetherSession("gc-user", store=store, directory=str(tmp_path))
+        await session.add_items([{"role": "user", "content": "hello"}])
+        assert gc.isenabled()
+        assert await session.get_items() == [{"role": "user", "content": "hello"}]
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            assert len(await session.get_items()) == 1
+            assert not gc.isenabled()
+        finally:
+            gc.enable()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import gc
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -437,8 +438,18 @@ class TetherSession:
         if skip == n:
             return []
         if self._summary is not None and skip == 0:
-            return _decode_list(self._items.array(0, self._summary))
-        return _decode_list(self._items.array(skip - (self._summary is not None), None))
+            array = self._items.array(0, self._summary)
+        else:
+            array = self._items.array(skip - (self._summary is not None), None)
+        # A long history decodes into tens of thousands of fresh objects: the collector, run again and again
+        # as they are made, would walk the process's whole heap each time for nothing (they are all alive).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return _decode_list(array)
+        finally:
+            if enabled:
+                gc.enable()
 
     async def _ensure_session(self) -> None:
         if self._exists:
