@@ -245,6 +245,7 @@ def test_chromium_opens_the_share_and_the_exported_file_with_nothing_else(
     if not CHROMIUM.exists():  # the README's test command installs it: its absence is a failure, not a skip
         pytest.fail(f"the browser tests need Chromium and there is none at {CHROMIUM}: apt-get install chromium")
     import playwright.sync_api as playwright  # the dev extra
+
     shots = tmp_path_factory.mktemp("share-screenshots")
     with serve(tmp_path) as server:
         sid = session(
