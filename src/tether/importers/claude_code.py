@@ -55,8 +55,9 @@ from ..store.protocols import Store
 from ..store.records import IMPORTED, SessionInfo
 from .continuation import (
     Plan,
-    begin_continuation,
     continuation_of,
+    continuation_writer,
+    copy_note,
     export_mark_of,
     first_object,
     plan_continuation,
@@ -299,18 +300,18 @@ class _FileImport:
         try:
             st = os.stat(self.path)
         except OSError as e:
-            return self._failed(result, f"cannot read it: {e.strerror or e}")
+            return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         if self.agent_id is None:
             first = first_object(self.path)
             exported = export_mark_of(first.get(TETHER_KEY)) if isinstance(first, dict) else None
             if exported is not None:
                 plan = await plan_continuation(self.store, self.path, FORMAT, self.key, exported, st.st_size)
                 if isinstance(plan, Problem):
-                    return self._failed(result, plan.reason)
+                    return result.fail(self.problems, plan.reason)
                 if plan is not None:
                     return await self._continue(plan, result, st.st_size)
                 self.exported_from = exported.origin
-                result.note = f"exported from tether session {exported.origin}, which is not in this store: a copy"
+                result.note = copy_note(exported.origin)
         main_id = source_session_id(FORMAT, self.key)
         info = await existing(self.store, main_id)
         mark = import_mark(info)
@@ -319,9 +320,9 @@ class _FileImport:
             try:
                 result.outcome = since_import(self.path, st.st_size, main_id, info, mark)
             except OSError as e:
-                return self._failed(result, f"cannot read it: {e.strerror or e}")
+                return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
             except CannotAppend as e:
-                return self._failed(result, str(e))
+                return result.fail(self.problems, str(e))
             if result.outcome == "unchanged":
                 result.title = info.title
                 return result
@@ -334,9 +335,9 @@ class _FileImport:
             for line, obj in reading:
                 current = await self.place(obj, line.no, len(line.data), main, current)
         except SourceChanged as e:
-            return self._failed(result, f"{e}; import it again")
+            return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
-            return self._failed(result, f"cannot read it: {e.strerror or e}")
+            return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         finally:
             result.lines = reading.lines
         consumed = reading.consumed
@@ -357,14 +358,7 @@ class _FileImport:
             result.outcome, result.note = "unchanged", plan.note(0, self.dry_run)
             return result
 
-        async def begin() -> None:
-            if not self.dry_run:
-                await begin_continuation(self.store, plan)
-
-        writer = SessionWriter(
-            self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
-            create=begin,
-        )  # fmt: skip
+        writer = continuation_writer(self.store, plan, dry_run=self.dry_run)
         main = _Target(writer, title=plan.origin.title)
         self.targets.append(main)
         current = main
@@ -382,9 +376,9 @@ class _FileImport:
                     continue
                 current = await self.place(obj, line.no, len(line.data), main, current)
         except SourceChanged as e:
-            return self._failed(result, f"{e}; import it again")
+            return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
-            return self._failed(result, f"cannot read it: {e.strerror or e}")
+            return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         finally:
             result.lines = reading.lines
         for target in self.targets:
@@ -443,11 +437,6 @@ class _FileImport:
         if self.last_node == stands:
             self.last_node = uuid
         return True
-
-    def _failed(self, result: FileResult, reason: str) -> FileResult:
-        result.outcome = "failed"
-        result.problems = [*self.problems, Problem(self.path, None, reason)]
-        return result
 
     async def _finish(self, main: _Target, info: SessionInfo | None, consumed: int, size: int) -> None:
         if self.dry_run or (main.new and not main.writer.written):

@@ -52,7 +52,15 @@ from ..messages import (
 )
 from ..store.protocols import Store
 from ..store.records import IMPORTED
-from .continuation import Plan, begin_continuation, export_mark_of, first_object, plan_continuation, record_continuation
+from .continuation import (
+    Plan,
+    continuation_writer,
+    copy_note,
+    export_mark_of,
+    first_object,
+    plan_continuation,
+    record_continuation,
+)
 from .foreign_export import TETHER_KEY
 from .jsonl import (
     CannotAppend,
@@ -149,7 +157,7 @@ class _RolloutImport:
         try:
             st = os.stat(self.path)
         except OSError as e:
-            return self._failed(result, f"cannot read it: {e.strerror or e}")
+            return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         first = first_object(self.path)
         payload = first.get("payload") if isinstance(first, dict) and first.get("type") == "session_meta" else None
         exported = export_mark_of(payload.get(TETHER_KEY)) if isinstance(payload, dict) else None
@@ -157,20 +165,20 @@ class _RolloutImport:
             source_id = str(payload.get("id") or self.key).lower()
             plan = await plan_continuation(self.store, self.path, FORMAT, source_id, exported, st.st_size)
             if isinstance(plan, Problem):
-                return self._failed(result, plan.reason)
+                return result.fail(self.problems, plan.reason)
             if plan is not None:
                 return await self._continue(plan, result, st.st_size)
             self.exported_from = exported.origin
-            result.note = f"exported from tether session {exported.origin}, which is not in this store: a copy"
+            result.note = copy_note(exported.origin)
         info = await existing(self.store, self.session_id)
         mark = import_mark(info)
         if info is not None and mark:
             try:
                 result.outcome = since_import(self.path, st.st_size, self.session_id, info, mark)
             except OSError as e:
-                return self._failed(result, f"cannot read it: {e.strerror or e}")
+                return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
             except CannotAppend as e:
-                return self._failed(result, str(e))
+                return result.fail(self.problems, str(e))
             if result.outcome == "unchanged":
                 result.title = info.title
                 return result
@@ -203,9 +211,9 @@ class _RolloutImport:
                 if line.no in self.cuts:
                     await self.close()  # where an earlier import stopped with a response still open
         except SourceChanged as e:
-            return self._failed(result, f"{e}; import it again")
+            return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
-            return self._failed(result, f"cannot read it: {e.strerror or e}")
+            return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         finally:
             result.lines = reading.lines
         consumed = reading.consumed
@@ -231,14 +239,7 @@ class _RolloutImport:
         self.session_id = plan.into
         self.cuts = {int(n) for n in plan.record.get("cuts", []) if isinstance(n, int)}
 
-        async def begin() -> None:
-            if not self.dry_run:
-                await begin_continuation(self.store, plan)
-
-        self.writer = SessionWriter(
-            self.store, plan.into, start=plan.start, known=plan.known, dry_run=self.dry_run,
-            create=begin,
-        )  # fmt: skip
+        self.writer = continuation_writer(self.store, plan, dry_run=self.dry_run)
         reading, last = JsonLines(self.path, self.problems), 0
         self.quiet = True
         try:
@@ -251,9 +252,9 @@ class _RolloutImport:
                 if line.no in self.cuts:
                     await self.close()
         except SourceChanged as e:
-            return self._failed(result, f"{e}; import it again")
+            return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
-            return self._failed(result, f"cannot read it: {e.strerror or e}")
+            return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         finally:
             result.lines = reading.lines
         if self.group is not None and last and not self.quiet:
@@ -270,11 +271,6 @@ class _RolloutImport:
             await record_continuation(
                 self.store, plan, offset=reading.consumed, size=size, lines=reading.lines, extra=extra
             )
-        return result
-
-    def _failed(self, result: FileResult, reason: str) -> FileResult:
-        result.outcome = "failed"
-        result.problems = [*self.problems, Problem(self.path, None, reason)]
         return result
 
     def _spawned_by(self) -> dict[str, Any] | None:

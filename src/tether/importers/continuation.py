@@ -17,7 +17,16 @@ from ..messages import Compaction, Marker, Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
 from .foreign_export import TETHER_KEY
-from .jsonl import FileOutcome, Problem, decode_json, existing, head_digest, read_lines, source_session_id
+from .jsonl import (
+    FileOutcome,
+    Problem,
+    SessionWriter,
+    decode_json,
+    existing,
+    head_digest,
+    read_lines,
+    source_session_id,
+)
 
 __all__ = [
     "CONTINUED",
@@ -25,6 +34,8 @@ __all__ = [
     "Plan",
     "begin_continuation",
     "continuation_of",
+    "continuation_writer",
+    "copy_note",
     "export_mark_of",
     "first_object",
     "plan_continuation",
@@ -217,6 +228,22 @@ def _has_more_lines(path: str, lines: int) -> bool:
     except OSError:
         return True  # let the import read it and say why it cannot
     return False
+
+
+def copy_note(origin: str) -> str:
+    """What an import says of an export whose origin is not in this store (it imports as a copy)."""
+    return f"exported from tether session {origin}, which is not in this store: a copy"
+
+
+def continuation_writer(store: Store, plan: Plan, *, dry_run: bool) -> SessionWriter:
+    """The writer of what the tool appended to an export: before its first entry it notes on the original
+    that entries are being written (`begin_continuation`)."""
+
+    async def begin() -> None:
+        if not dry_run:
+            await begin_continuation(store, plan)
+
+    return SessionWriter(store, plan.into, start=plan.start, known=plan.known, dry_run=dry_run, create=begin)
 
 
 async def begin_continuation(store: Store, plan: Plan) -> None:

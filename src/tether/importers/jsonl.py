@@ -229,6 +229,12 @@ class FileResult:
     problems: list[Problem] = field(default_factory=list)
     note: str | None = None
 
+    def fail(self, problems: list[Problem], reason: str) -> FileResult:
+        """The file could not be imported: `reason`, after the `problems` met before it."""
+        self.outcome = "failed"
+        self.problems = [*problems, Problem(self.path, None, reason)]
+        return self
+
 
 class SessionWriter:
     """Appends to one session in batches, each entry with its source time. An import replays its file from
