@@ -51,10 +51,12 @@ _TYPES = {
 }
 
 
-def _files() -> dict[str, Path]:
-    """The files the page may load, by their path under /ui/ (only these: nothing else on disk is reachable)."""
+def _files() -> dict[str, tuple[bytes, str]]:
+    """The files the page may load, by their path under /ui/ (only these: nothing else on disk is reachable),
+    with their media type: read once, when the app is made (a few hundred KiB shipped with the package), not
+    from disk on the event loop at every request."""
     return {
-        p.relative_to(WEB).as_posix(): p
+        p.relative_to(WEB).as_posix(): (p.read_bytes(), _TYPES[p.suffix])
         for p in sorted(WEB.rglob("*"))
         if p.is_file() and p.suffix in _TYPES and p.name != "index.html"
     }
@@ -83,7 +85,8 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
         found = files.get(path)
         if found is None:
             raise NotFound(f"the page has no file {path[:200]!r}")
-        return Response(found.read_bytes(), media_type=_TYPES[found.suffix], headers=PAGE_HEADERS)
+        body, media_type = found
+        return Response(body, media_type=media_type, headers=PAGE_HEADERS)
 
     app.add_api_route("/", index, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/{path:path}", asset, methods=["GET"], include_in_schema=False)
