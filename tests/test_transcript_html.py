@@ -171,6 +171,7 @@ def test_markdown_links_are_kept_safe() -> None:
     for scheme in ("javascript:alert(1)", "vbscript:x", "data:text/html;base64,PHNjcmlwdD4=", "ms-msdt:x", "/sessions"):
         assert "<a" not in markdown_html(f"[a]({scheme})")
     assert "<img" not in markdown_html("![a](https://example.com/a.png)")
+    assert "href" not in markdown_html("[a]()")  # an empty link would lead back into the page (hypothesis found it)
     assert "&lt;b&gt;" in markdown_html("<b>raw</b>")
     aligned = markdown_html("| a | b |\n|:--|--:|\n| 1 | 2 |")
     assert 'class="align-right"' in aligned and "style=" not in aligned  # the page allows no inline style

@@ -114,6 +114,9 @@ def _markdown() -> Any:
     md.validateLink = validate_link  # type: ignore[method-assign]  # markdown-it documents this override
 
     def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        href = tokens[idx].attrGet("href")
+        if not (isinstance(href, str) and validate_link(href)):
+            del tokens[idx].attrs["href"]  # an empty destination, `[x]()`, is never given to validateLink
         tokens[idx].attrSet("rel", "noopener noreferrer nofollow")
         return str(renderer.renderToken(tokens, idx, options, env))
 
