@@ -191,7 +191,20 @@ async def test_runaway_loop_is_interrupted_and_the_repl_lives_on() -> None:
         result = await sandbox.run("x = 1\nwhile True:\n    pass")
         assert result.error is not None and "CPU time" in result.error
         assert sandbox.alive
-        assert (await sandbox.run("x + 1")).output == "2\n"
+        after = await sandbox.run("x + 1")
+        assert after.error is None and after.output == "2\n", after
+
+
+async def test_a_block_gets_its_whole_cpu_budget_when_the_time_used_so_far_is_just_under_a_second() -> None:
+    # The soft limit was once the time used rounded down plus the budget: at 1.97 s used, a 1 s budget left
+    # the next block 0.03 s and it was stopped before its first line (the loop above then lost `x`).
+    async with Sandbox("", llm=echo, limits=SandboxLimits(cpu_seconds_per_block=1)) as sandbox:
+        burn = "import time\nt = time.process_time()\ngoal = int(t) + 0.97 if t % 1 < 0.97 else int(t) + 1.97\n"
+        burn += "while time.process_time() < goal:\n    pass"
+        assert (await sandbox.run(burn)).error is None
+        work = "t0 = time.process_time()\nwhile time.process_time() - t0 < 0.5:\n    pass\n'done'"
+        result = await sandbox.run(work)
+        assert result.error is None and result.output == "'done'\n", result
 
 
 async def test_loop_that_swallows_the_interrupt_is_killed_at_the_total_cpu_limit() -> None:

@@ -14,6 +14,7 @@ import importlib.util
 import io
 import json
 import linecache
+import math
 import os
 import resource
 import signal
@@ -157,7 +158,9 @@ class Repl:
     def _arm_cpu_limit(self) -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        soft = int(usage.ru_utime + usage.ru_stime) + self.cpu_seconds_per_block
+        # Rounded up: rounding the time used so far down could leave a block a sliver of its budget (1.98 s
+        # used, a 1 s budget, a soft limit of 2 s: the next block was stopped at once).
+        soft = math.ceil(usage.ru_utime + usage.ru_stime + self.cpu_seconds_per_block)
         if hard != resource.RLIM_INFINITY:
             soft = min(soft, hard)
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
