@@ -4,7 +4,7 @@ process of its own, on a loopback port, over a SQLite store; only the model diff
 its model from the configuration, and no configuration selects the scripted provider (it is a test double,
 not something a user serves), so this script builds the manager as tests/server/conftest.py does.
 
-    python bench/_scripted_server.py --store PATH --workspace DIR [--port 0] [--latency-ms 2]
+    python bench/_scripted_server.py --store PATH --workspace DIR [--port 0] [--latency-ms 2] [--no-pacing]
 
 Prints ``listening http://127.0.0.1:PORT pid PID`` once it accepts connections; SIGINT or SIGTERM stop it.
 
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workspace", required=True, help="the runs' directory")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=2.0)
+    parser.add_argument("--no-pacing", action="store_true", help="runs do not take turns (the pacing's baseline)")
     parser.add_argument("--chunk", type=int, default=32, help="characters per text delta (default 32)")
     args = parser.parse_args(argv)
     model = SlowModel(args.latency_ms / 1000, args.chunk)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def make_manager(opened: Store, config: Config) -> SessionManager:
         defaults = RunRequest(None, directory=args.workspace, registry=ToolRegistry([noop]))
-        return SessionManager(opened, config=config, defaults=defaults, resolve=resolve)
+        return SessionManager(opened, config=config, defaults=defaults, resolve=resolve, pace=not args.no_pacing)
 
     settings = ServerSettings(port=args.port)
     app = create_app(settings, config=Config(), make_manager=make_manager, store_url=args.store)

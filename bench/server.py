@@ -19,6 +19,9 @@ Figures:
 - `prompt_first_event_p50_ms`, `_p95_ms` (target p50 <= 20): from just before `POST
   /sessions/{id}/prompt` is sent to the first frame of that run at each of the session's clients, under
   the load above. `prompt_first_event_idle_p50_ms`: the same, one session, one client, nothing else running.
+- `unpaced_*`, `pacing_ratio_*`: the main load again, on a server whose runs do not take turns
+  (`SessionManager(pace=False)`; `--no-baseline` skips it), and the ratios paced / unpaced of the
+  first-event p50, the commit -> client p99 and the time the runs took (below 1: pacing helps).
 - `list_rps`, `tail_rps`: `--http-clients` (4) concurrent httpx clients with keep-alive for
   `--http-seconds`: the first page of `GET /sessions` (50 of `--list-sessions`, most recent first) and
   `GET /sessions/{id}/entries?tail=100`. Beside each: the server's CPU per request (from /proc), which
@@ -59,7 +62,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -405,15 +408,8 @@ def tether_number(data: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-async def tether_section(report: Report, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    workspace = scratch / "work"
-    workspace.mkdir()
-    db = scratch / "tether.db"
-    report.section(f"tether: prefill {args.list_sessions:,} sessions and one of {args.tail_entries:,} entries")
-    t0 = time.perf_counter()
-    long_id = await prefill(db, workspace, args.list_sessions, args.tail_entries)
-    report.note(f"prefilled in {time.perf_counter() - t0:.1f} s")
-    server = start_process(
+def start_tether(args: argparse.Namespace, db: Path, workspace: Path, log: Path, *, pacing: bool = True) -> Process:
+    return start_process(
         [
             *shlex.split(args.server_wrapper or ""),
             sys.executable,
@@ -424,11 +420,58 @@ async def tether_section(report: Report, args: argparse.Namespace, scratch: Path
             str(workspace),
             "--latency-ms",
             str(args.latency_ms),
+            *([] if pacing else ["--no-pacing"]),
         ],
-        scratch / "tether-server.log",
+        log,
         r"listening (http://\S+) pid (\d+)",
         env=child_env(),
     )
+
+
+async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
+    """The main load again on a server whose runs do not take turns (`SessionManager(pace=False)`): the
+    baseline of the pacing, measured in the same run; ratios are paced / unpaced (below 1: pacing helps)."""
+    workspace = scratch / "work-unpaced"
+    workspace.mkdir()
+    db = scratch / "tether-unpaced.db"
+    await prefill(db, workspace, 50, 100)
+    server = start_tether(args, db, workspace, scratch / "tether-unpaced-server.log", pacing=False)
+    host, port = host_port(server.url)
+    limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+
+            async def new_session() -> str:
+                r = await client.post("/sessions", json={"directory": str(workspace)})
+                if r.status_code != 201:
+                    raise BenchError(f"POST /sessions: {r.status_code} {r.text[:300]}")
+                return str(r.json()["session"]["id"])
+
+            title = "tether, runs not paced (the baseline)"
+            streams = await load_phase(report, args, client, server, host, port, new_session, title, "unpaced_")
+            for group in streams.values():
+                for stream in group:
+                    await stream.close()
+    finally:
+        server.stop()
+    f = report.figures
+    for key, label in (
+        ("prompt_first_event_p50_ms", "POST prompt -> first event p50, paced / not"),
+        ("sse_p99_ms", "journal commit -> client p99, paced / not"),
+        ("runs_s", "time the runs took, paced / not"),
+    ):
+        report.row(label, f"pacing_ratio_{key.removesuffix('_ms')}", f[key] / f[f"unpaced_{key}"], "x", digits=3)
+
+
+async def tether_section(report: Report, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    workspace = scratch / "work"
+    workspace.mkdir()
+    db = scratch / "tether.db"
+    report.section(f"tether: prefill {args.list_sessions:,} sessions and one of {args.tail_entries:,} entries")
+    t0 = time.perf_counter()
+    long_id = await prefill(db, workspace, args.list_sessions, args.tail_entries)
+    report.note(f"prefilled in {time.perf_counter() - t0:.1f} s")
+    server = start_tether(args, db, workspace, scratch / "tether-server.log")
     host, port = host_port(server.url)
     out: dict[str, Any] = {}
     limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
@@ -465,6 +508,100 @@ async def tether_section(report: Report, args: argparse.Namespace, scratch: Path
     return out
 
 
+async def load_phase(
+    report: Report,
+    args: argparse.Namespace,
+    client: httpx.AsyncClient,
+    server: Process,
+    host: str,
+    port: int,
+    new_session: Callable[[], Awaitable[str]],
+    title: str,
+    prefix: str = "",
+) -> dict[str, list[Stream]]:
+    """The main load: `--sessions` sessions, each followed by its share of `--clients` streams, each running
+    `--rounds` prompts of `WORK` one after another; the figures under `prefix`. Returns the open streams."""
+    per = max(1, args.clients // args.sessions)
+    report.section(
+        f"{title}: {args.sessions} concurrent runs, {per * args.sessions} SSE clients ({per} per session), "
+        f"{args.rounds} prompts per session one after another ({WORK})"
+    )
+    sessions = [await new_session() for _ in range(args.sessions)]
+    streams = {s: [Stream(host, port, f"/sessions/{s}/events") for _ in range(per)] for s in sessions}
+    for group in streams.values():
+        for stream in group:
+            stream.start()
+    for group in streams.values():
+        for stream in group:
+            await stream.connected.wait()
+            if stream.error is not None:
+                raise BenchError(f"an event stream failed: {stream.error!r}")
+    await asyncio.sleep(0.5)
+    load0 = load()
+    prompts: list[Prompted] = []
+
+    async def session_work(s: str) -> None:
+        await asyncio.sleep(random.random() * 0.2)  # the sessions start spread over 200 ms, not in one burst
+        for _ in range(args.rounds):
+            prompts.append(await tether_prompt(client, s, WORK, streams[s]))
+
+    c0, w0 = server.cpu_s(), time.perf_counter()
+    with LoopLag() as lag:
+        await asyncio.gather(*(session_work(s) for s in sessions))
+    wall, cpu = time.perf_counter() - w0, server.cpu_s() - c0
+    frames = sum(st.count for g in streams.values() for st in g)
+    report.row("the runs took", f"{prefix}runs_s", wall, "s", digits=2)
+    report.note(
+        f"{frames:,} frames delivered in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; load {load0} -> {load()}"
+    )
+
+    # commit times of every entry the runs wrote
+    latencies: list[float] = []
+    for s in sessions:
+        r = await client.get(f"/sessions/{s}/entries", params={"start": 1, "limit": 1000})
+        committed = {e["seq"]: float(e["created_at"]) for e in r.json()["entries"]}
+        for stream in streams[s]:
+            for arrival, data in stream.frames:
+                n = tether_number(data)
+                if n is None or n % EVENT_SPAN >= LIVE_OFFSET:
+                    continue
+                seq = n // EVENT_SPAN
+                if seq not in committed:
+                    raise BenchError(f"event {n} of {s} has no entry {seq}")
+                latencies.append((arrival - committed[seq]) * 1000)
+    if not latencies:
+        raise BenchError("no durable event reached a client")
+    report.note(f"{len(latencies):,} (durable event, client) pairs")
+    for q in (50, 95, 99):
+        report.row(f"journal commit -> client p{q}", f"{prefix}sse_p{q}_ms", percentile(latencies, q), "ms", digits=2)
+    report.row("   max", f"{prefix}sse_max_ms", max(latencies), "ms", digits=2)
+    samples = first_events(prompts, tether_number)
+    report.row(
+        "POST prompt -> first event p50 (under load)",
+        f"{prefix}prompt_first_event_p50_ms",
+        percentile(samples, 50),
+        "ms",
+        digits=2,
+    )
+    report.row(
+        "POST prompt -> first event p95 (under load)",
+        f"{prefix}prompt_first_event_p95_ms",
+        percentile(samples, 95),
+        "ms",
+        digits=2,
+    )
+    report.row(
+        "the clients' loop lag p99 (in every figure above)",
+        f"{prefix}client_loop_lag_p99_ms",
+        lag.p99(),
+        "ms",
+        digits=2,
+    )
+    report.row("server CPU during the runs", f"{prefix}runs_server_cpu_pct", cpu / wall * 100, "% core")
+    report.row("frames delivered per second", f"{prefix}frames_per_s", frames / wall, "/s", digits=0)
+    return streams
+
+
 async def tether_runs(
     report: Report,
     args: argparse.Namespace,
@@ -496,76 +633,7 @@ async def tether_runs(
     await stream.close()
 
     per = max(1, args.clients // args.sessions)
-    report.section(
-        f"tether: {args.sessions} concurrent runs, {per * args.sessions} SSE clients ({per} per session), "
-        f"{args.rounds} prompts per session one after another ({WORK})"
-    )
-    sessions = [await new_session() for _ in range(args.sessions)]
-    streams = {s: [Stream(host, port, f"/sessions/{s}/events") for _ in range(per)] for s in sessions}
-    for group in streams.values():
-        for stream in group:
-            stream.start()
-    for group in streams.values():
-        for stream in group:
-            await stream.connected.wait()
-            if stream.error is not None:
-                raise BenchError(f"an event stream failed: {stream.error!r}")
-    await asyncio.sleep(0.5)
-    load0 = load()
-    prompts: list[Prompted] = []
-
-    async def session_work(s: str) -> None:
-        await asyncio.sleep(random.random() * 0.2)  # the sessions start spread over 200 ms, not in one burst
-        for _ in range(args.rounds):
-            prompts.append(await tether_prompt(client, s, WORK, streams[s]))
-
-    c0, w0 = server.cpu_s(), time.perf_counter()
-    with LoopLag() as lag:
-        await asyncio.gather(*(session_work(s) for s in sessions))
-    wall, cpu = time.perf_counter() - w0, server.cpu_s() - c0
-    frames = sum(st.count for g in streams.values() for st in g)
-    report.note(
-        f"{frames:,} frames delivered in {wall:.1f} s; server CPU {cpu / wall * 100:.0f}% of a core; load {load0} -> {load()}"
-    )
-
-    # commit times of every entry the runs wrote
-    latencies: list[float] = []
-    for s in sessions:
-        r = await client.get(f"/sessions/{s}/entries", params={"start": 1, "limit": 1000})
-        committed = {e["seq"]: float(e["created_at"]) for e in r.json()["entries"]}
-        for stream in streams[s]:
-            for arrival, data in stream.frames:
-                n = tether_number(data)
-                if n is None or n % EVENT_SPAN >= LIVE_OFFSET:
-                    continue
-                seq = n // EVENT_SPAN
-                if seq not in committed:
-                    raise BenchError(f"event {n} of {s} has no entry {seq}")
-                latencies.append((arrival - committed[seq]) * 1000)
-    if not latencies:
-        raise BenchError("no durable event reached a client")
-    report.note(f"{len(latencies):,} (durable event, client) pairs")
-    for q in (50, 95, 99):
-        report.row(f"journal commit -> client p{q}", f"sse_p{q}_ms", percentile(latencies, q), "ms", digits=2)
-    report.row("   max", "sse_max_ms", max(latencies), "ms", digits=2)
-    samples = first_events(prompts, tether_number)
-    report.row(
-        "POST prompt -> first event p50 (under load)",
-        "prompt_first_event_p50_ms",
-        percentile(samples, 50),
-        "ms",
-        digits=2,
-    )
-    report.row(
-        "POST prompt -> first event p95 (under load)",
-        "prompt_first_event_p95_ms",
-        percentile(samples, 95),
-        "ms",
-        digits=2,
-    )
-    report.row("the clients' loop lag p99 (in every figure above)", "client_loop_lag_p99_ms", lag.p99(), "ms", digits=2)
-    report.row("server CPU during the runs", "runs_server_cpu_pct", cpu / wall * 100, "% core")
-    report.row("frames delivered per second", "frames_per_s", frames / wall, "/s", digits=0)
+    streams = await load_phase(report, args, client, server, host, port, new_session, "tether")
     for group in streams.values():
         for stream in group:
             stream.frames.clear()
@@ -993,6 +1061,9 @@ async def main() -> None:
         metavar="CMD",
         help="run the tether server under this command, e.g. 'py-spy record -o prof.txt -f raw --' (a profile)",
     )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the main load on a server whose runs are not paced"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (what the test runs)")
     parser.add_argument("--dir", help="scratch directory (default: under .bench-out/)")
     args = parser.parse_args()
@@ -1015,6 +1086,8 @@ async def main() -> None:
     with scratch_dir(args.dir) as scratch:
         report.set("filesystem", filesystem_of(scratch))
         tether = await tether_section(report, args, scratch)
+        if not args.no_baseline:
+            await unpaced_section(report, args, scratch)
         await opencode_section(report, args, scratch, tether)
     report.set("loadavg_end", load())
     print(f"\nload average at the end: {load()}", flush=True)

@@ -24,6 +24,7 @@ from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
 from .lookup import find_session
 from .loop import AgentRun
+from .pacing import Pacer
 from .permission import Approver, PermissionCheck
 from .profiles import find_profile, narrowed
 from .state import DEFAULT_MAX_STEPS, RunOptions
@@ -67,6 +68,8 @@ class RunRequest:
     """Seconds to wait for a session another run holds (``--wait``: `math.inf`); None: refuse at once."""
     on_lease_wait: Callable[[SessionBusy], None] | None = None
     """Told who holds the session, once, when the run starts waiting for it."""
+    pacer: Pacer | None = None
+    """Turns shared with the other runs on this event loop (`pacing`); the `SessionManager` gives its own."""
     agent: str | None = None
     """The agent profile to work as (``plan``, one of ``[agents.*]``; None: ``build``): its tools (which
     `tools` may narrow further), its system prompt and model unless these are given; recorded with the
@@ -169,6 +172,7 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         approver=request.approver,
         approval_timeout=request.approval_timeout or config.permissions.timeout,
         on_lease_wait=request.on_lease_wait,
+        pacer=request.pacer,
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)

@@ -154,6 +154,11 @@ class AgentRun:
             if lease is not None:
                 await lease.release()
 
+    async def _pace(self) -> None:
+        """A stretch of work begins: with many runs on this loop, wait for a turn (see `pacing`)."""
+        if self.options.pacer is not None:
+            await self.options.pacer.turn()
+
     def _requested(self, task: asyncio.Task[object] | None) -> Callable[[LeaseRequest], None]:
         def on_request(request: LeaseRequest) -> None:
             if request == "pause":
@@ -240,10 +245,12 @@ class AgentRun:
                     yield self._done(last_text, reason)
                     return
                 state.steps += 1
+                await self._pace()
                 call = ModelCall(state)
                 async for event in call.stream():
                     yield event
                 assert call.done is not None and call.prepared is not None
+                await self._pace()
                 message = call.done.message
                 # what the journal and its events say about the answer: the model that gave it, what it cost
                 message.model = message.model or opts.model

@@ -43,6 +43,7 @@ from .journal import replay_events
 from .launch import LaunchedRun, LaunchPlan, Resolver, RunRequest, check_request, open_run
 from .lease import live_lease
 from .loop import AgentRun
+from .pacing import Pacer
 from .permission import Answer, ApprovalRequest
 
 log = logging.getLogger("tether.runtime")
@@ -172,7 +173,8 @@ class SessionManager:
     """Drives many sessions in one process over one store (see the module docstring). `request` gives the
     defaults of every run (tools, step limit, workspace); `config` is read from the tether home unless
     given; `resolve` turns a model name into a provider (the registry's, unless a test or a server gives
-    its own)."""
+    its own). Its runs share a `Pacer` unless `pace` is False: when many are ready at once, a few go on per
+    pass of the event loop, which keeps serving requests and streams meanwhile."""
 
     def __init__(
         self,
@@ -182,6 +184,7 @@ class SessionManager:
         defaults: RunRequest | None = None,
         resolve: Resolver | None = None,
         subscriber_buffer: int = SUBSCRIBER_BUFFER,
+        pace: bool = True,
     ) -> None:
         self.store = store
         self.config = config if config is not None else load_config()
@@ -199,6 +202,9 @@ class SessionManager:
         """What happens to the sessions this manager touches: followed by a server's `/events` through
         `follow_activity`, which adds what other processes do to the store."""
         self._store_watch: asyncio.Task[None] | None = None
+        self.pacer = Pacer() if pace else None
+        """Turns for this manager's runs, so that many at once do not stall the loop they share with a
+        server's requests and streams (`pacing`)."""
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -229,6 +235,8 @@ class SessionManager:
                 if busy is not None:
                     raise busy
         approver: _Approver | None = None
+        if "pacer" not in fields and self.defaults.pacer is None and self.pacer is not None:
+            fields["pacer"] = self.pacer
         if "approver" not in fields and self.defaults.approver is None:
             approver = _Approver(self, session_id or "")
             fields["approver"] = approver

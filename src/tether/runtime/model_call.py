@@ -62,8 +62,13 @@ class ModelCall:
                 yield event
             self.partial = partial = PartialAnswer()
             stream = state.provider.stream(self.prepared.request)
+            first = True
             try:
                 async for part in stream:
+                    if first:  # the model's answer begins: its handling is a stretch of work (see `pacing`)
+                        first = False
+                        if state.options.pacer is not None:
+                            await state.options.pacer.turn()
                     if isinstance(part, TextPartDelta):
                         partial.text.append(part.text)
                         yield TextDelta(session_id=sid, n=journal.next_number(), text=part.text)

@@ -23,6 +23,7 @@ from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
 from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import LeaseTerms
+from .pacing import Pacer
 from .permission import Approver, PermissionCheck
 from .profiles import AgentProfile
 from .rules import Rules, session_rules
@@ -81,6 +82,9 @@ class RunOptions:
     with a reason that says how to allow it."""
     approval_timeout: float | None = None
     """Seconds an approval request waits before it counts as a no; None: it waits as long as it takes."""
+    pacer: Pacer | None = None
+    """Shared by the runs of one event loop (a session manager's): when many are ready at once, a few at a
+    time go on, so that the loop keeps serving requests and streams. None: the run never waits for a turn."""
     lease: LeaseTerms | None = field(default_factory=LeaseTerms)
     """How the run holds its session against other runs (see `lease`); None: it takes no lease."""
     on_lease_wait: Callable[[SessionBusy], None] | None = None
