@@ -160,3 +160,27 @@ async def test_the_runs_of_a_manager_share_its_pacer_and_answer_as_unpaced_ones_
     assert paced == unpaced
     assert all(t.startswith("done after 3: ") for t in paced), paced
     assert waited > 0 and none == 0
+
+
+def test_a_pacer_goes_on_working_in_a_new_event_loop() -> None:
+    """A manager kept past the loop it ran on, which ended with runs waiting and a pass due: the next loop
+    must not wait for that pass."""
+    pacer = fixed(1)
+
+    async def run() -> None:
+        await pacer.turn()
+
+    async def busy() -> None:
+        for _ in range(3):
+            asyncio.get_running_loop().create_task(run())
+        await asyncio.sleep(0)  # one went, two wait, a pass is due
+
+    old = asyncio.new_event_loop()
+    old.run_until_complete(busy())
+    old.close()  # the waiting runs and the pass die with it
+
+    async def again() -> int:
+        await asyncio.wait_for(asyncio.gather(*(run() for _ in range(4))), 5)
+        return pacer.waiting
+
+    assert asyncio.run(again()) == 0

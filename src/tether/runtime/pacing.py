@@ -55,6 +55,7 @@ class Pacer:
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._pass_due = False
         self._last_pass: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def waiting(self) -> int:
@@ -63,11 +64,14 @@ class Pacer:
 
     async def turn(self) -> None:
         """Wait, if the loop is busy with other runs, for this run's turn to go on."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or a manager kept past the loop it ran on: start afresh
+            self._loop, self._waiting, self._given, self._pass_due, self._last_pass = loop, deque(), 0, False, None
         if not self._waiting and self._given < self.turns:
             self._given += 1
             self._next_pass_soon()
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[None] = loop.create_future()
         self._waiting.append(future)
         self.waited += 1
         self._next_pass_soon()
