@@ -175,6 +175,19 @@ def test_a_link_followed_from_another_site_opens_but_a_foreign_page_cannot_read_
     assert (status, code(text)) == (403, "forbidden_origin")
 
 
+def test_a_link_to_the_web_page_from_another_site_opens_it_and_nothing_else(guarded: Served) -> None:
+    navigation = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    status, headers, text = request(guarded, "GET", "/", headers=navigation)
+    assert status == 200 and "text/html" in headers["content-type"] and "ses_" not in text
+    framed = {**navigation, "Sec-Fetch-Dest": "iframe"}
+    assert request(guarded, "GET", "/", headers=framed)[0] == 403
+    fetched = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"}
+    assert request(guarded, "GET", "/", headers=fetched)[0] == 403
+    assert request(guarded, "POST", "/", headers=navigation)[0] == 403  # a form posted from elsewhere
+    for path in ("/sessions", "/approvals", "/events"):  # the page only: what it asks for is same-origin
+        assert request(guarded, "GET", path, headers=navigation)[0] == 403, path
+
+
 def test_bad_share_requests_get_typed_errors(guarded: Served) -> None:
     sid = session(guarded, "hello")
     missing = "ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB"

@@ -110,6 +110,7 @@ def create_app(
         open_paths=(SHARE_PATH, *web.OPEN_PREFIXES),
         open_exact=web.OPEN_EXACT,
         large_bodies=(IMPORT_PATH,),
+        page=web.PAGE_PATH,
     )
     return app
 

@@ -38,7 +38,8 @@ def cookie_value(token: str) -> str:
 class Guard:
     """See the module docstring. `open_paths`: path prefixes served without the token (the share view, the web page's files);
     `open_exact`: paths served without the token, matched whole (the web page, the token exchange);
-    `large_bodies`: paths whose body may be up to `settings.max_import_body` (an import)."""
+    `large_bodies`: paths whose body may be up to `settings.max_import_body` (an import); `page`: the web
+    page's path, which a link on another site may open (a top-level navigation), as it may a share link."""
 
     def __init__(
         self,
@@ -48,12 +49,14 @@ class Guard:
         open_paths: tuple[str, ...] = (),
         open_exact: tuple[str, ...] = (),
         large_bodies: tuple[str, ...] = (),
+        page: str | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
         self.open_paths = open_paths
         self.open_exact = open_exact
         self.large_bodies = large_bodies
+        self.page = page
         self._token = settings.token.encode() if settings.token else None
         self._cookie = cookie_value(settings.token).encode() if settings.token else None
 
@@ -106,8 +109,15 @@ class Guard:
         if origins and not self._origin_allowed(origins, scope, hosts[0]):
             return 403, "forbidden_origin", f"requests from the origin {origins[0][:100]!r} are not allowed", {}
         public = any(scope["path"].startswith(p) for p in self.open_paths)
-        # a share link followed from a mail or a chat elsewhere is a cross-site navigation: it may read
-        followed_link = public and scope.get("method") in ("GET", "HEAD")
+        reading = scope.get("method") in ("GET", "HEAD")
+        # a share link followed from a mail or a chat elsewhere is a cross-site navigation: it may read; so may
+        # a link to the web page itself (it holds no data, and what it then asks for is same-origin)
+        opening_page = (
+            scope["path"] == self.page
+            and headers.get("sec-fetch-mode", [""])[-1] == "navigate"
+            and headers.get("sec-fetch-dest", ["document"])[-1] == "document"
+        )
+        followed_link = reading and (public or opening_page)
         if headers.get("sec-fetch-site", [""])[-1] == "cross-site" and not origins and not followed_link:
             return 403, "forbidden_origin", "cross-site requests are not allowed", {}
         if self._token is None or public or scope["path"] in self.open_exact:

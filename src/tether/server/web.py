@@ -23,7 +23,9 @@ from .openapi import Answer, Routes
 from .routes import State, answer
 
 WEB = Path(__file__).parent / "web"
-OPEN_EXACT = ("/", "/auth/session")
+PAGE_PATH = "/"
+"""Where the page is served; a link to it from another site opens it (the guard lets that navigation in)."""
+OPEN_EXACT = (PAGE_PATH, "/auth/session")
 """Paths the guard lets through without a token: the page (which holds no data: it asks for the token when
 the API refuses it) and the exchange of a token for a cookie (which checks the token itself)."""
 OPEN_PREFIXES = ("/ui/",)
@@ -88,7 +90,7 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
         body, media_type = found
         return Response(body, media_type=media_type, headers=PAGE_HEADERS)
 
-    app.add_api_route("/", index, methods=["GET"], include_in_schema=False)
+    app.add_api_route(PAGE_PATH, index, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/{path:path}", asset, methods=["GET"], include_in_schema=False)
 
     async def open_session(state: State, request: Request, body: Annotated[TokenExchange, Body()]) -> Response:
