@@ -428,6 +428,18 @@ def start_tether(args: argparse.Namespace, db: Path, workspace: Path, log: Path,
     )
 
 
+def session_maker(client: httpx.AsyncClient, workspace: Path) -> Callable[[], Awaitable[str]]:
+    """A function that makes a tether session in `workspace` over HTTP and gives its id."""
+
+    async def new_session() -> str:
+        r = await client.post("/sessions", json={"directory": str(workspace)})
+        if r.status_code != 201:
+            raise BenchError(f"POST /sessions: {r.status_code} {r.text[:300]}")
+        return str(r.json()["session"]["id"])
+
+    return new_session
+
+
 async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
     """The main load again on a server whose runs do not take turns (`SessionManager(pace=False)`): the
     baseline of the pacing, measured in the same run; ratios are paced / unpaced (below 1: pacing helps)."""
@@ -440,13 +452,7 @@ async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Pat
     limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
     try:
         async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
-
-            async def new_session() -> str:
-                r = await client.post("/sessions", json={"directory": str(workspace)})
-                if r.status_code != 201:
-                    raise BenchError(f"POST /sessions: {r.status_code} {r.text[:300]}")
-                return str(r.json()["session"]["id"])
-
+            new_session = session_maker(client, workspace)
             title = "tether, runs not paced (the baseline)"
             streams = await load_phase(report, args, client, server, host, port, new_session, title, "unpaced_")
             for group in streams.values():
@@ -612,12 +618,7 @@ async def tether_runs(
     workspace: Path,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-
-    async def new_session() -> str:
-        r = await client.post("/sessions", json={"directory": str(workspace)})
-        if r.status_code != 201:
-            raise BenchError(f"POST /sessions: {r.status_code} {r.text[:300]}")
-        return str(r.json()["session"]["id"])
+    new_session = session_maker(client, workspace)
 
     # idle: one session, one client, nothing else running
     report.section("tether: POST prompt -> first event, idle (1 session, 1 client)")
