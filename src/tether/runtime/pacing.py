@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 PASS_BUDGET = 0.002
 """Seconds a pass of a busy loop should take. Fifty scripted runs and 200 streams on one core (bench/server.py):
-POST prompt -> first event at its streams p50 14 ms at 1 ms, 15 ms at 2, 23 ms at 3 and 4; 116 ms unpaced;
-the runs' throughput the same at each (the loop is never idle while runs wait)."""
+POST prompt -> first event at its streams p50 14 ms at 1 ms, 15 ms at 2, 23 ms at 3 and 4; 84 to 116 ms unpaced.
+The runs take about a tenth longer than unpaced at 2 ms (shorter passes write the streams in smaller
+batches); the loop is never idle while runs wait."""
 MAX_TURNS = 32
 """The most runs let go in one pass, however short the passes."""
 
