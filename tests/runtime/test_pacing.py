@@ -5,11 +5,13 @@ follow how long the passes take. Passes are counted by a callback that runs once
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tether.messages import Message, Usage
 from tether.providers.scripted import ScriptedProvider, ScriptedResponse
 from tether.runtime.pacing import Pacer
 from tether.store import SqliteStore
@@ -71,19 +73,30 @@ async def test_runs_past_the_turns_of_a_pass_wait_and_go_first_come_first_served
 
 
 async def test_a_run_cancelled_while_it_waits_gives_its_turn_to_the_next() -> None:
-    pacer = fixed(1)
-    went: list[int] = []
+    async def scenario(cancel: bool) -> tuple[dict[int, int], Pacer]:
+        """Four runs ask at once with one turn a pass; the pass in which each went (from when they asked)."""
+        pacer = fixed(1)
+        went: dict[int, int] = {}
 
-    async def run(i: int) -> None:
-        await pacer.turn()
-        went.append(i)
+        async def run(i: int) -> None:
+            await pacer.turn()
+            went[i] = passes.n - start
 
-    tasks = [asyncio.create_task(run(i)) for i in range(4)]
-    await asyncio.sleep(0)  # all four asked: 0 went, 1 to 3 wait
-    tasks[1].cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    assert went == [0, 2, 3]
-    assert tasks[1].cancelled()
+        with Passes() as passes:
+            start = passes.n
+            tasks = [asyncio.create_task(run(i)) for i in range(4)]
+            await asyncio.sleep(0)  # all four asked: 0 went, 1 to 3 wait
+            if cancel:
+                tasks[1].cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if cancel:
+                assert tasks[1].cancelled()
+        return went, pacer
+
+    control, _ = await scenario(cancel=False)
+    went, pacer = await scenario(cancel=True)
+    assert sorted(went) == [0, 2, 3]
+    assert went[2] == control[1] and went[3] == control[2]  # the cancelled run's turn went to the next at once
     assert pacer.waiting == 0
 
 
@@ -164,23 +177,83 @@ async def test_the_runs_of_a_manager_share_its_pacer_and_answer_as_unpaced_ones_
 
 def test_a_pacer_goes_on_working_in_a_new_event_loop() -> None:
     """A manager kept past the loop it ran on, which ended with runs waiting and a pass due: the next loop
-    must not wait for that pass."""
+    must not wait for that pass, nor serve the dead loop's runs."""
     pacer = fixed(1)
+    went: list[str] = []
 
-    async def run() -> None:
+    async def run(name: str) -> None:
         await pacer.turn()
+        went.append(name)
 
     async def busy() -> None:
-        for _ in range(3):
-            asyncio.get_running_loop().create_task(run())
+        for i in range(3):
+            asyncio.get_running_loop().create_task(run(f"old {i}"))
         await asyncio.sleep(0)  # one went, two wait, a pass is due
 
     old = asyncio.new_event_loop()
     old.run_until_complete(busy())
     old.close()  # the waiting runs and the pass die with it
 
-    async def again() -> int:
-        await asyncio.wait_for(asyncio.gather(*(run() for _ in range(4))), 5)
-        return pacer.waiting
+    async def again() -> None:
+        await asyncio.wait_for(asyncio.gather(*(run(f"new {i}") for i in range(4))), 5)
 
-    assert asyncio.run(again()) == 0
+    asyncio.run(again())
+    assert went == ["old 0", "new 0", "new 1", "new 2", "new 3"]
+
+
+async def test_a_pacer_shared_by_two_loops_at_once_strands_no_run() -> None:
+    """One pacer used from a second loop (a thread of its own) while this one has runs waiting."""
+    pacer = fixed(1)
+    here: list[int] = []
+
+    async def run(i: int) -> None:
+        await pacer.turn()
+        here.append(i)
+
+    async def elsewhere() -> int:
+        await asyncio.gather(*(pacer.turn() for _ in range(3)))
+        return 3
+
+    tasks = [asyncio.create_task(run(i)) for i in range(4)]
+    await asyncio.sleep(0)  # one went, three wait on this loop
+    result: list[int] = []
+    other = threading.Thread(target=lambda: result.append(asyncio.run(elsewhere())))
+    other.start()
+    other.join()  # this loop stands still meanwhile: its runs are still waiting when the other loop asks
+    assert result == [3]
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert here == [0, 1, 2, 3]
+
+
+class StopsAt(Pacer):
+    """A pacer whose `at`-th turn never comes (a run cancelled while it waits there)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.asked = at, 0
+        self.reached = asyncio.Event()
+
+    async def turn(self) -> None:
+        self.asked += 1
+        if self.asked == self.at:
+            self.reached.set()
+            await asyncio.Event().wait()
+        await super().turn()
+
+
+async def test_a_run_cancelled_while_it_waits_after_an_answer_keeps_the_answer_whole(
+    tmp_path: Path, store: SqliteStore
+) -> None:
+    """The turn after a model's answer comes once the answer is journaled, with its usage: a cancel there
+    does not turn it into a partial answer."""
+    usage = Usage(input_tokens=120, output_tokens=7)
+    provider = ScriptedProvider([ScriptedResponse(message="all done here", usage=usage)])
+    m = manager(store, tmp_path, provider)
+    pacer = m.pacer = StopsAt(3)  # 1: the step, 2: the answer's first part, 3: after the answer
+    handle = await m.start(None, "finish up")
+    await asyncio.wait_for(pacer.reached.wait(), 5)
+    assert await m.cancel(handle.session_id)
+    entries = await store.read(handle.session_id, 1, 100)
+    answers = [e.body for e in entries if isinstance(e.body, Message) and e.body.role == "assistant"]
+    assert [(a.text, a.usage) for a in answers] == [("all done here", usage)]
+    await m.shutdown()

@@ -250,7 +250,6 @@ class AgentRun:
                 async for event in call.stream():
                     yield event
                 assert call.done is not None and call.prepared is not None
-                await self._pace()
                 message = call.done.message
                 # what the journal and its events say about the answer: the model that gave it, what it cost
                 message.model = message.model or opts.model
@@ -263,6 +262,8 @@ class AgentRun:
                 state.usage = state.usage + call.done.usage
                 for event in journal.drain():
                     yield event
+                # after the answer is in the journal: a cancel while waiting must not make it a partial one
+                await self._pace()
                 last_text = message.text
                 calls = message.tool_calls
                 if not calls and self._inbox:

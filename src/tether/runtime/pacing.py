@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -30,11 +31,22 @@ MAX_TURNS = 32
 """The most runs let go in one pass, however short the passes."""
 
 
+class _Turns:
+    """A pacer's state on one event loop: who waits, how many went in this pass, when the last pass was."""
+
+    def __init__(self) -> None:
+        self.given = 0
+        self.waiting: deque[asyncio.Future[None]] = deque()
+        self.pass_due = False
+        self.last_pass: float | None = None
+
+
 class Pacer:
     """Turns for the runs of one event loop (see the module). `turn()` returns at once unless `turns` runs
     already began a stretch in this pass or others are waiting; then it waits, first come first served.
     While runs wait, the turns per pass follow the length of the passes: fewer when a pass takes longer than
-    `budget` seconds, more when it takes under half of it."""
+    `budget` seconds, more when it takes under half of it. Each event loop that uses it has its own queue (a
+    manager kept past the loop it ran on, or used from two, never strands a run)."""
 
     def __init__(
         self,
@@ -52,30 +64,30 @@ class Pacer:
         self.max_turns = max_turns
         self.waited = 0
         """Turns that had to wait (a sign the loop was busy)."""
-        self._given = 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
-        self._pass_due = False
-        self._last_pass: float | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns] = weakref.WeakKeyDictionary()
 
     @property
     def waiting(self) -> int:
-        """Runs waiting for a turn now."""
-        return sum(1 for f in self._waiting if not f.done())
+        """Runs waiting for a turn now, on every loop."""
+        return sum(1 for state in list(self._loops.values()) for f in state.waiting if not f.done())
 
     async def turn(self) -> None:
         """Wait, if the loop is busy with other runs, for this run's turn to go on."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # first use, or a manager kept past the loop it ran on: start afresh
-            self._loop, self._waiting, self._given, self._pass_due, self._last_pass = loop, deque(), 0, False, None
-        if not self._waiting and self._given < self.turns:
-            self._given += 1
-            self._next_pass_soon()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _Turns()
+        waiting = state.waiting
+        while waiting and waiting[0].done():  # cancelled while they waited
+            waiting.popleft()
+        if not waiting and state.given < self.turns:
+            state.given += 1
+            self._next_pass_soon(loop, state)
             return
         future: asyncio.Future[None] = loop.create_future()
-        self._waiting.append(future)
+        waiting.append(future)
         self.waited += 1
-        self._next_pass_soon()
+        self._next_pass_soon(loop, state)
         try:
             await future
         except asyncio.CancelledError:
@@ -83,29 +95,29 @@ class Pacer:
                 future.cancel()  # skipped when its turn comes
             raise
 
-    def _next_pass_soon(self) -> None:
-        if not self._pass_due:
-            self._pass_due = True
-            asyncio.get_running_loop().call_soon(self._pass)
+    def _next_pass_soon(self, loop: asyncio.AbstractEventLoop, state: _Turns) -> None:
+        if not state.pass_due:
+            state.pass_due = True
+            loop.call_soon(self._pass, loop, state)
 
-    def _pass(self) -> None:
+    def _pass(self, loop: asyncio.AbstractEventLoop, state: _Turns) -> None:
         """Once per pass of the loop while runs ask: a new count, and the next waiting runs let go."""
-        self._pass_due = False
+        state.pass_due = False
         now = self.clock()
-        if self._waiting and self._last_pass is not None:
-            took = now - self._last_pass
+        if state.waiting and state.last_pass is not None:
+            took = now - state.last_pass
             if took > self.budget:
                 self.turns = max(1, self.turns - 1)
             elif took < self.budget / 2:
                 self.turns = min(self.max_turns, self.turns + 1)
-        self._given = 0
-        while self._waiting and self._given < self.turns:
-            future = self._waiting.popleft()
+        state.given = 0
+        while state.waiting and state.given < self.turns:
+            future = state.waiting.popleft()
             if not future.done():
                 future.set_result(None)
-                self._given += 1
-        if self._waiting or self._given:
-            self._last_pass = now
-            self._next_pass_soon()
+                state.given += 1
+        if state.waiting or state.given:
+            state.last_pass = now
+            self._next_pass_soon(loop, state)
         else:
-            self._last_pass = None
+            state.last_pass = None
