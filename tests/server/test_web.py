@@ -617,6 +617,23 @@ def test_transcript_text_cannot_run_script(browser: Browser, tmp_path: Path) -> 
             assert not any(h and h.lower().startswith("javascript") for h in hrefs)
 
 
+def test_an_id_in_a_crafted_link_cannot_steer_the_page_to_another_session(browser: Browser, tmp_path: Path) -> None:
+    """A link from elsewhere may open the page (the guard lets the navigation in); an id in its fragment that
+    holds `/..` must stay one path segment in every request, or a prompt typed there would go elsewhere."""
+    with serve(tmp_path, agent) as served:
+        mine, other = create(served, "mine"), create(served, "other")
+        before = len(journal(served, other))
+        with tab(browser, expected="404|Not Found|not found") as page:
+            page.goto(f"{served.url}/#/s/{mine}%2F..%2F{other}")
+            expect(page.locator("#session")).to_be_visible(timeout=WAIT)
+            page.locator("#prompt").fill("rm -rf /")
+            with page.expect_response(lambda r: "/prompt" in r.url, timeout=WAIT) as sent:
+                page.locator("#send").click()
+            assert sent.value.status == 404 and "%2F" in sent.value.url
+        assert len(journal(served, other)) == before
+        assert journal(served, mine) == []
+
+
 # --- the token and the cookie -------------------------------------------------------------------------------------
 
 

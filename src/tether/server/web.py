@@ -40,6 +40,7 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",  # a site that opened the page keeps no handle on its window
     "Cache-Control": "no-cache",
 }
 _TYPES = {

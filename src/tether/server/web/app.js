@@ -298,7 +298,7 @@ class SessionView {
     this.updated(view.session);
     upsertSession(view.session); // the row as it is now (a new session's first prompt gave it its title)
     this.showStatus(view.status);
-    const page = await api('GET', `/sessions/${this.id}/entries?tail=${PAGE}&active=false`);
+    const page = await api('GET', `/sessions/${encodeURIComponent(this.id)}/entries?tail=${PAGE}&active=false`);
     if (this.closed) return;
     this.transcript.add(page.entries);
     if (this.transcript.first === null) this.transcript.first = page.last_seq + 1;
@@ -345,7 +345,7 @@ class SessionView {
 
   follow() {
     // EventSource reconnects by itself and sends Last-Event-ID; `after` is only for the first connection
-    const source = new EventSource(`/sessions/${this.id}/events?after=${this.lastN}`);
+    const source = new EventSource(`/sessions/${encodeURIComponent(this.id)}/events?after=${this.lastN}`);
     this.source = source;
     source.onopen = () => { // (counted on the section, for whoever wants to know the stream came back)
       if (!this.closed) $('session').dataset.streamOpens = String(++this.opens);
@@ -433,7 +433,7 @@ class SessionView {
   endRun() {
     this.settleLive(Infinity);
     this.line(null);
-    this.catchUp().then(() => api('GET', `/sessions/${this.id}`)).then((view) => {
+    this.catchUp().then(() => api('GET', `/sessions/${encodeURIComponent(this.id)}`)).then((view) => {
       if (this.closed) return;
       this.updated(view.session);
       upsertSession(view.session);
@@ -496,7 +496,7 @@ class SessionView {
         this.again = false;
         for (;;) {
           const start = this.transcript.last + 1;
-          const page = await api('GET', `/sessions/${this.id}/entries?start=${start}&limit=200`);
+          const page = await api('GET', `/sessions/${encodeURIComponent(this.id)}/entries?start=${start}&limit=200`);
           if (this.closed || !page.entries.length) break;
           const stick = this.nearEnd();
           this.transcript.add(page.entries);
@@ -524,7 +524,7 @@ class SessionView {
     const box = $('transcript');
     try {
       const start = Math.max(1, first - PAGE);
-      const page = await api('GET', `/sessions/${this.id}/entries?start=${start}&end=${first - 1}&limit=${PAGE}`);
+      const page = await api('GET', `/sessions/${encodeURIComponent(this.id)}/entries?start=${start}&end=${first - 1}&limit=${PAGE}`);
       if (this.closed) return;
       const before = box.scrollHeight;
       this.transcript.add(page.entries, { prepend: true });
@@ -563,7 +563,7 @@ class SessionView {
       }
       revert.disabled = true;
       try {
-        await api('POST', `/sessions/${this.id}/revert`, { to_seq: entry.seq, reason: 'reverted from the web page' });
+        await api('POST', `/sessions/${encodeURIComponent(this.id)}/revert`, { to_seq: entry.seq, reason: 'reverted from the web page' });
         toast(`Reverted to #${entry.seq}`);
         await this.catchUp();
       } catch (err) { failed(err, 'Could not revert'); revert.disabled = false; }
@@ -573,7 +573,7 @@ class SessionView {
 
   async fork(at) {
     try {
-      const info = await api('POST', `/sessions/${this.id}/fork`, at === undefined ? {} : { at });
+      const info = await api('POST', `/sessions/${encodeURIComponent(this.id)}/fork`, at === undefined ? {} : { at });
       upsertSession(info);
       toast(at === undefined ? 'Forked the session' : `Forked at #${at}`);
       location.hash = `#/s/${info.id}`;
@@ -663,7 +663,7 @@ async function send() {
   if (!text || !current) return;
   $('send').disabled = true;
   try {
-    const accepted = await api('POST', `/sessions/${current.id}/prompt`, { prompt: text });
+    const accepted = await api('POST', `/sessions/${encodeURIComponent(current.id)}/prompt`, { prompt: text });
     box.value = '';
     if (accepted.queued) toast('Queued: it runs after the run in progress');
     current.showStatus(accepted.queued ? current.status : 'running');
@@ -678,7 +678,7 @@ async function send() {
 async function cancel() {
   if (!current) return;
   try {
-    const outcome = await api('POST', `/sessions/${current.id}/cancel`);
+    const outcome = await api('POST', `/sessions/${encodeURIComponent(current.id)}/cancel`);
     if (!outcome.done) toast('There was no run to cancel');
   } catch (err) { failed(err, 'Could not cancel'); }
 }
@@ -702,7 +702,7 @@ async function share(event) {
   const seconds = $('share-expiry').value;
   $('share-create').disabled = true;
   try {
-    const link = await api('POST', `/sessions/${current.id}/shares`, { expires_in: seconds ? Number(seconds) : null });
+    const link = await api('POST', `/sessions/${encodeURIComponent(current.id)}/shares`, { expires_in: seconds ? Number(seconds) : null });
     const url = new URL(link.url, location.origin).href;
     $('share-url').value = url;
     $('share-expires').textContent = link.expires_at ? `Expires ${new Date(link.expires_at * 1000).toLocaleString()}.` : 'Never expires; revoke it when it has served.';
