@@ -207,6 +207,16 @@ async def test_a_block_gets_its_whole_cpu_budget_when_the_time_used_so_far_is_ju
         assert result.error is None and result.output == "'done'\n", result
 
 
+async def test_a_block_that_reaches_the_total_cpu_limit_is_interrupted_and_the_repl_lives_on() -> None:
+    # the block's budget reaches past the process's total: it is stopped at the total with SIGXCPU, as any
+    # block is, not killed by the hard limit a second later (which lost every variable)
+    async with Sandbox("", llm=echo, limits=SandboxLimits(cpu_seconds_per_block=5, cpu_seconds_total=2)) as sandbox:
+        result = await sandbox.run("x = 1\nwhile True:\n    pass")
+        assert result.error is not None and "CPU time" in result.error, result
+        assert sandbox.alive
+        assert await sandbox.get_var("x") == "1"  # what it computed is still there to read
+
+
 async def test_loop_that_swallows_the_interrupt_is_killed_at_the_total_cpu_limit() -> None:
     limits = SandboxLimits(cpu_seconds_per_block=1, cpu_seconds_total=2)
     async with Sandbox("", llm=echo, limits=limits) as sandbox:

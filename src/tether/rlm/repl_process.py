@@ -162,7 +162,9 @@ class Repl:
         # used, a 1 s budget, a soft limit of 2 s: the next block was stopped at once).
         soft = math.ceil(usage.ru_utime + usage.ru_stime + self.cpu_seconds_per_block)
         if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
+            # a second below the hard limit, where the kernel kills without a word: the last block of the
+            # process's total is interrupted like any other (and killed only if it will not stop)
+            soft = min(soft, max(hard - 1, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
     def run(self, code: str) -> dict[str, Any]:
