@@ -11,9 +11,9 @@ import hashlib
 import html
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import lru_cache
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from . import __version__
 from .messages import (
@@ -83,6 +83,7 @@ details.call>summary code{background:none;padding:0}
 .reverted{opacity:.55}.reverted .head::after{content:"reverted";color:var(--err);font-weight:600}
 .thinking{font-style:italic}details.child{background:var(--bg);margin:8px 0 4px}
 details.child>summary{color:var(--dim);font-size:.9em}
+nav.pages{margin:18px 0;font-size:.95em;color:var(--dim)}
 footer{margin-top:32px;border-top:1px solid var(--line);padding-top:8px;color:var(--dim);font-size:.85em}
 """
 CSS_SOURCE = "sha256-" + base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
@@ -399,6 +400,15 @@ class _Writer:
         return out
 
 
+class Page(NamedTuple):
+    """A part of a long transcript: from entry `start`, about `size` entries (a turn whose tool results lie
+    past the end is finished first). `link(seq)` is the address of the page that starts at `seq`."""
+
+    start: int
+    size: int
+    link: Callable[[int], str]
+
+
 async def html_chunks(
     store: Store,
     session_id: str,
@@ -407,21 +417,44 @@ async def html_chunks(
     shared: bool = False,
     children: bool = False,
     info: SessionInfo | None = None,
+    page: Page | None = None,
 ) -> AsyncIterator[str]:
     """The page in pieces, as the journal is read (one piece per entry or turn). Reverted entries are left
     out (a note marks each revert) unless `raw`; `children`: each sub-agent's transcript is nested, folded,
     under the call that ran it (else a note names its session); `shared`: the page a share link shows (no
-    directory, and never another session's transcript)."""
+    directory, and never another session's transcript); `page`: only that part of the transcript, with links
+    to the first part and the next."""
     info = info or await store.get_session(session_id)
     yield page_start(info, shared=shared)
-    async for piece in _transcript(store, info, raw=raw, children=children and not shared, prefix=""):
+    bounds = None if page is None else (page.start, page.start + page.size - 1)
+    if page is not None and page.start > 1:
+        yield f'<nav class="pages"><a href="{_e(page.link(1))}">From the first message</a></nav>\n'
+    next_start: list[int] = []
+    async for piece in _transcript(
+        store, info, raw=raw, children=children and not shared, prefix="", bounds=bounds, rest=next_start
+    ):
         yield piece
     if not info.entry_count:
         yield '<p class="note">This session has no messages yet.</p>\n'
+    if page is not None and next_start:
+        more = info.entry_count - next_start[0] + 1
+        label = f"Next: entries {next_start[0]:,} to {min(info.entry_count, next_start[0] + page.size - 1):,} of {info.entry_count:,}"
+        yield f'<nav class="pages"><a href="{_e(page.link(next_start[0]))}">{_e(label)}</a> ({more:,} more)</nav>\n'
     yield page_end(shared=shared)
 
 
-async def _transcript(store: Store, info: SessionInfo, *, raw: bool, children: bool, prefix: str) -> AsyncIterator[str]:
+async def _transcript(
+    store: Store,
+    info: SessionInfo,
+    *,
+    raw: bool,
+    children: bool,
+    prefix: str,
+    bounds: tuple[int, int] | None = None,
+    rest: list[int] | None = None,
+) -> AsyncIterator[str]:
+    """`bounds`: only the entries from the first to the second (and the rest of a turn open there); the seq
+    where the next part starts is put in `rest`."""
     last = info.entry_count
     # the reverts come from the store's index (no read of the history); ones appended after `info` are not ours
     spans = [s for s in await store.reverted_spans(info.id) if s.revert <= last]
@@ -443,8 +476,13 @@ async def _transcript(store: Store, info: SessionInfo, *, raw: bool, children: b
                 yield inner
             yield "</details>"
 
-    async for entry in store.iter_entries(info.id):
+    async for entry in store.iter_entries(info.id, bounds[0] if bounds is not None else 1):
         if entry.seq > last:
+            break
+        past_end = bounds is not None and entry.seq > bounds[1]
+        if past_end and turn is None:
+            if rest is not None:
+                rest.append(entry.seq)
             break
         hidden = shown_as_hidden(entry.seq, spans, effective)
         if hidden and not raw:
@@ -455,6 +493,10 @@ async def _transcript(store: Store, info: SessionInfo, *, raw: bool, children: b
             async for piece in pieces(writer.turn(turn)):
                 yield piece
             turn = None
+            if past_end:  # the turn open at the end is written whole; the next part starts here
+                if rest is not None:
+                    rest.append(entry.seq)
+                break
         body = entry.body
         if isinstance(body, Message) and body.tool_calls:
             turn = _Turn(entry, hidden)

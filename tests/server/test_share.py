@@ -6,6 +6,7 @@ the same 404, at once."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -16,7 +17,7 @@ import pytest
 
 from tether.client import TetherClient
 from tether.errors import NotFound
-from tether.messages import Message
+from tether.messages import Message, ToolCallPart, ToolResultPart
 from tether.runtime.sharing import hash_token
 from tether.server import ServerSettings
 
@@ -228,7 +229,11 @@ def test_a_share_and_the_export_of_a_long_session_stream(tmp_path: Path) -> None
         token = share(server, sid)["token"]
         status, headers, text = request(server, "GET", f"/share/{token}")
         assert status == 200 and "content-length" not in headers  # streamed, not built whole
-        assert text.count("<article") == 3000 and "message number 2999" in text
+        assert text.count("<article") == 1000 and "message number 999" in text  # a page of it
+        assert 'href="?from=1001">Next: entries 1,001 to 2,000 of 3,000' in text
+        status, headers, text = request(server, "GET", f"/sessions/{sid}/export?format=html")
+        assert status == 200 and "content-length" not in headers
+        assert text.count("<article") == 3000 and "message number 2999" in text  # the file holds it all
 
 
 async def test_the_client_makes_lists_and_revokes_shares(guarded: Served) -> None:
@@ -297,3 +302,62 @@ def test_chromium_opens_the_share_and_the_exported_file_with_nothing_else(
             finally:
                 browser.close()
     print(f"screenshots in {shots}")
+
+
+def long_session(server: Served, cycles: int) -> str:
+    """Two messages, then `cycles` of (prompt, tool call, its result): entry 1,000 is a call whose result is
+    entry 1,001, across the first page's end."""
+
+    async def make() -> str:
+        store = server.state.store
+        info = await store.create_session(title="long", directory=str(server.workspace), model="test-model")
+        bodies: list[Message] = [Message.user("start"), Message.assistant("ok")]
+        for i in range(cycles):
+            call = ToolCallPart(id=f"c{i}", name="read", arguments={"path": f"f{i}.py"})
+            bodies += [
+                Message.user(f"look at f{i}.py"),
+                Message.assistant(tool_calls=[call]),
+                Message.tool(ToolResultPart(call_id=call.id, name="read", content=f"contents of f{i}")),
+            ]
+        for at in range(0, len(bodies), 500):
+            await store.append(info.id, bodies[at : at + 500])
+        return info.id
+
+    return str(server.call(make()))
+
+
+ENTRY_ID = re.compile(r' id="(e\d+)"')
+
+
+def test_a_long_shared_session_is_shown_a_page_at_a_time(guarded: Served) -> None:
+    sid = long_session(guarded, 900)  # 2,702 entries
+    token = share(guarded, sid)["token"]
+    whole = request(guarded, "GET", f"/sessions/{sid}/export?format=html", headers=AUTH)[2]
+    pages, path = [], f"/share/{token}"
+    while True:
+        status, _, text = request(guarded, "GET", path)
+        assert status == 200 and text.rstrip().endswith("</html>")
+        pages.append(text)
+        found = re.search(r'<nav class="pages"><a href="\?from=(\d+)">Next', text)
+        if found is None:
+            break
+        path = f"/share/{token}?from={found.group(1)}"
+    assert len(pages) == 3
+    assert re.search(
+        r'href="\?from=1002">Next: entries 1,002 to 2,001 of 2,702', pages[0]
+    )  # the call's result came along
+    assert "contents of f332" in pages[0]  # entry 1,001, the result of the call at 1,000
+    assert 'href="?">From the first message' in pages[1] and "From the first" not in pages[0]
+    shown = [i for page in pages for i in ENTRY_ID.findall(page)]
+    assert shown == ENTRY_ID.findall(whole)  # every entry once, in order, as on the one-page export
+    assert len(pages[0]) < len(whole) / 2
+
+
+def test_the_share_views_page_takes_only_a_sane_start(guarded: Served) -> None:
+    sid = session(guarded, "one", "two")
+    token = share(guarded, sid)["token"]
+    for bad in ("0", "-1", "x", str(2**63), "1.5"):
+        status, _, text = request(guarded, "GET", f"/share/{token}?from={bad}")
+        assert status == 422 and code(text) == "invalid_request", (bad, status, text[:200])
+    status, _, text = request(guarded, "GET", f"/share/{token}?from=99")  # past the end: an empty page
+    assert status == 200 and "Next:" not in text and ENTRY_ID.findall(text) == []

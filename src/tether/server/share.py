@@ -1,16 +1,16 @@
 """Share links over HTTP. Behind the server's token, as every route: make a session's share
 (`POST /sessions/{id}/shares`, the token shown once), list them (no tokens), revoke one. Open without it,
-the share view `GET /share/{token}`: the session's transcript as one read-only HTML page and nothing else,
-read from the store on each request (a revoke or a delete stops the link at once), under headers that let
-the page load nothing, be framed nowhere and leak the token to no one. A link that is wrong, expired or
-revoked gets one answer, 404."""
+the share view `GET /share/{token}`: the session's transcript as read-only HTML (a page of entries at a
+time) and nothing else, read from the store on each request (a revoke or a delete stops the link at once),
+under headers that let the page load nothing, be framed nowhere and leak the token to no one. A link that
+is wrong, expired or revoked gets one answer, 404."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 import msgspec
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response, StreamingResponse
@@ -101,7 +101,18 @@ async def revoke(state: State, session_id: Ref, share_id: ShareRef) -> Response:
     return answer(await state.store.revoke_share(share.id))
 
 
-async def view(state: State, token: Token, request: Request) -> Response:
+SHARE_PAGE = 1000
+"""Entries per page of the share view: a long session opens at once, a page at a time."""
+
+
+async def view(
+    state: State,
+    token: Token,
+    request: Request,
+    start: Annotated[
+        int, Query(alias="from", ge=1, le=2**62, description=f"The entry the page starts at ({SHARE_PAGE:,} a page)")
+    ] = 1,
+) -> Response:
     try:
         share, info = await open_share(state.store, token)
     except NotFound as exc:
@@ -109,9 +120,10 @@ async def view(state: State, token: Token, request: Request) -> Response:
             return Response(_GONE, status_code=404, media_type="text/html; charset=utf-8", headers=SHARE_HEADERS)
         status, body = tether_error_body(exc)
         return Response(body, status_code=status, media_type="application/json", headers=SHARE_HEADERS)
-    from ..transcript_html import html_chunks
+    from ..transcript_html import Page, html_chunks
 
-    chunks = html_chunks(state.store, share.session_id, shared=True, info=info)
+    page = Page(start, SHARE_PAGE, lambda seq: f"?from={seq}" if seq > 1 else "?")
+    chunks = html_chunks(state.store, share.session_id, shared=True, info=info, page=page)
     return StreamingResponse(chunks, media_type="text/html; charset=utf-8", headers=SHARE_HEADERS)
 
 
@@ -134,5 +146,5 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
             404: Answer(None, "No such link (wrong, expired or revoked): a page for a browser (Accept: text/html), "
                         "else the error", media_type="text/html", schema={"type": "string"}),
         },
-        errors=(404,), summary="The share view (no bearer token needed): the transcript as one HTML page",
+        errors=(404,), summary="The share view (no bearer token needed): the transcript as HTML, a page at a time",
         tag=s, openapi_extra={"security": [{}]})  # fmt: skip
