@@ -340,15 +340,18 @@ class _FileImport:
             return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         finally:
             result.lines = reading.lines
-        consumed = reading.consumed
+        await self._written(result)
+        await self._finish(main, info, reading.consumed, st.st_size)
+        result.title = main.title or (info.title if info else None)
+        return result
+
+    async def _written(self, result: FileResult) -> None:
+        """Flush what every target holds, and say on `result` what was written, where, and what was wrong."""
         for target in self.targets:
             await target.writer.flush()
-        await self._finish(main, info, consumed, st.st_size)
         result.entries = sum(t.writer.written for t in self.targets)
         result.sessions = [t.writer.session_id for t in self.targets if t.writer.written]
-        result.title = main.title or (info.title if info else None)
         result.problems = self.problems
-        return result
 
     async def _continue(self, plan: Plan, result: FileResult, size: int) -> FileResult:
         """A file tether exported, coming back: its own lines are only read (for what later lines refer to),
@@ -381,11 +384,7 @@ class _FileImport:
             return result.fail(self.problems, f"cannot read it: {e.strerror or e}")
         finally:
             result.lines = reading.lines
-        for target in self.targets:
-            await target.writer.flush()
-        result.entries = sum(t.writer.written for t in self.targets)
-        result.sessions = [t.writer.session_id for t in self.targets if t.writer.written]
-        result.problems = self.problems
+        await self._written(result)
         result.note = plan.note(result.entries, self.dry_run)
         result.outcome = plan.file_outcome(result.entries, self.dry_run)
         if not self.dry_run and (result.entries or plan.record):
