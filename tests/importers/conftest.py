@@ -7,9 +7,12 @@ what each format holds), so a test fails when the exporter drops or bends someth
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -282,3 +285,20 @@ class RoundTrip:
 @pytest.fixture
 def rt() -> RoundTrip:
     return RoundTrip()
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def real_transcripts_script() -> ModuleType:
+    """tests/fixtures/make_real_transcripts.py, loaded as a module: what made the real-tool fixtures."""
+    spec = importlib.util.spec_from_file_location("make_real_transcripts", FIXTURES / "make_real_transcripts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, blank lines left out."""
+    return [json.loads(raw) for raw in path.read_bytes().splitlines() if raw.strip()]

@@ -6,11 +6,8 @@ child, the continued session, the compaction), every line lands somewhere, and a
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from decimal import Decimal
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,30 +18,19 @@ from tether.importers.sources import files_under
 from tether.messages import Compaction, Marker, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from tether.store import Store
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+from .conftest import FIXTURES, json_lines, real_transcripts_script
+
 PROJECT = FIXTURES / "claude-code-real" / "projects" / "-scratch-project"
 FILES = list(files_under(PROJECT))  # sessions before sub-agents
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_real_transcripts", FIXTURES / "make_real_transcripts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-S = _script()
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in path.read_bytes().splitlines() if raw.strip()]
+S = real_transcripts_script()
 
 
 def _session(prompt: str) -> Path:
     """The session file whose first user line says `prompt`."""
     for path in FILES:
-        first = next((o for o in _lines(path) if o.get("type") == "user"), None)
+        first = next((o for o in json_lines(path) if o.get("type") == "user"), None)
         if first is not None and first["message"]["content"] == prompt:
             return path
     raise AssertionError(f"no transcript starts with {prompt!r}")
@@ -76,7 +62,7 @@ async def test_every_line_lands_and_a_second_import_adds_nothing(store: Store) -
         assert result.outcome == "imported" and result.problems == []
         # one source line, one entry (messages, the compaction, markers for the rest)
         written = [(await store.get_session(s)).entry_count for s in result.sessions]
-        assert sum(written) == len(_lines(path)) == result.entries, path.name
+        assert sum(written) == len(json_lines(path)) == result.entries, path.name
     for path in FILES:
         assert (await import_claude_code(store, path)).outcome == "unchanged"
 
@@ -101,7 +87,7 @@ async def test_thinking_with_its_signature_text_usage_model_times_directory(stor
     assert info.input_tokens == usage.input_tokens and info.output_tokens == usage.output_tokens
     # no costUSD in 2.0.30's lines: priced from tether's list (Sonnet 4.5: $3 / $15 / $0.30 / $3.75 per MTok)
     assert usage.cost == Decimal("0.000360") + Decimal("0.000450") + Decimal("0.000012") + Decimal("0.000030")
-    lines = _lines(path)
+    lines = json_lines(path)
     assert [e.created_at for e in entries] == pytest.approx([parse_time(o["timestamp"]) for o in lines])
     assert [e.body.name for e in entries if isinstance(e.body, Marker)] == ["claude-code.queue-operation"] * 2
 
@@ -147,7 +133,7 @@ async def test_the_continued_session_and_its_compaction(store: Store) -> None:
     bodies = [e.body for e in entries]
     compactions = [b for b in bodies if isinstance(b, Compaction)]
     assert len(compactions) == 1 and S.SUMMARY in compactions[0].summary
-    boundary = next(o for o in _lines(_session("DELEGATE a listing")) if o.get("subtype") == "compact_boundary")
+    boundary = next(o for o in json_lines(_session("DELEGATE a listing")) if o.get("subtype") == "compact_boundary")
     assert compactions[0].tokens_before == boundary["compactMetadata"]["preTokens"]
     cut = bodies.index(compactions[0])
     before = [m.text for m in _messages(entries[:cut]) if m.role == "user"]
@@ -182,7 +168,7 @@ async def test_transcripts_the_installed_claude_code_writes_now_import_whole(sto
     for path in made:
         result = await import_claude_code(store, path)
         assert result.outcome == "imported" and result.problems == []
-        assert result.entries == len(_lines(path)), path.name
+        assert result.entries == len(json_lines(path)), path.name
         for sid in result.sessions:
             session = await store.get_session(sid)
             for e in await store.read(sid):

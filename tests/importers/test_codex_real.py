@@ -6,10 +6,8 @@ adds nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,29 +17,18 @@ from tether.importers.jsonl import parse_time, source_session_id
 from tether.messages import Compaction, Marker, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from tether.store import Store
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+from .conftest import FIXTURES, json_lines, real_transcripts_script
+
 ROLLOUTS = sorted((FIXTURES / "codex-real" / "sessions").rglob("rollout-*.jsonl"))
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_real_transcripts", FIXTURES / "make_real_transcripts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-S = _script()
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in path.read_bytes().splitlines() if raw.strip()]
+S = real_transcripts_script()
 
 
 def _by_prompt(prompt: str) -> Path:
     """The rollout whose first user prompt (after Codex's own context messages) starts with `prompt`."""
     for path in ROLLOUTS:
-        for obj in _lines(path):
+        for obj in json_lines(path):
             payload = obj.get("payload") or {}
             if payload.get("type") == "message" and payload.get("role") == "user":
                 text = "".join(c.get("text", "") for c in payload["content"])
@@ -70,7 +57,7 @@ def _parts(entries: list[Any], kind: type) -> list[Any]:
 async def test_every_line_lands_and_a_second_import_adds_nothing(store: Store, path: Path) -> None:
     """Each line is an entry, the session's metadata (its `session_meta`), or one of the lines a message
     names as its own (one response's items and its usage record)."""
-    lines = _lines(path)
+    lines = json_lines(path)
     sid, entries = await _imported(store, path)
     placed: set[int] = {1}  # session_meta: the session itself
     for e in entries:
@@ -91,7 +78,7 @@ async def test_text_reasoning_usage_model_times_and_directory(store: Store) -> N
     path = _by_prompt("HELLO")
     sid, entries = await _imported(store, path)
     info = await store.get_session(sid)
-    meta = _lines(path)[0]["payload"]
+    meta = json_lines(path)[0]["payload"]
     assert info.directory == S.SCRATCH == meta["cwd"] and info.model == "gpt-5" and info.title == "HELLO there"
     assert info.metadata["codex"]["cli_version"] == "0.169.0"
     assistant = [m for m in _messages(entries) if m.role == "assistant"]
@@ -105,7 +92,7 @@ async def test_text_reasoning_usage_model_times_and_directory(store: Store) -> N
     assert (usage.cache_read_tokens, usage.reasoning_tokens) == (40, 10)
     assert info.input_tokens == 170 and info.output_tokens == 30
     # the source's times, not the import's
-    stamps = {json.dumps(o["payload"].get("content")): o["timestamp"] for o in _lines(path) if o["type"] == "response_item"}  # fmt: skip
+    stamps = {json.dumps(o["payload"].get("content")): o["timestamp"] for o in json_lines(path) if o["type"] == "response_item"}  # fmt: skip
     user = next(e for e in entries if isinstance(e.body, Message) and e.body.text == "HELLO there")
     assert user.created_at == pytest.approx(
         parse_time(stamps[json.dumps([{"type": "input_text", "text": "HELLO there"}])])
@@ -141,7 +128,7 @@ async def test_the_spawned_thread_is_a_child_linked_to_its_spawn_call(store: Sto
     parent_id, parent_entries = await _imported(store, parent_path)
     child_id, child_entries = await _imported(store, child_path)
     child = await store.get_session(child_id)
-    parent_thread = _lines(parent_path)[0]["payload"]["id"]
+    parent_thread = json_lines(parent_path)[0]["payload"]["id"]
     assert parent_id == source_session_id("codex", parent_thread) and child.parent_id == parent_id
     assert child.metadata["task"]["call_id"] == "call_spawn1"
     spawn = next(c for c in _parts(parent_entries, ToolCallPart) if c.id == "call_spawn1")
@@ -159,7 +146,7 @@ async def test_an_automatic_compaction_is_a_compaction_entry(store: Store) -> No
     _, entries = await _imported(store, path)
     compactions = [e.body for e in entries if isinstance(e.body, Compaction)]
     assert len(compactions) == 1 and S.SUMMARY in compactions[0].summary
-    raw = next(o for o in _lines(path) if o["type"] == "compacted")["payload"]
+    raw = next(o for o in json_lines(path) if o["type"] == "compacted")["payload"]
     assert compactions[0].summary == raw["message"]
     assert compactions[0].metadata["codex"]["replacement_history"] == raw["replacement_history"]
     after = entries[[e.body for e in entries].index(compactions[0]) :]
