@@ -166,6 +166,7 @@ class Sandbox:
     proxy_port: int | None = None
     """The loopback port of the allow-list proxy (`netproxy`) while one runs for this sandbox."""
     _tmp: str | None = field(default=None, init=False, repr=False)
+    _rulesets: dict[tuple[str, int | None], landlock.Ruleset] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.found is None:
@@ -227,8 +228,12 @@ class Sandbox:
             net = landlock.Ruleset(network=True, filesystem=False)
             net.allow_ports([self.proxy_port])
             return Prepared(self._bwrap(argv, workspace), env, net.restrict, net.close, self.describe())
-        ruleset = self._landlock(workspace)
-        return Prepared(list(argv), env, preexec=ruleset.restrict, close=ruleset.close, note=self.describe())
+        key = (str(workspace), self.proxy_port)
+        ruleset = self._rulesets.get(key)
+        if ruleset is None:  # one per workspace, kept: the same rules for every command there
+            ruleset = self._rulesets[key] = self._landlock(workspace)
+            weakref.finalize(self, ruleset.close)
+        return Prepared(list(argv), env, preexec=ruleset.restrict, note=self.describe())
 
     def writable_paths(self, workspace: Path) -> list[Path]:
         """The trees a command may write (besides its private temporary directory)."""
