@@ -54,7 +54,7 @@ async def measure(rounds: int) -> dict[str, list[float]]:
             contexts = {
                 k: ToolContext(workspace=ws, session_id="ses_bench", store=store, sandbox=s) for k, s in kinds.items()
             }
-            for name, ctx in contexts.items():  # warm: the first bwrap probe, the proxy's start, page cache
+            for ctx in contexts.values():  # warm: the first bwrap probe, the proxy's start, page cache
                 for _ in range(3):
                     await tool.run({"command": "true"}, ctx)
             for _ in range(rounds):
