@@ -66,9 +66,12 @@ and instructions. Writing them is the user's, or a tool call a person approved."
 _REFUSALS = re.compile(
     r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable|"
     r"Temporary failure in name resolution|Could not resolve host|Name or service not known|"
-    r"No address associated with hostname|403 Forbidden \(tether sandbox\)",
+    r"No address associated with hostname|403 Forbidden \(tether sandbox\)|tether sandbox:",
     re.IGNORECASE,
 )
+_OFFLINE = re.compile(r"Connection refused|Failed to connect|Couldn't connect|Errno 111", re.IGNORECASE)
+"""With the network off (or only through the proxy), a refused connection is the sandbox's doing too: inside,
+nothing listens."""
 
 
 @dataclass(frozen=True)
@@ -300,12 +303,13 @@ class Sandbox:
         return ruleset
 
 
-def refusals(output: str, limit: int = 5) -> list[str]:
+def refusals(output: str, limit: int = 5, *, offline: bool = False) -> list[str]:
     """Lines of a command's output that look like the sandbox refusing something (a write to a read-only
-    place, a network call), at most `limit`, each cut to 200 characters."""
+    place, a network call; with `offline`, any refused connection), at most `limit`, each cut to 200
+    characters."""
     out: list[str] = []
     for line in output.splitlines():
-        if _REFUSALS.search(line):
+        if _REFUSALS.search(line) or (offline and _OFFLINE.search(line)):
             out.append(line.strip()[:200])
             if len(out) >= limit:
                 break

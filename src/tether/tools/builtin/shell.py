@@ -139,7 +139,8 @@ class BashTool:
         }
         if sandbox is not None:
             metadata["sandbox"] = dict(prepared.note)
-            refused = refusals(fitted.content) if sandbox.mechanism is not None else []
+            offline = sandbox.policy.network != "on"
+            refused = refusals(fitted.content, offline=offline) if sandbox.mechanism is not None else []
             if refused:
                 metadata["sandbox"]["refused"] = refused
                 footer += "\n" + explain(sandbox, ctx.workspace)
