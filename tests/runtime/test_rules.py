@@ -489,3 +489,19 @@ def test_generated_lines_hiding_a_command_never_run_under_an_allow_rule(
     ran = _sentinel_runs(line, tmp_path / "run", env)
     assert not (decision.allowed and ran), f"{line!r} ran its hidden command under an allow rule"
     assert decision.ask or not ran, line
+
+
+@pytest.mark.parametrize("allow", ["bash(echo *)", "bash(ls*)", "bash(git *)"])
+def test_an_arithmetic_command_is_not_read_as_two_subshells(ws: Path, tmp_path: Path, allow: str) -> None:
+    word = allow[5:].split()[0].rstrip("*)")
+    line = f"echo 'a[$(touch SENTINEL)]'; (( {word} + _ ))"
+    assert _sentinel_runs(line, tmp_path / "real")  # `_` is the last argument, evaluated as arithmetic
+    assert bash(rules(allow=[allow]), line, ws) == "ask"
+    assert bash(rules("bypass", deny=["bash(rm *)"]), "echo 'a[$(rm v)]'; (( echo + _ ))", ws) == "ask"
+
+
+@pytest.mark.parametrize("target", [".gi?/config", "AGENT?.md", ".teth[e]r/config.toml", ".teth*/config.toml"])
+def test_a_glob_in_a_redirection_target_is_a_file_named_only_at_run_time(ws: Path, target: str) -> None:
+    assert bash(rules(allow=["bash(echo *)"]), f"echo x >> {target}", ws) == "ask"
+    # quoted, it is that name itself (no file of the workspace is called so): a redirection like any other
+    assert bash(rules(allow=["bash(echo *)"]), f"echo x >> '{target}'", ws) == "allow"

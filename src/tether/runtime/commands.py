@@ -127,6 +127,10 @@ class _Parser:
                     raise Unparseable("a parenthesis inside a word")
                 if raw.words:
                     raise Unparseable("a parenthesis after a command word (a function definition?)")
+                if self.text[self.pos + 1 : self.pos + 2] == "(":
+                    # `(( expr ))` is arithmetic, not two subshells: `(( echo + _ ))` evaluates `$_`, whose
+                    # subscript may hold a command (`echo 'a[$(touch p)]'; (( echo + _ ))`)
+                    raise Unparseable("an arithmetic command (( ))")
                 self.pos += 1
                 self.parse_list(")")
             elif ch == ")":
@@ -280,6 +284,8 @@ class _Parser:
                 word.text += self.text[self.pos + 1 : self.pos + 2]
                 self.pos += 2
             else:
+                if ch in "*?[":  # a glob: bash may expand it into a file name (`>> .gi?/config`)
+                    word.dynamic = True
                 word.text += ch
                 self.pos += 1
             word.started = True
