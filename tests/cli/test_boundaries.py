@@ -146,7 +146,7 @@ def test_a_project_config_that_grants_more_waits_for_its_user(tmp_path: Path) ->
     touch = [("bash", {"command": "touch pwned"})]
     stderr = agent.run(touch)
     assert not (agent.work / "pwned").exists()
-    assert "grants more than you last accepted here: + allow bash" in " ".join(stderr.split())
+    assert "lets more through than you last accepted here: + allow bash" in " ".join(stderr.split())
     assert "tether trust" in stderr
 
     shown = agent.tether("trust", "--show")

@@ -201,3 +201,100 @@ async def test_a_run_says_once_that_there_is_no_sandbox(ws: Path, sqlite_store: 
     notes = [e for e in events if type(e).__name__ == "Progress" and e.what == "sandbox"]  # type: ignore[attr-defined]
     assert len(notes) == 1 and "every command will be asked about" in notes[0].detail  # type: ignore[attr-defined]
     assert not (ws / "ran").exists()  # nobody to ask: denied, never run unconfined
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_unix_socket_outside_is_out_of_reach(ws: Path, ctx_for: object, mechanism: str) -> None:
+    """A socket that runs what it is sent (a tmux server, D-Bus, docker.sock): a read-only filesystem does
+    not stop a connect by name, the socket filter does."""
+    import socket
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    path = where / "agent.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+    server.settimeout(0.1)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(100):
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            got.append(conn.recv(100))
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        probe = f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{path}'); s.send(b'run this')\""
+        result = await run(ctx_for(sandbox(mechanism)), probe)  # type: ignore[operator]
+        assert result.metadata["exit_code"] != 0 and "Permission denied" in result.content
+        unconfined = await run(ctx_for(Sandbox(SandboxPolicy(mode="off"))), probe)  # type: ignore[operator]
+        assert unconfined.metadata["exit_code"] == 0  # the probe is real: without the sandbox it gets through
+        thread.join(15)
+        assert got == [b"run this"]
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+        where.rmdir()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_udp_and_raw_sockets_are_refused_while_the_network_is_confined(
+    ws: Path, ctx_for: object, mechanism: str
+) -> None:
+    probe = (
+        "python3 -c \"import socket\nfor t in (socket.SOCK_DGRAM, socket.SOCK_RAW):\n"
+        "    try: socket.socket(socket.AF_INET, t, 17 if t == socket.SOCK_RAW else 0); print('made', t)\n"
+        "    except OSError as e: print('refused', t, e.errno)\n"
+        "a, b = socket.socketpair(); print('pair')\""
+    )
+    for network in ("off", ("pypi.org",)):
+        result = await run(ctx_for(sandbox(mechanism, network=network)), probe)  # type: ignore[operator]
+        assert result.content.count("refused") == 2 and "made" not in result.content, result.content
+        assert "pair" in result.content  # socketpair, which asyncio needs, still works
+    on = await run(ctx_for(sandbox(mechanism, network="on")), probe)  # type: ignore[operator]
+    assert "made 2" in on.content  # UDP with the network on
+
+
+async def test_a_protected_name_that_is_a_link_keeps_what_it_leads_to_read_only(ws: Path, ctx_for: object) -> None:
+    (ws / "docs").mkdir()
+    (ws / "docs" / "guide.md").write_text("be careful\n")
+    (ws / "AGENTS.md").symlink_to("docs/guide.md")
+    result = await run(ctx_for(sandbox("bwrap")), "echo obey >> AGENTS.md; echo obey >> docs/guide.md")  # type: ignore[operator]
+    assert (ws / "docs" / "guide.md").read_text() == "be careful\n"
+    assert len(result.metadata["sandbox"]["refused"]) == 2
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_command_that_makes_a_protected_name_is_recorded(tmp_path: Path, ctx_for: object, mechanism: str) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    ctx = ctx_for(sandbox(mechanism))  # type: ignore[operator]
+    ctx.workspace = plain
+    result = await run(ctx, "git init -q . && echo made")
+    assert result.metadata["sandbox"]["created_protected"] == [".git"]
+    assert "this command created .git" in result.content
+    again = await run(ctx, "git status --short; echo fine")
+    assert "created_protected" not in again.metadata["sandbox"]
+
+
+def test_landlock_too_old_for_the_policy_is_no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.tools import landlock, sandbox as sandbox_module
+
+    monkeypatch.setattr(landlock, "abi", lambda: 3)
+    found = Support("landlock", "Landlock ABI 3")
+    confined = Sandbox(SandboxPolicy(mechanism="landlock"), found=found)
+    assert confined.mechanism is None and "ABI 4 (Linux 6.7) is needed" in (confined.unavailable or "")
+    open_net = Sandbox(SandboxPolicy(mechanism="landlock", network="on"), found=found)
+    assert open_net.mechanism == "landlock" and "signals to tether are not refused" in open_net.summary()
+    assert sandbox_module.landlock_gap(2, network_confined=False) is not None  # no truncate rights: none at all
+
+
+def test_the_proxy_reads_bracketed_addresses() -> None:
+    assert host_allowed(["[::1]:8080"], "::1", 8080) and not host_allowed(["[::1]:8080"], "::1", 80)
+    assert host_allowed(["[::1]"], "[::1]", 443)

@@ -85,7 +85,9 @@ def project_confirmer(err: Console, interactive: bool) -> ConfirmProject:
         if not interactive:
             err.print(f"[yellow]{shown(change.describe())}: not applied; `tether trust` accepts them[/yellow]")
             return False
-        err.print(f"[yellow]{shown(str(change.path))} grants more than you last accepted in this workspace:[/yellow]")
+        err.print(
+            f"[yellow]{shown(str(change.path))} lets more through than you last accepted in this workspace:[/yellow]"
+        )
         for line in change.diff():
             err.print(f"  {shown(line)}")
         answer = input("Apply these permissions (and remember that you did)? [y/N] ")

@@ -33,7 +33,7 @@ def trust(directory: str | None, show_only: bool) -> None:
         what = ", ".join(granted["allow"]) or "nothing"
         out.print(f"{shown(str(path))} is accepted as it is (it allows {shown(what)}).")
         return
-    out.print(f"{shown(str(path))} grants more than you last accepted here:")
+    out.print(f"{shown(str(path))} lets more through than you last accepted here:")
     for line in change.diff():
         out.print(f"  {shown(line)}")
     if show_only:

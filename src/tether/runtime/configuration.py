@@ -22,7 +22,7 @@ from ..errors import ConfigError, InvalidInput
 from ..paths import config_path
 from ..tools.sandbox import Sandbox, SandboxPolicy
 from .rules import Rules, layered
-from .trust import ConfirmProject, accept, accept_rules, pending_change, without_grants
+from .trust import ConfirmProject, accept, accept_rules, pending_change, withheld
 
 log = logging.getLogger("tether.runtime")
 
@@ -108,7 +108,7 @@ def permission_rules(
             else:
                 if confirm is None:
                     log.warning("%s; not applied until accepted (tether trust %s)", change.describe(), workspace)
-                project = without_grants(project)
+                project = withheld(change, project)
     # (where a rule was written, as a rule's source; as an error names it; the rules; the error's type)
     layers: list[tuple[str, str, RulesConfig | dict[str, Sequence[str]], type[Exception]]] = [
         (str(config_path()), f"[permissions] in {config_path()}", user, ConfigError)

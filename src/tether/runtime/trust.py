@@ -31,6 +31,16 @@ def trust_path() -> Path:
     return tether_home() / TRUST_FILE
 
 
+def _record_of(permissions: PermissionsConfig) -> dict[str, Any]:
+    """What is accepted of a project's ``[permissions]``: its rules of every kind and its mode."""
+    return {
+        "allow": sorted(set(permissions.allow)),
+        "ask": sorted(set(permissions.ask)),
+        "deny": sorted(set(permissions.deny)),
+        "mode": permissions.mode,
+    }
+
+
 def grants(permissions: PermissionsConfig) -> dict[str, Any]:
     """What a project's ``[permissions]`` lets run without asking: its allow rules and a looser mode."""
     mode = permissions.mode if permissions.mode in LOOSER_MODES else None
@@ -39,12 +49,12 @@ def grants(permissions: PermissionsConfig) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ProjectChange:
-    """A workspace's permissions grant more than this user last accepted there."""
+    """A workspace's permissions grant more, or hold back less, than this user last accepted there."""
 
     workspace: str
     path: Path
     accepted: dict[str, Any]
-    """What was accepted last (``{"allow": [], "mode": None}`` when nothing ever was)."""
+    """What was accepted last (every list empty and no mode when nothing ever was)."""
     current: dict[str, Any]
 
     @property
@@ -52,15 +62,17 @@ class ProjectChange:
         return [r for r in self.current["allow"] if r not in self.accepted["allow"]]
 
     def diff(self) -> list[str]:
-        """The change, a line each: ``+ allow bash(make *)``, ``- allow bash(git *)``, the mode."""
+        """The change, a line each: ``+ allow bash(make *)``, ``- deny bash(git push*)``, the mode."""
         lines = [f"+ allow {rule}" for rule in self.new_rules]
+        for kind in ("deny", "ask"):
+            lines += [f"- {kind} {rule}" for rule in self.accepted[kind] if rule not in self.current[kind]]
         lines += [f"- allow {rule}" for rule in self.accepted["allow"] if rule not in self.current["allow"]]
         if self.current["mode"] != self.accepted["mode"]:
             lines.append(f"  mode: {self.accepted['mode'] or 'default'} -> {self.current['mode'] or 'default'}")
         return lines
 
     def describe(self) -> str:
-        return f"{self.path} grants more than you last accepted here: " + "; ".join(self.diff())
+        return f"{self.path} lets more through than you last accepted here: " + "; ".join(self.diff())
 
 
 ConfirmProject = Callable[[ProjectChange], bool]
@@ -77,37 +89,46 @@ def _load() -> dict[str, Any]:
 
 def accepted(workspace: str) -> dict[str, Any]:
     record = _load().get(workspace)
-    if not isinstance(record, dict):
-        return {"allow": [], "mode": None}
-    allow = record.get("allow")
+    record = record if isinstance(record, dict) else {}
+    out: dict[str, Any] = {}
+    for kind in ("allow", "ask", "deny"):
+        rules = record.get(kind)
+        out[kind] = [r for r in rules if isinstance(r, str)] if isinstance(rules, list) else []
     mode = record.get("mode")
-    return {
-        "allow": [r for r in allow if isinstance(r, str)] if isinstance(allow, list) else [],
-        "mode": mode if isinstance(mode, str) else None,
-    }
+    out["mode"] = mode if isinstance(mode, str) else None
+    return out
+
+
+def _withheld(current: dict[str, Any], before: dict[str, Any]) -> bool:
+    """Whether `current` lets more through than `before` did: a new allow, a looser mode, a dropped deny or
+    ask, a stricter mode given up."""
+    if any(r not in before["allow"] for r in current["allow"]):
+        return True
+    if any(r not in current[kind] for kind in ("deny", "ask") for r in before[kind]):
+        return True
+    return current["mode"] != before["mode"] and (current["mode"] in LOOSER_MODES or before["mode"] is not None)
 
 
 def pending_change(workspace: str, path: Path, permissions: PermissionsConfig) -> ProjectChange | None:
-    """The change to accept before `permissions` (of `path`, in `workspace`) may grant anything; None when
-    what they grant was accepted already (or they grant nothing)."""
-    current = grants(permissions)
+    """The change to accept before `permissions` (of `path`, in `workspace`) apply as written; None when
+    they let through nothing more than what was accepted (or than no file at all, the first time)."""
+    current = _record_of(permissions)
     before = accepted(workspace)
-    new = [r for r in current["allow"] if r not in before["allow"]]
-    if not new and (current["mode"] is None or current["mode"] == before["mode"]):
+    if not _withheld(current, before):
         return None
     return ProjectChange(workspace, path, before, current)
 
 
 def accept(workspace: str, permissions: PermissionsConfig) -> None:
-    """Record that this user accepts what `permissions` grant in `workspace`."""
-    _record(workspace, grants(permissions))
+    """Record that this user accepts `permissions` in `workspace`."""
+    _record(workspace, _record_of(permissions))
 
 
 def accept_rules(workspace: str, rules: list[str]) -> None:
     """Add `rules` to what this user accepted in `workspace` (and nothing else the file may hold): what a
     person's "always, in this project" answer wrote there."""
     before = accepted(workspace)
-    _record(workspace, {"allow": sorted({*before["allow"], *rules}), "mode": before["mode"]})
+    _record(workspace, {**before, "allow": sorted({*before["allow"], *rules})})
 
 
 def _record(workspace: str, granted: dict[str, Any]) -> None:
@@ -126,7 +147,12 @@ def _record(workspace: str, granted: dict[str, Any]) -> None:
         raise
 
 
-def without_grants(permissions: PermissionsConfig) -> PermissionsConfig:
-    """`permissions` with only what restricts: its deny and ask rules, a mode that is not looser."""
-    mode = None if permissions.mode in LOOSER_MODES else permissions.mode
-    return PermissionsConfig(ask=permissions.ask, deny=permissions.deny, mode=mode, timeout=permissions.timeout)
+def withheld(change: ProjectChange, permissions: PermissionsConfig) -> PermissionsConfig:
+    """What of `permissions` applies while `change` waits for its user: the allow rules accepted before
+    and still there, every deny and ask rule of the file and of what was accepted, and the accepted mode."""
+    before = change.accepted
+    allow = [r for r in permissions.allow if r in before["allow"]]
+    ask = sorted({*permissions.ask, *before["ask"]})
+    deny = sorted({*permissions.deny, *before["deny"]})
+    mode = before["mode"] if change.current["mode"] != before["mode"] else permissions.mode
+    return PermissionsConfig(allow=allow, ask=ask, deny=deny, mode=mode, timeout=permissions.timeout)

@@ -30,7 +30,11 @@ def host_allowed(allowed: Sequence[str], host: str, port: int) -> bool:
     host = host.strip("[]").lower().rstrip(".")
     for entry in allowed:
         entry = entry.lower().strip()
-        name, _, want = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry.startswith("["):  # [::1] or [::1]:8080
+            name, _, rest = entry[1:].partition("]")
+            want = rest[1:] if rest.startswith(":") else ""
+        else:
+            name, _, want = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
         if want and not want.isdigit():
             name, want = entry, ""
         if want and int(want) != port:
@@ -86,8 +90,10 @@ class AllowListProxy:
             authority, _, path = target[7:].partition("/")
             host, _, port_text = authority.rpartition(":") if ":" in authority else (authority, "", "80")
             port = int(port_text)
-            headers = [h for h in rest.split(b"\r\n") if h and not h.lower().startswith((b"proxy-", b"connection:"))]
-            path_head = f"{method} /{path} {version}\r\n".encode("latin-1")
+            # the Host the server sees is the one that was checked (a different one would front another site)
+            drop = (b"proxy-", b"connection:", b"host:")
+            headers = [h for h in rest.split(b"\r\n") if h and not h.lower().startswith(drop)]
+            path_head = f"{method} /{path} {version}\r\nHost: {authority}\r\n".encode("latin-1")
             path_head += b"\r\n".join([*headers, b"Connection: close", b"", b""])
         if not host_allowed(self.allowed, host, port):
             self.refused.append(f"{host}:{port}")

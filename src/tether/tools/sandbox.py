@@ -41,7 +41,7 @@ from typing import Any, Literal, get_args
 
 from ..errors import InvalidInput
 from ..paths import config_path, tether_home
-from . import landlock
+from . import landlock, seccomp
 
 SandboxMode = Literal["read-only", "workspace-write", "off"]
 SANDBOX_MODES: tuple[str, ...] = get_args(SandboxMode)
@@ -132,6 +132,16 @@ def landlock_support() -> Support:
     return Support("landlock", f"Landlock ABI {version}")
 
 
+def landlock_gap(version: int, *, network_confined: bool) -> str | None:
+    """What a Landlock of ABI `version` cannot hold of a sandbox, or None: truncating files outside the
+    workspace needs ABI 3 (Linux 6.2), refusing TCP needs ABI 4 (Linux 6.7)."""
+    if version < 3:
+        return f"(ABI {version}) cannot keep files outside the workspace from being truncated: ABI 3 is needed"
+    if network_confined and version < 4:
+        return f"(ABI {version}) cannot turn the network off: ABI 4 (Linux 6.7) is needed"
+    return None
+
+
 def support(choice: MechanismChoice = "auto") -> Support:
     """The mechanism `choice` gets here: ``auto`` takes bubblewrap, else Landlock."""
     if choice == "bwrap":
@@ -157,6 +167,8 @@ class Prepared:
     preexec: Callable[[], None] | None = None
     close: Callable[[], None] = lambda: None
     note: dict[str, Any] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()
+    """Descriptors the child keeps (bubblewrap's seccomp program)."""
 
 
 @dataclass
@@ -176,6 +188,10 @@ class Sandbox:
             self.found = (
                 Support(None, "the sandbox is off") if self.policy.mode == "off" else support(self.policy.mechanism)
             )
+        if self.found.mechanism == "landlock":
+            gap = landlock_gap(landlock.abi(), network_confined=self.policy.network != "on")
+            if gap is not None:  # a Landlock too old to hold what the policy says is no sandbox for it
+                self.found = Support(None, f"{self.found.detail} {gap}")
 
     @property
     def mechanism(self) -> str | None:
@@ -204,7 +220,10 @@ class Sandbox:
         if self.mechanism is None:
             return f"{self.policy.mode} wanted, but no sandbox here ({self.unavailable}): every command asks"
         assert self.found is not None
-        return f"{self.policy.mode} with {self.found.detail}, network {self.policy.network_label}"
+        line = f"{self.policy.mode} with {self.found.detail}, network {self.policy.network_label}"
+        if self.mechanism == "landlock" and landlock.abi() < 6:
+            line += " (signals to tether are not refused: Landlock ABI 6 is needed)"
+        return line
 
     def private_tmp(self) -> str:
         if self._tmp is None or not os.path.isdir(self._tmp):
@@ -223,20 +242,41 @@ class Sandbox:
             proxy = f"http://127.0.0.1:{self.proxy_port}"
             env.update({k: proxy for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")})
             env.update({"ALL_PROXY": proxy, "NO_PROXY": "", "no_proxy": ""})
+        confined = self.policy.network != "on"
+        code = seccomp.program(confined)
         if mechanism == "bwrap":
+            fds: tuple[int, ...] = (seccomp.memfd(code),) if code is not None else ()
+            argv = self._bwrap(argv, workspace, seccomp_fd=fds[0] if fds else None)
+
+            def close() -> None:
+                for fd in fds:
+                    os.close(fd)
+
             if self.proxy_port is None:
-                return Prepared(self._bwrap(argv, workspace), env, note=self.describe())
-            # hosts by name: bubblewrap keeps the host's network, and Landlock (network rules only, which
-            # leave bubblewrap free to mount) lets TCP reach nothing but the proxy
+                return Prepared(argv, env, close=close, note=self.describe(), pass_fds=fds)
+            # hosts by name: bubblewrap keeps the host's network, Landlock (network rules only, which leave
+            # bubblewrap free to mount) lets TCP reach nothing but the proxy, and the filter refuses the rest
             net = landlock.Ruleset(network=True, filesystem=False)
             net.allow_ports([self.proxy_port])
-            return Prepared(self._bwrap(argv, workspace), env, net.restrict, net.close, self.describe())
+
+            def close_all() -> None:
+                close()
+                net.close()
+
+            return Prepared(argv, env, net.restrict, close_all, self.describe(), fds)
         key = (str(workspace), self.proxy_port)
         ruleset = self._rulesets.get(key)
         if ruleset is None:  # one per workspace, kept: the same rules for every command there
             ruleset = self._rulesets[key] = self._landlock(workspace)
             weakref.finalize(self, ruleset.close)
-        return Prepared(list(argv), env, preexec=ruleset.restrict, note=self.describe())
+        filter_ = seccomp.Installer(code) if code is not None else None
+
+        def confine() -> None:
+            ruleset.restrict()
+            if filter_ is not None:
+                filter_.install()
+
+        return Prepared(list(argv), env, preexec=confine, note=self.describe())
 
     def writable_paths(self, workspace: Path) -> list[Path]:
         """The trees a command may write (besides its private temporary directory)."""
@@ -252,6 +292,8 @@ class Sandbox:
         writable = self.writable_paths(workspace)
         found = [workspace / name for name in PROTECTED]
         found += [tether_home(), config_path().parent]
+        # a protected name that is a link (AGENTS.md -> docs/guide.md, .git -> elsewhere): what it leads to
+        found += [path.resolve() for path in found if path.is_symlink()]
         out: list[Path] = []
         for path in found:
             inside = any(path.is_relative_to(w) for w in writable)
@@ -259,7 +301,7 @@ class Sandbox:
                 out.append(path)
         return out
 
-    def _bwrap(self, argv: Sequence[str], workspace: Path) -> list[str]:
+    def _bwrap(self, argv: Sequence[str], workspace: Path, *, seccomp_fd: int | None = None) -> list[str]:
         assert self.found is not None
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         if self.policy.network != "on" and self.proxy_port is None:
@@ -276,6 +318,8 @@ class Sandbox:
             # protected one)
             if not path.is_symlink():
                 args += ["--ro-bind", str(path), str(path)]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         args += ["--chdir", str(workspace), "--", *argv]
         return args
 
@@ -301,6 +345,11 @@ class Sandbox:
             ruleset.close()
             raise
         return ruleset
+
+
+def present(workspace: Path) -> frozenset[str]:
+    """The `PROTECTED` names at the top of `workspace` now (to tell which ones a command made)."""
+    return frozenset(name for name in PROTECTED if os.path.lexists(workspace / name))
 
 
 def refusals(output: str, limit: int = 5, *, offline: bool = False) -> list[str]:

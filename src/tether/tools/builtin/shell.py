@@ -24,7 +24,7 @@ from ...errors import ToolError
 from ..base import ToolContext, ToolOutput
 from ..netproxy import ensure_proxy
 from ..output import MIN_LIMIT, OutputSpool
-from ..sandbox import Prepared, explain, refusals
+from ..sandbox import Prepared, explain, present, refusals
 
 READ_BYTES = 64 * 1024
 TERM_GRACE = 2.0
@@ -83,6 +83,7 @@ class BashTool:
             if sandbox is not None
             else Prepared([shell, "-c", command], env)
         )
+        protected_before = present(ctx.workspace) if sandbox is not None else frozenset()
         spool = OutputSpool(
             limit=max(ctx.limits.output_chars - FOOTER_RESERVE, MIN_LIMIT),
             max_lines=max(ctx.limits.output_lines - 5, 10),
@@ -102,6 +103,7 @@ class BashTool:
                 stderr=write_fd,
                 start_new_session=True,  # its own process group, so a kill reaches every child
                 preexec_fn=prepared.preexec,
+                pass_fds=prepared.pass_fds,
             )
         except (OSError, subprocess.SubprocessError) as e:
             os.close(read_fd)
@@ -145,6 +147,14 @@ class BashTool:
                 metadata["sandbox"]["refused"] = refused
                 footer += "\n" + explain(sandbox, ctx.workspace)
                 is_error = is_error or proc.returncode != 0
+            made = sorted(present(ctx.workspace) - protected_before)
+            if made:
+                # new ones are the command's to make (`git init`), but what they hold may run code later
+                metadata["sandbox"]["created_protected"] = made
+                footer += (
+                    f"\n[this command created {', '.join(made)}: what such files hold runs or steers code later "
+                    "(git hooks, agent configuration); recorded with this call]"
+                )
         if outcome == "timeout":
             metadata["timed_out"] = True
         elif outcome == "aborted":
