@@ -149,9 +149,10 @@ async def test_a_conversation_becomes_one_session_with_every_part(store: Store, 
     assert got[3].metadata["claude_code"]["toolUseResult"]["file"]["content"] == "port = 80"
     assert got[4].parts[0].arguments == {"command": "make", "timeout": 60}  # Claude Code's ms, tether's seconds
     assert got[5].parts[0].is_error and got[5].parts[0].content == "make: *** failed"
-    # usage is counted once per API message although Claude Code repeats it on each streamed line
-    assert [b.usage is not None for b in got if b.role == "assistant"] == [True, False, True, True]
-    assert got[1].usage.input_tokens == 1110 and got[1].usage.cache_read_tokens == 1000
+    # usage is counted once per API message although Claude Code repeats it on each streamed line: on the
+    # message's last line, whose counts are final
+    assert [b.usage is not None for b in got if b.role == "assistant"] == [False, True, True, True]
+    assert got[2].usage.input_tokens == 1110 and got[2].usage.cache_read_tokens == 1000
     assert info.input_tokens == 3 * 1110 and info.output_tokens == 150
     entries = await store.read(info.id)
     assert entries[0].created_at == pytest.approx(1754042402.0)  # the source's time, not the import's

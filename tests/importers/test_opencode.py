@@ -19,6 +19,7 @@ import pytest
 from tether.importers.jsonl import source_session_id
 from tether.importers.opencode import import_opencode
 from tether.messages import (
+    ERROR_MARKER,
     Compaction,
     Entry,
     FilePart,
@@ -470,7 +471,8 @@ async def test_states_and_errors_written_from_opencodes_schema(store: Store, tmp
     done, interrupted = got[3].parts
     assert done.content == "Edit applied." and not done.is_error
     assert interrupted.is_error and "running" in interrupted.content and interrupted.metadata == {"status": "running"}
-    assert got[4].name == "opencode.error" and got[4].data["error"]["data"]["statusCode"] == 529
+    assert got[4].name == ERROR_MARKER and got[4].data["error"]["data"]["statusCode"] == 529
+    assert got[4].data["message"] == "APIError: overloaded"  # its text, to be shown
 
 
 async def test_the_layout_before_storage_migration_1(store: Store, tmp_path: Path) -> None:

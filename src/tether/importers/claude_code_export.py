@@ -166,7 +166,9 @@ def _blocks(message: Message, report: ExportReport) -> list[dict[str, Any]]:
     kept = _kept(message)
     names = kept.get("tool_names") if isinstance(kept.get("tool_names"), dict) else {}
     blocks: list[dict[str, Any]] = []
-    for part in message.parts:
+    parts = list(message.parts)
+    while parts:
+        part = parts.pop(0)
         if isinstance(part, TextPart):
             blocks.append({"type": "text", "text": part.text})
         elif isinstance(part, ThinkingPart):
@@ -181,30 +183,58 @@ def _blocks(message: Message, report: ExportReport) -> list[dict[str, Any]]:
             name, arguments = _tool_input(part, names or {}, report)
             blocks.append({"type": "tool_use", "id": part.id, "name": name, "input": arguments})
         elif isinstance(part, ToolResultPart):
-            content = part.metadata.get("content")
+            count = part.metadata.get("images")
+            taken = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+            attachments, parts = parts[:taken], parts[taken:]
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": part.call_id,
-                "content": content if isinstance(content, list) else part.content,
+                "content": _result_content(part, attachments, report),
             }
             if part.is_error:
                 block["is_error"] = True
             blocks.append(block)
         else:
-            source = _source(part)
-            if source is None:
-                report.leave_out("attachments without data or address")
-                continue
-            kind = "image" if isinstance(part, ImagePart) else "document"
-            block = {"type": kind, "source": source}
-            if isinstance(part, FilePart) and part.name:
-                block["title"] = part.name
-            blocks.append(block)
+            attachment = _attachment_block(part, report)
+            if attachment is not None:
+                blocks.append(attachment)
     extra = kept.get("blocks")
     for item in extra if isinstance(extra, list) else []:
         if isinstance(item, dict) and isinstance(item.get("index"), int) and isinstance(item.get("block"), dict):
             blocks.insert(min(item["index"], len(blocks)), item["block"])  # a block tether had no part for
     return blocks
+
+
+def _attachment_block(part: Any, report: ExportReport) -> dict[str, Any] | None:
+    source = _source(part) if isinstance(part, ImagePart | FilePart) else None
+    if source is None:
+        report.leave_out("attachments without data or address")
+        return None
+    block: dict[str, Any] = {"type": "image" if isinstance(part, ImagePart) else "document", "source": source}
+    if isinstance(part, FilePart) and part.name:
+        block["title"] = part.name
+    return block
+
+
+def _result_content(part: ToolResultPart, attachments: list[Any], report: ExportReport) -> Any:
+    """A tool result's content: its text, or the list of blocks it came as, with its images (the parts
+    that follow it) back in their places."""
+    shape = part.metadata.get("content")
+    if not isinstance(shape, list):
+        if not attachments:
+            return part.content
+        shape = [{"type": "text", "text": part.content}] if part.content else []
+        shape += [{"type": "image", "part": i} for i in range(len(attachments))]
+    content: list[Any] = []
+    for item in shape:
+        index = item.get("part") if isinstance(item, dict) else None
+        if isinstance(index, int) and not isinstance(index, bool):
+            if 0 <= index < len(attachments) and (block := _attachment_block(attachments[index], report)) is not None:
+                rest = {k: v for k, v in item.items() if k not in ("type", "part")}
+                content.append({**block, **rest})
+            continue
+        content.append(item)
+    return content
 
 
 def _usage(usage: Usage) -> dict[str, Any]:

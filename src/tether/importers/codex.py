@@ -123,6 +123,7 @@ class _Group:
     lines: list[int] = field(default_factory=list)
     usage: Usage | None = None
     record: dict[str, Any] | None = None  # the response's `token_usage_record`
+    done: bool = False  # its items are all in: what follows is held until its token count comes
     after: list[tuple[Any, float | None, int]] = field(default_factory=list)  # markers held until it closes
 
 
@@ -151,6 +152,9 @@ class _RolloutImport:
         self.quiet = False  # reading the lines of a tether export coming back: nothing is written
         self.called: dict[str, str] = {}  # a call's id -> the tool name the model used
         self.failed: set[str] = set()  # calls whose item Codex recorded as failed (`status: "failed"`)
+        self.total: dict[str, int] | None = None  # the last cumulative `token_count` total
+        self.since_total = Usage()  # usage given to responses (`token_usage_record`) since that total
+        self.unattached: Usage | None = None  # counts that came with no response to give them to
 
     async def run(self) -> FileResult:
         result = FileResult(self.path, FORMAT, "imported", session_id=self.session_id)
@@ -209,7 +213,7 @@ class _RolloutImport:
                 last = line.no
                 await self.place(obj, line.no, len(line.data))
                 if line.no in self.cuts:
-                    await self.close()  # where an earlier import stopped with a response still open
+                    await self.close(force=True)  # where an earlier import stopped with a response still open
         except SourceChanged as e:
             return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
@@ -219,7 +223,7 @@ class _RolloutImport:
         consumed = reading.consumed
         if self.group is not None and last:
             self.cuts.add(last)
-        await self.close()
+        await self.close(force=True)
         await self.writer.flush()
         if not self.dry_run and self.writer.create is None:
             await self._finish(consumed, st.st_size)
@@ -245,12 +249,12 @@ class _RolloutImport:
         try:
             for line, obj in reading:
                 if self.quiet and line.no > plan.skip:
-                    await self.close()  # a response the export left open is the session's own
+                    await self.close(force=True)  # a response the export left open is the session's own
                     self.quiet = False
                 last = line.no
                 await self.place(obj, line.no, len(line.data))
                 if line.no in self.cuts:
-                    await self.close()
+                    await self.close(force=True)
         except SourceChanged as e:
             return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
@@ -259,7 +263,7 @@ class _RolloutImport:
             result.lines = reading.lines
         if self.group is not None and last and not self.quiet:
             self.cuts.add(last)
-        await self.close()
+        await self.close(force=True)
         await self.writer.flush()
         result.entries = self.writer.written
         result.sessions = [plan.into] if self.writer.written else []
@@ -352,16 +356,29 @@ class _RolloutImport:
     async def emit(self, body_or_build: Any, at: float | None, size: int) -> None:
         if self.quiet:
             return  # a line of tether's own export, coming back: the session has its entry
+        if self.group is not None and self.group.done:
+            self.group.after.append((body_or_build, at, size))  # after a response still waiting for its usage
+            return
         seq = self.writer.take()
         if self.writer.needs(seq):
             body = body_or_build() if callable(body_or_build) else body_or_build
             await self.writer.add(body, at or self.first_time or time.time(), size)
 
-    async def close(self) -> None:
-        """The response in progress is complete: journal it as one assistant message."""
-        group, self.group = self.group, None
+    async def close(self, *, force: bool = False) -> None:
+        """The response in progress has all its items. Its usage may still come (Codex writes the
+        ``token_count`` after the tool outputs that follow a response): until then, or until the next
+        response, a user message or a compaction (`force`), what follows is held after it. Then it is
+        journaled as one assistant message, with what was held after it."""
+        group = self.group
         if group is None:
             return
+        if not force:
+            group.done = True
+            return
+        self.group = None
+        if self.unattached is not None:  # counts that came between responses: the next one carries them
+            group.usage = self.unattached if group.usage is None else group.usage + self.unattached
+            self.unattached = None
         metadata: dict[str, Any] = {"lines": group.lines}
         if group.calls:
             metadata["calls"] = group.calls
@@ -403,6 +420,7 @@ class _RolloutImport:
                 await self.emit(raw_marker("codex.token_usage_record", no, obj), at, size)
                 return
             self.group.usage, self.group.record = usage, payload
+            self.since_total = self.since_total + usage
             self.group.lines.append(no)
             await self.close()
         elif no == 1 and "id" in obj and "timestamp" in obj and "type" not in obj:
@@ -461,13 +479,17 @@ class _RolloutImport:
                 call = payload.get("call_id", payload.get("callId"))
                 if isinstance(thread, str) and isinstance(call, str):
                     self.spawned[thread.lower()] = call  # kept as a marker below, too
-            if event == "token_count" and self.group is not None:
-                usage = self._usage(payload)
-                if usage is not None:
-                    self.group.usage = usage
+            if event == "token_count":
+                usage = self._count(payload)
+                if self.group is not None and usage is not None:
+                    if usage.total_tokens or usage.reasoning_tokens or usage.cache_read_tokens:
+                        group_usage = self.group.usage
+                        self.group.usage = usage if group_usage is None else group_usage + usage
                     self.group.lines.append(no)
-                    await self.close()
+                    await self.close(force=True)
                     return
+                if usage is not None and (usage.total_tokens or usage.cache_read_tokens):
+                    self.unattached = usage if self.unattached is None else self.unattached + usage
         if kind == "turn_context" and isinstance(payload.get("model"), str):
             self.model = payload["model"]
         await self.close()
@@ -493,6 +515,9 @@ class _RolloutImport:
         role = item.get("role")
         if (kind == "message" and role == "assistant") or kind in _MODEL_ITEMS:
             group = self.group
+            if group is not None and group.done:
+                await self.close(force=True)  # the next response
+                group = None
             if group is None:
                 group = self.group = _Group(at=at)
             group.lines.append(no)
@@ -518,7 +543,7 @@ class _RolloutImport:
         if kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             if isinstance(call_id, str):
-                content, is_error, extra = _output(item.get("output"))
+                content, is_error, extra, images = _output(item.get("output"))
                 tether = item.get("tether")  # what tether's export keeps beside Codex's fields
                 is_error = is_error or (isinstance(tether, dict) and tether.get("is_error") is True)
                 # Codex's own verdicts: the item it recorded as failed; a call of a tool it does not have
@@ -530,7 +555,8 @@ class _RolloutImport:
                     call_id=call_id, content=content, is_error=is_error, name=self.names.get(call_id),
                     metadata=extra,
                 )  # fmt: skip
-                await self.emit(Message(role="tool", parts=[result], metadata={"codex": {"line": no}}), at, size)
+                parts: list[Part] = [result, *images]
+                await self.emit(Message(role="tool", parts=parts, metadata={"codex": {"line": no}}), at, size)
                 return
         name = kind if isinstance(kind, str) else "unknown"
         await self.emit(raw_marker(f"codex.{name}", no, item), at, size)
@@ -604,21 +630,42 @@ class _RolloutImport:
         self.names[call.id] = call.name
         return call
 
+    def _count(self, payload: dict[str, Any]) -> Usage | None:
+        """What a ``token_count`` adds: the difference between its cumulative total and the one before
+        (all of it after a total that went down: a new process counting from zero), less what the
+        responses in between were given by their ``token_usage_record``. Without a total, its last
+        response's usage. None when it has neither."""
+        info = payload.get("info")
+        if not isinstance(info, dict):
+            return None
+        total = _counts(info.get("total_token_usage"))
+        if total is None:
+            return self._usage(payload)
+        previous, self.total = self.total, total
+        if previous is not None and all(total[k] >= previous[k] for k in total):
+            diff = {k: total[k] - previous[k] for k in total}
+        else:
+            diff = total
+        given, self.since_total = self.since_total, Usage()
+        given_counts = {
+            "input_tokens": given.input_tokens,
+            "output_tokens": given.output_tokens,
+            "reasoning_output_tokens": given.reasoning_tokens,
+            "cached_input_tokens": given.cache_read_tokens,
+        }
+        return self._priced({k: max(diff[k] - given_counts[k], 0) for k in diff})
+
     def _usage(self, payload: dict[str, Any]) -> Usage | None:
         info = payload.get("info")
-        last = info.get("last_token_usage") if isinstance(info, dict) else None
-        if not isinstance(last, dict):
-            return None
+        last = _counts(info.get("last_token_usage") if isinstance(info, dict) else None)
+        return None if last is None else self._priced(last)
 
-        def n(name: str) -> int:
-            value = last.get(name)
-            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
+    def _priced(self, counts: dict[str, int]) -> Usage:
         usage = Usage(
-            input_tokens=n("input_tokens"),
-            output_tokens=n("output_tokens"),
-            reasoning_tokens=n("reasoning_output_tokens"),
-            cache_read_tokens=n("cached_input_tokens"),
+            input_tokens=counts["input_tokens"],
+            output_tokens=counts["output_tokens"],
+            reasoning_tokens=counts["reasoning_output_tokens"],
+            cache_read_tokens=counts["cached_input_tokens"],
         )
         if self.model:
             if self.catalog is None:
@@ -630,6 +677,20 @@ class _RolloutImport:
             if cost is not None:
                 usage = msgspec.structs.replace(usage, cost=cost)
         return usage
+
+
+_COUNTS = ("input_tokens", "output_tokens", "reasoning_output_tokens", "cached_input_tokens")
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    """The token counts of a ``TokenUsage`` object (negative or missing ones as 0), or None for no object."""
+    if not isinstance(value, dict):
+        return None
+    counts: dict[str, int] = {}
+    for name in _COUNTS:
+        n = value.get(name)
+        counts[name] = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+    return counts
 
 
 def _content_parts(content: Any) -> list[Part]:
@@ -649,19 +710,38 @@ def _content_parts(content: Any) -> list[Part]:
     return parts
 
 
-def _output(output: Any) -> tuple[str, bool, dict[str, Any]]:
-    """(text, is_error, metadata) of a function call's output: a string, a list of content items, or (older
-    rollouts) an object with ``content`` and ``success``."""
+def _output(output: Any) -> tuple[str, bool, dict[str, Any], list[Part]]:
+    """(text, is_error, metadata, images) of a function call's output: a string, a list of content items, or
+    (older rollouts) an object with ``content`` and ``success``. The images of a list are image parts of their
+    own (to follow the result: ``metadata["images"]`` says how many), and ``metadata["content"]`` keeps the
+    list's shape, each image item replaced by ``{"type": "input_image", "part": <its index>}``."""
     if isinstance(output, str):
-        return output, False, {}
+        return output, False, {}, []
     if isinstance(output, list):
         texts = [i.get("text", "") for i in output if isinstance(i, dict) and isinstance(i.get("text"), str)]
-        return "\n".join(texts), False, {"content": output}
+        images: list[Part] = []
+        shape: list[Any] = []
+        for item in output:
+            url = item.get("image_url") if isinstance(item, dict) and item.get("type") == "input_image" else None
+            if not isinstance(url, str):
+                shape.append(item)
+                continue
+            decoded = decode_data_uri(url)
+            rest = {k: v for k, v in item.items() if k not in ("type", "image_url")}
+            shape.append({"type": "input_image", "part": len(images), **rest})
+            if decoded is not None:
+                images.append(ImagePart(media_type=decoded[0], data=decoded[1]))
+            else:
+                images.append(ImagePart(media_type="image/*", uri=url))
+        metadata: dict[str, Any] = {"content": shape}
+        if images:
+            metadata["images"] = len(images)
+        return "\n".join(texts), False, metadata, images
     if isinstance(output, dict):
         content = output.get("content")
         text = content if isinstance(content, str) else ""
-        return text, output.get("success") is False, {k: v for k, v in output.items() if k != "content"}
-    return "", False, {"output": output}
+        return text, output.get("success") is False, {k: v for k, v in output.items() if k != "content"}, []
+    return "", False, {"output": output}, []
 
 
 async def import_codex(store: Store, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:

@@ -107,11 +107,8 @@ def _content(message: Message, w: _Writer, *, output: bool) -> list[dict[str, An
         if isinstance(part, TextPart):
             items.append({"type": "output_text" if output else "input_text", "text": part.text})
         elif isinstance(part, ImagePart):
-            if part.data is not None:
-                url = f"data:{part.media_type};base64,{base64.b64encode(part.data).decode()}"
-            elif part.uri is not None:
-                url = part.uri
-            else:
+            url = _image_url(part)
+            if url is None:
                 w.report.leave_out("attachments without data or address")
                 continue
             items.append({"type": "input_image", "image_url": url})
@@ -220,13 +217,43 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         w.event(at, {"type": "token_count", "info": info, "rate_limits": None})
 
 
-def _output(w: _Writer, at: float, result: ToolResultPart) -> None:
+def _image_url(part: ImagePart) -> str | None:
+    if part.data is not None:
+        return f"data:{part.media_type};base64,{base64.b64encode(part.data).decode()}"
+    return part.uri
+
+
+def _output_items(result: ToolResultPart, images: list[Any], w: _Writer) -> Any:
+    """A function call's output: its text, or the list of content items it came as, with its images (the
+    image parts that follow it) back in their places."""
+    shape = result.metadata.get("content")
+    if not isinstance(shape, list):
+        if not images:
+            return result.content
+        shape = [{"type": "input_text", "text": result.content}] if result.content else []
+        shape += [{"type": "input_image", "part": i} for i in range(len(images))]
+    items: list[Any] = []
+    for item in shape:
+        index = item.get("part") if isinstance(item, dict) else None
+        if isinstance(index, int) and not isinstance(index, bool):
+            part = images[index] if 0 <= index < len(images) else None
+            url = _image_url(part) if isinstance(part, ImagePart) else None
+            if url is None:
+                w.report.leave_out("attachments without data or address")
+                continue
+            rest = {k: v for k, v in item.items() if k not in ("type", "part")}
+            items.append({"type": "input_image", "image_url": url, **rest})
+            continue
+        items.append(item)
+    return items
+
+
+def _output(w: _Writer, at: float, result: ToolResultPart, images: list[Any]) -> None:
     if result.call_id in w.custom:
         payload: dict[str, Any] = {"type": "custom_tool_call_output", "call_id": result.call_id,
                                    "output": result.content}  # fmt: skip
     else:
-        content = result.metadata.get("content")
-        output = content if isinstance(content, list) else result.content
+        output = _output_items(result, images, w)
         payload = {"type": "function_call_output", "call_id": result.call_id, "output": output}
     if result.is_error:
         payload[TETHER_KEY] = {"is_error": True}
@@ -242,10 +269,18 @@ def _message(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
     results = message.tool_results
     if len(results) > 1:
         w.report.flatten("tool messages with several results (one output item each)")
-    for result in results:
-        _output(w, at, result)
     if results:
-        if any(isinstance(p, TextPart | ImagePart | FilePart) for p in message.parts):
+        parts, beside = list(message.parts), False
+        while parts:
+            part = parts.pop(0)
+            if isinstance(part, ToolResultPart):
+                count = part.metadata.get("images")
+                taken = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+                _output(w, at, part, parts[:taken])
+                parts = parts[taken:]
+            elif isinstance(part, TextPart | ImagePart | FilePart):
+                beside = True
+        if beside:
             w.report.leave_out("text beside tool results")
         return
     content = _content(message, w, output=False)
@@ -306,7 +341,7 @@ async def _export(store: Store, info: SessionInfo, out: IO[bytes], target: str, 
             _message(w, entry, body, cwd)
             for call in body.tool_calls:
                 if call.id in unanswered:  # the Responses API refuses a call without its output
-                    _output(w, entry.created_at, ToolResultPart(call_id=call.id, content=NO_RESULT, is_error=True))
+                    _output(w, entry.created_at, ToolResultPart(call_id=call.id, content=NO_RESULT, is_error=True), [])
                     report.flatten("calls that never got a result (given an error result)")
         elif isinstance(body, Compaction):
             _compaction(w, entry, body)
