@@ -64,7 +64,11 @@ def result_outcome(result: ToolResultPart | None, width: int = 80) -> str:
     images = result.metadata.get("images")
     if isinstance(images, int) and not isinstance(images, bool) and images > 0:
         shown = f"{images} image" + ("s" if images > 1 else "")
-        return "✓ " + (shown if not texts else f"{shown} and " + (_clip(texts[0], width) if len(lines) == 1 else f"{len(lines):,} lines"))
+        return "✓ " + (
+            shown
+            if not texts
+            else f"{shown} and " + (_clip(texts[0], width) if len(lines) == 1 else f"{len(lines):,} lines")
+        )
     if not texts:
         return "✓ (empty)"
     return "✓ " + (_clip(texts[0], width) if len(lines) == 1 else f"{len(lines):,} lines")

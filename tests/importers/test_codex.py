@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tether.importers.codex import import_codex
 from tether.importers.jsonl import source_session_id
@@ -188,3 +189,81 @@ async def test_a_spawned_thread_imported_before_its_parent_keeps_the_link_to_fin
     child = await store.get_session(source_session_id("codex", CHILD_THREAD))
     assert child.parent_id is None
     assert child.metadata["imported_parent_id"] == source_session_id("codex", PARENT_THREAD)
+
+
+COUNTS = FIXTURES / "rollout-2025-11-03T14-00-00-019a7c3e-5b21-7d40-9f3a-2c8e6b1d4f70.jsonl"
+"""Counts written after the tool outputs that follow a response, an image in a tool output, a repeated
+total, a count with no info, a call that never got its output (see the README)."""
+
+
+def _totals(path: Path) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for raw in path.read_bytes().splitlines():
+        payload = json.loads(raw).get("payload") or {}
+        if payload.get("type") == "token_count" and isinstance(payload.get("info"), dict):
+            last = payload["info"]["total_token_usage"]
+    return last
+
+
+async def test_each_cumulative_count_goes_to_the_response_it_follows(store: Store) -> None:
+    result = await import_codex(store, COUNTS)
+    assert result.outcome == "imported" and result.problems == []
+    info = await store.get_session(result.session_id or "")
+    got = [e.body for e in await store.read(info.id)]
+    answers = [b for b in got if isinstance(b, Message) and b.role == "assistant"]
+    # the view_image call, the shell call (each counted after its output), the answer, the interrupted call
+    assert [(u.input_tokens, u.output_tokens, u.reasoning_tokens, u.cache_read_tokens) for u in (a.usage for a in answers) if u] == [
+        (9000, 310, 256, 8000), (9600, 95, 64, 9000), (9800, 42, 0, 9500), (10100, 27, 0, 9800),
+    ]  # fmt: skip
+    totals = _totals(COUNTS)
+    assert (info.input_tokens, info.output_tokens) == (totals["input_tokens"], totals["output_tokens"])
+    # the count with no info and the one that repeats the total are kept as markers, adding nothing
+    counts = [b for b in got if isinstance(b, Marker) and b.name == "codex.token_count"]
+    assert len(counts) == 2
+    assert [b.role for b in got if isinstance(b, Message)].count("tool") == 2
+
+
+async def test_counts_between_responses_go_to_the_next_and_totals_that_restart_add_up(
+    store: Store, tmp_path: Path
+) -> None:
+    def count(total_out: int, total_in: int) -> dict[str, Any]:
+        usage = {"input_tokens": total_in, "cached_input_tokens": 0, "output_tokens": total_out,
+                 "reasoning_output_tokens": 0, "total_tokens": total_in + total_out}  # fmt: skip
+        return {"timestamp": "2025-11-03T10:00:02.000Z", "type": "event_msg",
+                "payload": {"type": "token_count", "info": {"total_token_usage": usage, "last_token_usage": usage}}}  # fmt: skip
+
+    def said(text: str, role: str = "assistant") -> dict[str, Any]:
+        kind = "output_text" if role == "assistant" else "input_text"
+        return {"timestamp": "2025-11-03T10:00:01.000Z", "type": "response_item",
+                "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}}  # fmt: skip
+
+    meta = {"timestamp": "2025-11-03T10:00:00.000Z", "type": "session_meta",
+            "payload": {"id": "019a0000-0000-7000-8000-00000000c0de", "timestamp": "2025-11-03T10:00:00.000Z", "cwd": "/w"}}  # fmt: skip
+    lines = [
+        meta, said("one", "user"), said("first"), count(10, 100),
+        said("two", "user"), count(25, 250),  # a count after the user's message: no response open
+        said("second"), count(40, 400),
+        said("three", "user"), said("third"), count(7, 70),  # resumed: a new process counts from zero
+    ]  # fmt: skip
+    path = tmp_path / "rollout-2025-11-03T10-00-00-019a0000-0000-7000-8000-00000000c0de.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = await import_codex(store, path)
+    got = [e.body for e in await store.read(result.session_id or "")]
+    answers = [b for b in got if isinstance(b, Message) and b.role == "assistant"]
+    assert [a.usage.output_tokens if a.usage else None for a in answers] == [10, 15 + 15, 7]
+    info = await store.get_session(result.session_id or "")
+    assert info.output_tokens == 40 + 7 and info.input_tokens == 400 + 70
+
+
+async def test_an_image_in_a_tool_output_is_an_image_part(store: Store) -> None:
+    import base64
+
+    await import_codex(store, COUNTS)
+    got = [e.body for e in await store.read(source_session_id("codex", "019a7c3e-5b21-7d40-9f3a-2c8e6b1d4f70"))]
+    tool = next(b for b in got if isinstance(b, Message) and b.role == "tool")
+    result, image = tool.parts
+    raw = next(json.loads(r) for r in COUNTS.read_bytes().splitlines() if b'"call_view1","output"' in r)
+    url = raw["payload"]["output"][1]["image_url"]
+    assert result.content == "static/logo.png" and result.metadata["images"] == 1
+    assert image == ImagePart(media_type="image/png", data=base64.b64decode(url.split(",", 1)[1]))
+    assert url not in json.dumps(result.metadata)

@@ -38,8 +38,8 @@ from uuid import UUID
 import msgspec
 
 from ..messages import (
-    Compaction,
     ERROR_MARKER,
+    Compaction,
     EntryBody,
     FilePart,
     ImagePart,
@@ -178,6 +178,9 @@ class _FileImport:
         self.agents: dict[str, str] = {}  # agent id -> the Task call that ran it
         self.line_no = 0  # the line being read
         self.last_usage: dict[tuple[str, str], int] = {}  # an API message -> the last line that has its usage
+        # an API message an earlier import counted from a line before its last (the file ended there then)
+        self.counted: dict[tuple[str, str], dict[str, Any]] = {}
+        self.usage_key: tuple[str, str] | None = None
         self.seen_usage: set[tuple[str, str]] = set()
         self.fresh_usage = False
         self.first_prompt: str | None = None  # the first message a person typed, for a branch's title
@@ -337,7 +340,9 @@ class _FileImport:
             result.outcome = "would append" if info is not None else "would import"
         main = await self.main_target(info)
         current = main
-        self.last_usage = _last_usage_lines(self.path)
+        offset = mark.get("offset") if info is not None else None
+        before = offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
+        self.last_usage, self.counted = _last_usage_lines(self.path, before)
         reading = JsonLines(self.path, self.problems)
         try:
             for line, obj in reading:
@@ -375,7 +380,7 @@ class _FileImport:
         self.targets.append(main)
         current = main
         exported: dict[str, int] | None = None
-        self.last_usage = _last_usage_lines(self.path)
+        self.last_usage, self.counted = _last_usage_lines(self.path, 0)
         reading = JsonLines(self.path, self.problems)
         try:
             for line, obj in reading:
@@ -609,7 +614,7 @@ class _FileImport:
         if obj.get("type") == "assistant" and isinstance(message.get("usage"), dict):
             # a streamed API message is written as several lines, each with the usage known so far: the
             # last line's counts are the message's (the first's output count is partial)
-            key = _usage_key(obj)
+            key = self.usage_key = _usage_key(obj)
             last = self.last_usage.get(key) if key is not None else None
             if key is None:
                 self.fresh_usage = True
@@ -639,11 +644,14 @@ class _FileImport:
             if kind == "assistant" and obj.get("isApiErrorMessage") is True:
                 # Claude Code's reply when the API failed for good: an error, not the model's answer
                 text = _user_text(obj) or str(obj.get("error") or "")
-                return Marker(name=ERROR_MARKER, data={"message": text, "source": "claude-code", "line": no, "raw": obj})
+                return Marker(
+                    name=ERROR_MARKER, data={"message": text, "source": "claude-code", "line": no, "raw": obj}
+                )
             return self._message(obj, message, kind)
         if kind == "system" and (obj.get("subtype") == "api_error" or obj.get("level") == "error"):
             return Marker(
-                name=ERROR_MARKER, data={"message": _system_error_text(obj), "source": "claude-code", "line": no, "raw": obj}
+                name=ERROR_MARKER,
+                data={"message": _system_error_text(obj), "source": "claude-code", "line": no, "raw": obj},
             )
         if kind == "system" and obj.get("subtype") == "compact_boundary":
             meta = obj.get("compactMetadata")
@@ -691,7 +699,11 @@ class _FileImport:
             parts.append(TextPart(text=content))
         else:
             for index, block in enumerate(content):
-                if isinstance(block, dict) and block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") == "tool_result"
+                    and isinstance(block.get("content"), list)
+                ):
                     parts += _result_parts(block, self.names)  # with its images as image parts
                     continue
                 part = _part(block, self.names, renamed)
@@ -739,6 +751,19 @@ class _FileImport:
             cache_write_tokens=writes,
         )
         cost = _decimal(obj.get("costUSD"))
+        earlier = self.counted.get(self.usage_key) if self.usage_key is not None else None
+        if earlier is not None:  # an earlier import counted the message as far as it was then: add the rest
+            key, self.usage_key = self.usage_key, None
+            before = self._usage(earlier["line"], earlier["line"]["message"], model)
+            self.usage_key = key
+            if before is not None:
+                usage = Usage(
+                    input_tokens=max(usage.input_tokens - before.input_tokens, 0),
+                    output_tokens=max(usage.output_tokens - before.output_tokens, 0),
+                    cache_read_tokens=max(usage.cache_read_tokens - before.cache_read_tokens, 0),
+                    cache_write_tokens=max(usage.cache_write_tokens - before.cache_write_tokens, 0),
+                )
+                cost = cost - before.cost if cost is not None and before.cost is not None else None
         if cost is None and model:
             cost = self._price(model, usage)
         return msgspec.structs.replace(usage, cost=cost) if cost is not None else usage
@@ -828,9 +853,14 @@ def _usage_key(obj: dict[str, Any]) -> tuple[str, str] | None:
     return (mid, str(obj.get("requestId"))) if isinstance(mid, str) else None
 
 
-def _last_usage_lines(path: str) -> dict[tuple[str, str], int]:
-    """The last line of each API message that carries its usage (the message's final counts)."""
+def _last_usage_lines(
+    path: str, before: int
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], dict[str, Any]]]:
+    """The last line of each API message that carries its usage (the message's final counts); and, for a
+    message whose last line comes after byte `before` (where an earlier import stopped) while an earlier
+    line of it came before, that earlier line (``{"line": ...}``): the import then counted its usage."""
     last: dict[tuple[str, str], int] = {}
+    counted: dict[tuple[str, str], dict[str, Any]] = {}
     try:
         for line in read_lines(path):
             if b'"usage"' not in line.data:
@@ -845,9 +875,13 @@ def _last_usage_lines(path: str) -> dict[tuple[str, str], int]:
             key = _usage_key(obj)
             if key is not None and isinstance(message, dict) and isinstance(message.get("usage"), dict):
                 last[key] = line.no
+                if line.end <= before:
+                    counted[key] = {"line": obj}
+                elif key in counted:
+                    counted[key]["after"] = True
     except (OSError, SourceChanged):
         pass  # the import that reads it next says what is wrong
-    return last
+    return last, {key: value for key, value in counted.items() if value.get("after")}
 
 
 def _exported_seqs(target_id: str, entries: int) -> dict[str, int]:

@@ -555,8 +555,8 @@ class _RolloutImport:
                     call_id=call_id, content=content, is_error=is_error, name=self.names.get(call_id),
                     metadata=extra,
                 )  # fmt: skip
-                parts: list[Part] = [result, *images]
-                await self.emit(Message(role="tool", parts=parts, metadata={"codex": {"line": no}}), at, size)
+                answer: list[Part] = [result, *images]
+                await self.emit(Message(role="tool", parts=answer, metadata={"codex": {"line": no}}), at, size)
                 return
         name = kind if isinstance(kind, str) else "unknown"
         await self.emit(raw_marker(f"codex.{name}", no, item), at, size)

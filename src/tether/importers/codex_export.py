@@ -198,7 +198,7 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         elif isinstance(part, ToolCallPart):
             w.item(at, _call_item(part, kept_calls, w))
         elif isinstance(part, ToolResultPart):
-            _output(w, at, part)
+            _output(w, at, part, [])
         else:
             w.report.leave_out("attachments of assistant messages")
     for kept in kept_items if isinstance(kept_items, list) else []:

@@ -369,7 +369,7 @@ def _run_now(work: Coroutine[Any, Any, None]) -> None:
     def run() -> None:
         try:
             asyncio.run(work)
-        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+        except BaseException as e:
             failure.append(e)
 
     helper = threading.Thread(target=run, name="tether-session-close")
