@@ -380,20 +380,23 @@ def _run_now(work: Coroutine[Any, Any, None]) -> None:
 
 
 def _settings(value: Any) -> SessionSettings:
-    """The SDK's `SessionSettings` from what a caller passed: settings, a dict of their fields, or None
-    (the defaults), as the SDK's own sessions take them."""
+    """The SDK's `SessionSettings` from what a caller passed: settings, a dict of their fields (an unknown
+    field is a `TypeError`, as the SDK says it), or None (the defaults), as the SDK's own sessions take them."""
     from agents.memory import SessionSettings
 
     if value is None:
         return SessionSettings()
+    try:  # the SDK's own normalization, where its version has one
+        from agents.memory.session_settings import coerce_session_settings
+    except ImportError:
+        pass
+    else:
+        return coerce_session_settings(value)
     if isinstance(value, SessionSettings):
         return value
     if isinstance(value, Mapping):
-        try:
-            return SessionSettings(**value)
-        except TypeError as e:
-            raise InvalidInput(f"session_settings: {e}") from None
-    raise InvalidInput(f"session_settings must be a SessionSettings or a dict, not {type(value).__name__}")
+        return SessionSettings(**value)
+    raise TypeError(f"session_settings must be a SessionSettings or a dict, not {type(value).__name__}")
 
 
 class TetherSession:
@@ -460,12 +463,14 @@ class TetherSession:
             if isinstance(settings, Mapping):  # set after construction, as the SDK allows: normalize it
                 settings = self.session_settings = _settings(settings)
             limit = settings.limit
+        self._check_open()
         async with self._lock:
             await self._refresh()
             return cast("list[TResponseInputItem]", self._decode(limit))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all in one transaction."""
+        self._check_open()
         bodies = items_to_entries(cast("list[Mapping[str, Any]]", items))
         if not bodies:
             return
@@ -481,6 +486,7 @@ class TetherSession:
         """Take the latest item off the history and return it: a revert to just before its entry (entries
         the revert hides that are not that item, such as the other items of a tether message or a
         compaction after it, are appended again behind it). None when the history is empty."""
+        self._check_open()
         async with self._lock:
             while True:
                 await self._refresh()
@@ -507,6 +513,7 @@ class TetherSession:
 
     async def clear_session(self) -> None:
         """Empty the history: a revert to before the first entry (the journal keeps it all)."""
+        self._check_open()
         async with self._lock:
             await self._refresh()
             if not self._items and self._summary is None:
@@ -518,13 +525,19 @@ class TetherSession:
     # --- lifetime --------------------------------------------------------------------------------------
 
     def close(self) -> Awaitable[None]:
-        """Close the store if this session opened it (once). Done when it returns, as the SDK's own
-        sessions' `close` is and as its callers use it (``session.close()``, not awaited); what it returns
-        may still be awaited (``await session.close()``)."""
-        if self._owns_store and not self._closed:
+        """Close the session: later calls raise `RuntimeError`, and the store is closed if this session
+        opened it. Done when it returns, as the SDK's own sessions' `close` is and as its callers use it
+        (``session.close()``, not awaited); what it returns may still be awaited (``await
+        session.close()``). Closing again does nothing."""
+        if not self._closed:
             self._closed = True
-            _run_now(self._store.close())
+            if self._owns_store:
+                _run_now(self._store.close())
         return _Done()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     async def __aenter__(self) -> TetherSession:
         return self
