@@ -267,3 +267,47 @@ async def test_an_image_in_a_tool_output_is_an_image_part(store: Store) -> None:
     assert result.content == "static/logo.png" and result.metadata["images"] == 1
     assert image == ImagePart(media_type="image/png", data=base64.b64decode(url.split(",", 1)[1]))
     assert url not in json.dumps(result.metadata)
+
+
+JSON_ROLLOUT = FIXTURES / "rollout-2025-04-22-7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f70.json"
+
+
+async def test_the_first_clis_json_rollout_by_name_by_folder_and_again(store: Store, tmp_path: Path) -> None:
+    from tether.importers.sources import detect_format, discover, import_path
+
+    assert detect_format(str(JSON_ROLLOUT)) == "codex"
+    assert JSON_ROLLOUT in discover("codex", FIXTURES)  # a folder import finds it beside the .jsonl ones
+    result = (await import_path(store, str(JSON_ROLLOUT)))[0]
+    assert result.outcome == "imported" and result.problems == [] and result.entries == 8
+    info = await store.get_session(source_session_id("codex", "7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f70"))
+    assert info.system_prompt == "Prefer small diffs." and info.title == "what does ci.sh do?"
+    got = [e.body for e in await store.read(info.id)]
+    assert [b.role for b in got if isinstance(b, Message)] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"
+    ]  # fmt: skip
+    calls = [p for b in got if isinstance(b, Message) for p in b.parts if isinstance(p, ToolCallPart)]
+    assert [c.arguments for c in calls] == [{"command": "cat ci.sh"}, {"command": "sh ci.sh", "timeout": 60}]
+    assert (await import_codex(store, JSON_ROLLOUT)).outcome == "unchanged"
+    # saved whole again after one more turn: only that turn is added
+    doc = json.loads(JSON_ROLLOUT.read_text())
+    doc["items"] += [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed."}]},
+    ]
+    copy = tmp_path / JSON_ROLLOUT.name
+    copy.write_text(json.dumps(doc, indent=2))
+    again = await import_codex(store, copy)
+    assert again.outcome == "grown" and again.entries == 2
+    assert [getattr(e.body, "text", None) for e in await store.read(info.id)][-2:] == ["fix it", "Fixed."]
+
+
+async def test_from_codex_on_another_kind_of_file_imports_nothing(store: Store, tmp_path: Path) -> None:
+    other = tmp_path / "notes.jsonl"
+    other.write_text(json.dumps({"type": "user", "sessionId": "x", "uuid": "u1", "message": {"content": "hi"}}) + "\n")
+    result = await import_codex(store, other)
+    assert result.outcome == "failed" and "not a Codex rollout" in result.problems[-1].reason
+    assert (await store.list_sessions()).items == []
+    broken = tmp_path / "rollout-2025-04-22-7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f71.json"
+    broken.write_text('{\n  "session": {"id": "x"},\n  "items": 3\n}')
+    failed = await import_codex(store, broken)
+    assert failed.outcome == "failed" and "without" in failed.problems[-1].reason

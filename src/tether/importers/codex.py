@@ -26,10 +26,12 @@ Importing again appends only what was added since (the session id is derived fro
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,10 +68,12 @@ from .jsonl import (
     CannotAppend,
     FileResult,
     JsonLines,
+    Line,
     Problem,
     SessionWriter,
     SourceChanged,
     decode_data_uri,
+    decode_json,
     existing,
     head_digest,
     import_mark,
@@ -103,6 +107,48 @@ def looks_like_codex(first: dict[str, Any]) -> bool:
     if first.get("type") in ROLLOUT_TYPES and "payload" in first:
         return True
     return "id" in first and "timestamp" in first and ("instructions" in first or "git" in first)
+
+
+_JSON_ROLLOUT = re.compile(rb'\s*\{\s*"session"\s*:')
+
+
+def is_json_rollout(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a rollout of the first Codex CLI (TypeScript, spring 2025): one JSON document
+    ``{"session": {"timestamp", "id", "instructions"}, "items": [<response items>]}``, saved whole as
+    ``~/.codex/sessions/rollout-<date>-<id>.json`` after each turn."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return _JSON_ROLLOUT.match(head.removeprefix(b"\xef\xbb\xbf")) is not None
+
+
+class _JsonRollout:
+    """A JSON rollout read as the older JSONL layout it matches: its session object as the first line, each
+    item as a line of its own (numbered from 2), with `JsonLines`' `lines` and `consumed`. `ValueError` when
+    it is not one."""
+
+    def __init__(self, path: str) -> None:
+        data = Path(path).read_bytes()
+        try:
+            doc = decode_json(data)
+        except msgspec.DecodeError as e:
+            raise ValueError(f"not JSON ({e})") from None
+        items = doc.get("items") if isinstance(doc, dict) else None
+        session = doc.get("session") if isinstance(doc, dict) else None
+        if not isinstance(items, list) or not isinstance(session, dict):
+            raise ValueError('not a Codex rollout: a JSON document without "session" and "items"')
+        self.values: list[Any] = [{k: v for k, v in session.items() if k != "type"}, *items]
+        self.size = len(data)
+        self.lines = 0
+        self.consumed = 0
+
+    def __iter__(self) -> Iterator[tuple[Line, Any]]:
+        for no, value in enumerate(self.values, 1):
+            self.lines = no
+            yield Line(no, 0, 0, b"", True), value
+        self.consumed = self.size
 
 
 def session_key(path: str) -> str:
@@ -152,6 +198,7 @@ class _RolloutImport:
         self.quiet = False  # reading the lines of a tether export coming back: nothing is written
         self.called: dict[str, str] = {}  # a call's id -> the tool name the model used
         self.failed: set[str] = set()  # calls whose item Codex recorded as failed (`status: "failed"`)
+        self.digest: str | None = None  # a JSON rollout's fingerprint (it is saved whole, not appended to)
         self.total: dict[str, int] | None = None  # the last cumulative `token_count` total
         self.since_total = Usage()  # usage given to responses (`token_usage_record`) since that total
         self.unattached: Usage | None = None  # counts that came with no response to give them to
@@ -174,9 +221,28 @@ class _RolloutImport:
                 return await self._continue(plan, result, st.st_size)
             self.exported_from = exported.origin
             result.note = copy_note(exported.origin)
+        reading: JsonLines | _JsonRollout
+        if not is_json_rollout(self.path) and not (isinstance(first, dict) and looks_like_codex(first)):
+            what = "its first line is not JSON" if first is None else "its first line is no session_meta"
+            return result.fail(self.problems, f"not a Codex rollout ({what}); nothing imported")
+        if is_json_rollout(self.path):
+            try:
+                reading = _JsonRollout(self.path)
+            except (OSError, ValueError) as e:
+                return result.fail(self.problems, f"cannot read it: {getattr(e, 'strerror', None) or e}")
+            self.digest = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()[:32]
+        else:
+            reading = JsonLines(self.path, self.problems)
         info = await existing(self.store, self.session_id)
         mark = import_mark(info)
-        if info is not None and mark:
+        if info is not None and mark and self.digest is not None:
+            # saved whole after each turn, not appended to: the same document is unchanged, another one
+            # is replayed, only the entries after those imported being written
+            result.outcome = "unchanged" if mark.get("digest") == self.digest else "grown"
+            if result.outcome == "unchanged":
+                result.title = info.title
+                return result
+        elif info is not None and mark:
             try:
                 result.outcome = since_import(self.path, st.st_size, self.session_id, info, mark)
             except OSError as e:
@@ -207,7 +273,7 @@ class _RolloutImport:
             self.store, self.session_id, known=info.entry_count if info else 0, dry_run=self.dry_run,
             create=None if info else create,
         )  # fmt: skip
-        reading, last = JsonLines(self.path, self.problems), 0
+        last = 0
         try:
             for line, obj in reading:
                 last = line.no
@@ -340,6 +406,8 @@ class _RolloutImport:
             "head": head_digest(self.path, consumed),
             "entries": current.entry_count,
         }
+        if self.digest is not None:
+            mark["digest"] = self.digest
         if self.cuts:
             mark["cuts"] = sorted(self.cuts)
         if self.spawned:
@@ -619,6 +687,8 @@ class _RolloutImport:
             if isinstance(command, str):
                 rest = {k: v for k, v in args.items() if k not in ("command", "cmd", "type")}
                 timeout = rest.pop("timeout_ms", None)
+                if timeout is None and "timeout" in rest:  # the first (TypeScript) CLI's shell: ms as well
+                    timeout = rest.pop("timeout")
                 if isinstance(timeout, int | float) and not isinstance(timeout, bool):
                     seconds = timeout / 1000  # tether's bash takes seconds
                     rest["timeout"] = int(seconds) if seconds.is_integer() else seconds
