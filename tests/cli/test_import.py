@@ -321,3 +321,21 @@ def test_opencodes_older_storage_is_found_at_each_of_its_depths(homes: dict[str,
         want = want or got
         assert got == want and got.get("would import", 0) >= 5, (where, got)
         assert run(homes, "--from", "opencode", "--dry-run", "--json", str(where)).output == result.output
+
+
+def test_errors_and_images_show_in_show_and_in_the_exports(homes: dict[str, Path], tmp_path: Path) -> None:
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code" / "projects" / "-home-dev-app"
+    imported = run(homes, "--json", str(fixtures))
+    assert imported.exit_code == 0, imported.output
+    sid = json.loads(imported.output)["files"][0]["session_id"]
+    store = ["--store", str(homes["db"])]
+    show = CliRunner().invoke(cli, [*store, "sessions", "show", sid], env=dict(os.environ))
+    assert show.exit_code == 0, show.output
+    assert "✗ error: API error 529: overloaded_error: Overloaded (retry 1 of 10 in 1.1 s)" in show.output
+    assert '✗ error: API Error: 529 {"type":"error"' in show.output
+    assert "✓ 1 image" in show.output
+    for fmt, says in (("markdown", "> ✗ **Error**: API error 529"), ("html", "✗ Error: API error 529")):
+        out = tmp_path / f"page.{fmt}"
+        export = CliRunner().invoke(cli, [*store, "sessions", "export", sid, "-f", fmt, "-o", str(out)])
+        assert export.exit_code == 0, export.output
+        assert says in out.read_text(), fmt
