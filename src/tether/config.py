@@ -28,6 +28,11 @@ which passes the parsed `Config` to whatever needs it.
     allow_env = ["GITHUB_TOKEN"]       # secrets a command may still see (their values are never journaled)
     deny_env = ["DATABASE_URL", "CORP_*"]  # more variables to keep from commands and out of the journal
 
+    [sandbox]                          # where commands run (see `tether.tools.sandbox`)
+    mode = "workspace-write"           # read-only, workspace-write (the default) or off
+    network = ["pypi.org", "files.pythonhosted.org"]  # "off" (the default), "on", or the hosts to reach
+    writable = ["~/.cache"]            # more paths commands may write
+
     [runtime]
     max_parallel_tasks = 4             # sub-agent (`task`) calls of one step that run at once; the others wait
     max_task_depth = 3                 # how deep sub-agents nest: a sub-agent at this depth has no `task` tool
@@ -120,6 +125,23 @@ class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     bash: BashConfig = msgspec.field(default_factory=BashConfig)
 
 
+HostName = Annotated[
+    str, msgspec.Meta(pattern=r"^(\*\.)?[A-Za-z0-9_.-]+(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
+]
+
+
+class SandboxConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[sandbox]``: where commands run (see `tether.tools.sandbox`). Unset: ``workspace-write``, the
+    network off, the best mechanism found (bubblewrap, else Landlock)."""
+
+    mode: Literal["read-only", "workspace-write", "off"] | None = None
+    network: Literal["off", "on"] | list[HostName] | None = None
+    """``"off"``, ``"on"``, or the hosts commands may reach (``["pypi.org", "*.pythonhosted.org"]``)."""
+    writable: list[str] = msgspec.field(default_factory=list)
+    """More paths commands may write (``["~/.cache"]``); relative ones are in the workspace."""
+    mechanism: Literal["auto", "bwrap", "landlock"] | None = None
+
+
 PermissionMode = Literal["default", "accept-edits", "plan", "never-ask", "bypass"]
 
 
@@ -180,6 +202,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     agents: dict[AgentName, AgentConfig] = msgspec.field(default_factory=dict)
     permissions: PermissionsConfig = msgspec.field(default_factory=PermissionsConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

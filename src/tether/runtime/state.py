@@ -20,6 +20,7 @@ from ..providers.base import Provider
 from ..providers.registry import KEY_ENVS
 from ..redaction import SecretPolicy, config_secrets
 from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
+from ..tools.sandbox import Sandbox
 from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import LeaseTerms
@@ -92,6 +93,10 @@ class RunOptions:
     secrets: SecretPolicy | None = None
     """Which environment variables are kept from commands and whose values are kept out of the journal;
     None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""
+    sandbox: Sandbox | None = field(default_factory=Sandbox)
+    """Where the run's commands run (`tools.sandbox`): by default ``workspace-write`` with the network off,
+    by the best mechanism found here; None: unconfined (a program's own choice; `launch` builds it from
+    ``[sandbox]`` and ``--sandbox``)."""
     agent: AgentProfile | None = None
     """The agent profile the run works as (its tools, prompt and model are already applied to these
     options); None: ``build``. Sub-agents that name none work as it too."""
@@ -172,6 +177,7 @@ class RunState:
             secrets=self.secrets,
             redactor=self.journal.redactor,
             emit=self.journal.note,
+            sandbox=self.options.sandbox,
         )
 
     def objective(self) -> str:
