@@ -41,6 +41,7 @@ from .foreign_export import (
     NO_RESULT,
     TETHER_KEY,
     ExportReport,
+    attachments_after,
     child_count,
     continuation_order,
     export_mark,
@@ -48,6 +49,7 @@ from .foreign_export import (
     last_title,
     line_uuid,
     note_unwritten,
+    result_blocks,
     session_uuid,
     written_lines,
 )
@@ -183,13 +185,12 @@ def _blocks(message: Message, report: ExportReport) -> list[dict[str, Any]]:
             name, arguments = _tool_input(part, names or {}, report)
             blocks.append({"type": "tool_use", "id": part.id, "name": name, "input": arguments})
         elif isinstance(part, ToolResultPart):
-            count = part.metadata.get("images")
-            taken = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+            taken = attachments_after(part)
             attachments, parts = parts[:taken], parts[taken:]
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": part.call_id,
-                "content": _result_content(part, attachments, report),
+                "content": result_blocks(part, attachments, "text", "image", lambda a: _attachment_block(a, report)),
             }
             if part.is_error:
                 block["is_error"] = True
@@ -214,27 +215,6 @@ def _attachment_block(part: Any, report: ExportReport) -> dict[str, Any] | None:
     if isinstance(part, FilePart) and part.name:
         block["title"] = part.name
     return block
-
-
-def _result_content(part: ToolResultPart, attachments: list[Any], report: ExportReport) -> Any:
-    """A tool result's content: its text, or the list of blocks it came as, with its images (the parts
-    that follow it) back in their places."""
-    shape = part.metadata.get("content")
-    if not isinstance(shape, list):
-        if not attachments:
-            return part.content
-        shape = [{"type": "text", "text": part.content}] if part.content else []
-        shape += [{"type": "image", "part": i} for i in range(len(attachments))]
-    content: list[Any] = []
-    for item in shape:
-        index = item.get("part") if isinstance(item, dict) else None
-        if isinstance(index, int) and not isinstance(index, bool):
-            if 0 <= index < len(attachments) and (block := _attachment_block(attachments[index], report)) is not None:
-                rest = {k: v for k, v in item.items() if k not in ("type", "part")}
-                content.append({**block, **rest})
-            continue
-        content.append(item)
-    return content
 
 
 def _usage(usage: Usage) -> dict[str, Any]:

@@ -46,12 +46,14 @@ from .foreign_export import (
     NO_RESULT,
     TETHER_KEY,
     ExportReport,
+    attachments_after,
     child_count,
     continuation_order,
     export_mark,
     iso_time,
     last_title,
     note_unwritten,
+    result_blocks,
     session_uuid,
     written_lines,
 )
@@ -226,26 +228,15 @@ def _image_url(part: ImagePart) -> str | None:
 def _output_items(result: ToolResultPart, images: list[Any], w: _Writer) -> Any:
     """A function call's output: its text, or the list of content items it came as, with its images (the
     image parts that follow it) back in their places."""
-    shape = result.metadata.get("content")
-    if not isinstance(shape, list):
-        if not images:
-            return result.content
-        shape = [{"type": "input_text", "text": result.content}] if result.content else []
-        shape += [{"type": "input_image", "part": i} for i in range(len(images))]
-    items: list[Any] = []
-    for item in shape:
-        index = item.get("part") if isinstance(item, dict) else None
-        if isinstance(index, int) and not isinstance(index, bool):
-            part = images[index] if 0 <= index < len(images) else None
-            url = _image_url(part) if isinstance(part, ImagePart) else None
-            if url is None:
-                w.report.leave_out("attachments without data or address")
-                continue
-            rest = {k: v for k, v in item.items() if k not in ("type", "part")}
-            items.append({"type": "input_image", "image_url": url, **rest})
-            continue
-        items.append(item)
-    return items
+
+    def item_of(part: Any) -> dict[str, Any] | None:
+        url = _image_url(part) if isinstance(part, ImagePart) else None
+        if url is None:
+            w.report.leave_out("attachments without data or address")
+            return None
+        return {"type": "input_image", "image_url": url}
+
+    return result_blocks(result, images, "input_text", "input_image", item_of)
 
 
 def _output(w: _Writer, at: float, result: ToolResultPart, images: list[Any]) -> None:
@@ -274,8 +265,7 @@ def _message(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         while parts:
             part = parts.pop(0)
             if isinstance(part, ToolResultPart):
-                count = part.metadata.get("images")
-                taken = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+                taken = attachments_after(part)
                 _output(w, at, part, parts[:taken])
                 parts = parts[taken:]
             elif isinstance(part, TextPart | ImagePart | FilePart):
