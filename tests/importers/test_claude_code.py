@@ -519,7 +519,9 @@ async def test_calls_run_together_in_other_shapes_stay_paired_on_one_line(store:
         user("r3", "a3", [{"type": "tool_result", "tool_use_id": "t3", "content": "x y"}]),
         user("r1", "a1", [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]),
         assistant("a4", "r2", [{"type": "text", "text": "both read"}], msg_id="m2"),
-        user("u2", "a4", "and again"),
+        user("u2", "a4", "and again", origin={"kind": "human"}),
+        user("n1", "a4", "<task-notification>build done</task-notification>", origin={"kind": "task-notification"}),
+        user("p1", "a4", "from the other session", origin={"kind": "peer", "from": "local_x"}),
         assistant("a5", "u2", [{"type": "tool_use", "id": "t4", "name": "Bash", "input": {"command": "pwd"}}], msg_id="m3"),
         user("u2b", "a4", "no: do something else"),  # edited and resent: a branch
         assistant("a6", "u2b", [{"type": "text", "text": "something else"}], msg_id="m4"),
@@ -530,7 +532,9 @@ async def test_calls_run_together_in_other_shapes_stay_paired_on_one_line(store:
     assert result.outcome == "imported" and len(result.sessions) == 2
     main = await bodies(store, source_session_id("claude-code", SID))
     assert _calls(main) == ["t1", "t2", "t3", "t4"] and _results(main) == ["t2", "t3", "t1", "t4"]
-    assert [b.text for b in main if isinstance(b, Message) and b.role == "user"] == ["check both", "and again"]
+    assert [b.text for b in main if isinstance(b, Message) and b.role == "user"] == [
+        "check both", "and again", "<task-notification>build done</task-notification>", "from the other session"
+    ]  # a background task's notice and another session's message share the parent, and do not branch  # fmt: skip
 
 
 async def test_a_file_imported_as_it_grows_comes_out_as_one_import_of_the_whole(store: Store, tmp_path: Path) -> None:

@@ -804,8 +804,10 @@ def _block_keys(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
 _NOT_TYPED = (
     "<bash-input>", "<bash-stdout>", "<bash-stderr>", "<command-name>", "<command-message>", "<command-args>",
     "<local-command-stdout>", "<local-command-stderr>", "<local-command-caveat>", "[Request interrupted",
+    "<task-notification>",
 )  # fmt: skip
-"""How the user lines that Claude Code writes itself begin: bash mode (``!``), slash commands, interruptions."""
+"""How the user lines that Claude Code writes itself begin: bash mode (``!``), slash commands, interruptions,
+a background task's notice."""
 
 
 def _typed(obj: dict[str, Any]) -> bool:
@@ -816,6 +818,9 @@ def _typed(obj: dict[str, Any]) -> bool:
     if any(obj.get(flag) is True for flag in ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")):
         return False
     if obj.get("toolUseResult") is not None:
+        return False
+    origin = obj.get("origin")  # later versions say where a user line came from: "human", "peer", ...
+    if isinstance(origin, dict) and isinstance(origin.get("kind"), str) and origin["kind"] != "human":
         return False
     message = obj.get("message")
     content = message.get("content") if isinstance(message, dict) else None
