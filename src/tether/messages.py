@@ -226,6 +226,12 @@ INTERRUPTED_MARKER = "interrupted"
 model replied, and the next prompt came). Derived contexts show the model a short note in its place."""
 
 
+ERROR_MARKER = "error"
+"""``Marker(name="error", data={"message": <the error's text>, "source": <where it was recorded>, ...})``: an
+error another tool wrote into its session (an API error and its retries, an aborted message), shown with its
+text wherever the session is read. Not part of what a model sees."""
+
+
 APPROVAL_REQUEST_MARKER = "approval_request"
 """``Marker(name="approval_request", data={"call_id", "tool", "arguments", "reason", "suggestion"})``: tool
 call `call_id` waits for a person's decision. Without a decision after it, it is still pending: the next

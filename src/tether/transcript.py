@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from .messages import (
+    ERROR_MARKER,
     INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
@@ -60,9 +61,24 @@ def result_outcome(result: ToolResultPart | None, width: int = 80) -> str:
     texts = [" ".join(t.split()) for t in (line.strip().strip("=-_*# ") for line in lines) if t]
     if result.is_error:
         return "✗ " + (_clip(texts[-1], width) if texts else "error")
+    images = result.metadata.get("images")
+    if isinstance(images, int) and not isinstance(images, bool) and images > 0:
+        shown = f"{images} image" + ("s" if images > 1 else "")
+        return "✓ " + (
+            shown
+            if not texts
+            else f"{shown} and " + (_clip(texts[0], width) if len(lines) == 1 else f"{len(lines):,} lines")
+        )
     if not texts:
         return "✓ (empty)"
     return "✓ " + (_clip(texts[0], width) if len(lines) == 1 else f"{len(lines):,} lines")
+
+
+def error_text(marker: Marker) -> str:
+    """The text of an error marker (`ERROR_MARKER`), on one line."""
+    message = marker.data.get("message")
+    text = " ".join(message.split()) if isinstance(message, str) and message.strip() else "an error (no text)"
+    return text
 
 
 def span_label(lo: int, hi: int) -> str:
@@ -203,6 +219,8 @@ def _md_marker(entry: Entry, spans: Sequence[RevertSpan]) -> list[str]:
         ]
     if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
         return [f"> ⚡ Turn interrupted: entry {body.data.get('seq', '?')} got no answer", ""]
+    if isinstance(body, Marker) and body.name == ERROR_MARKER:
+        return [f"> ✗ **Error**: {error_text(body)}", ""]
     if isinstance(body, Marker):
         data = f" `{_clip(json.dumps(body.data, ensure_ascii=False, default=str), 200)}`" if body.data else ""
         return [f"> • {body.name}{data}", ""]

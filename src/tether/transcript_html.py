@@ -19,6 +19,7 @@ from . import __version__
 from .messages import (
     APPROVAL_DECISION_MARKER,
     APPROVAL_REQUEST_MARKER,
+    ERROR_MARKER,
     INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
@@ -37,7 +38,7 @@ from .messages import (
 from .store.protocols import Store
 from .store.records import RevertSpan, SessionInfo
 from .store.reverts import effective_reverts
-from .transcript import attachment_label, call_signature, revert_note, shown_as_hidden
+from .transcript import attachment_label, call_signature, error_text, revert_note, shown_as_hidden
 
 OUTPUT_CHARS = 50_000
 """The most characters of one tool output or argument list shown; the rest is counted in a note (the JSON
@@ -378,6 +379,8 @@ class _Writer:
             text += f" — next: {body.next_action}" if body.next_action else ""
         elif isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
             text = f"Turn interrupted: entry {body.data.get('seq', '?')} got no answer"
+        elif isinstance(body, Marker) and body.name == ERROR_MARKER:
+            text = f"✗ Error: {error_text(body)}"
         elif isinstance(body, Marker) and body.name in (APPROVAL_REQUEST_MARKER, APPROVAL_DECISION_MARKER):
             text = f"{body.data.get('tool', 'a call')}: {_approval_text(body)}"
         elif isinstance(body, Marker):

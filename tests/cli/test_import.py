@@ -281,3 +281,61 @@ def test_an_installed_export_comes_back_as_what_the_tool_added(homes: dict[str, 
     shown = CliRunner().invoke(cli, [*store_args, "sessions", "show", sid, "--json"])
     assert "go on in Claude Code" in shown.output
     assert "unchanged" in run(homes, "--all").output.splitlines()[-1]
+
+
+def test_from_is_never_weaker_than_detection(homes: dict[str, Path], tmp_path: Path) -> None:
+    """A folder of `opencode export` files with --from opencode; the first Codex CLI's JSON rollout by name
+    and in a folder with --from codex; a file of another tool with --from codex says so and imports nothing."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    shutil.copy(fixtures / "opencode" / "export-1.18.33.json", exports / "one.json")
+    detected = run(homes, "--dry-run", str(exports))
+    named = run(homes, "--from", "opencode", "--dry-run", str(exports))
+    assert detected.exit_code == named.exit_code == 0, named.output
+    assert "1 would import" in detected.output and "1 would import" in named.output
+    rollouts = tmp_path / "sessions"
+    rollouts.mkdir()
+    json_rollout = "rollout-2025-04-22-7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f70.json"
+    shutil.copy(fixtures / "codex" / json_rollout, rollouts / json_rollout)
+    folder = run(homes, "--from", "codex", "--json", str(rollouts))
+    assert folder.exit_code == 0, folder.output
+    assert json.loads(folder.output)["outcomes"] == {"imported": 1}
+    by_name = run(homes, str(rollouts / json_rollout))
+    assert by_name.exit_code == 0 and "unchanged" in by_name.output
+    wrong = run(homes, "--from", "codex", str(next((homes["claude"] / "projects").rglob("*.jsonl"))))
+    assert wrong.exit_code != 0 and "not a Codex rollout" in wrong.output
+
+
+def test_opencodes_older_storage_is_found_at_each_of_its_depths(homes: dict[str, Path], tmp_path: Path) -> None:
+    """The JSON folder of opencode 1.1.65 placed as a project's older storage (`project/<name>/storage`),
+    named by the data folder, the `project` folder, the project's folder or the storage folder itself."""
+    data = tmp_path / "share" / "opencode"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "opencode" / "storage-1.1.65",
+                    data / "project" / "app" / "storage")  # fmt: skip
+    want = None
+    for where in (data, data / "project", data / "project" / "app", data / "project" / "app" / "storage"):
+        result = run(homes, "--dry-run", "--json", str(where))
+        assert result.exit_code == 0, (where, result.output)
+        got = json.loads(result.output)["outcomes"]
+        want = want or got
+        assert got == want and got.get("would import", 0) >= 5, (where, got)
+        assert run(homes, "--from", "opencode", "--dry-run", "--json", str(where)).output == result.output
+
+
+def test_errors_and_images_show_in_show_and_in_the_exports(homes: dict[str, Path], tmp_path: Path) -> None:
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code" / "projects" / "-home-dev-app"
+    imported = run(homes, "--json", str(fixtures))
+    assert imported.exit_code == 0, imported.output
+    sid = json.loads(imported.output)["files"][0]["session_id"]
+    store = ["--store", str(homes["db"])]
+    show = CliRunner().invoke(cli, [*store, "sessions", "show", sid], env=dict(os.environ))
+    assert show.exit_code == 0, show.output
+    assert "✗ error: API error 529: overloaded_error: Overloaded (retry 1 of 10 in 1.1 s)" in show.output
+    assert '✗ error: API Error: 529 {"type":"error"' in show.output
+    assert "✓ 1 image" in show.output
+    for fmt, says in (("markdown", "> ✗ **Error**: API error 529"), ("html", "✗ Error: API error 529")):
+        out = tmp_path / f"page.{fmt}"
+        export = CliRunner().invoke(cli, [*store, "sessions", "export", sid, "-f", fmt, "-o", str(out)])
+        assert export.exit_code == 0, export.output
+        assert says in out.read_text(), fmt

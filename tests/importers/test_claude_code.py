@@ -16,6 +16,7 @@ import pytest
 from tether.importers.claude_code import import_claude_code
 from tether.importers.jsonl import source_session_id
 from tether.messages import (
+    ERROR_MARKER,
     Compaction,
     ImagePart,
     Marker,
@@ -28,6 +29,8 @@ from tether.messages import (
 )
 from tether.store import UNSET, Store
 from tether.store.records import IMPORTED
+
+from .conftest import FIXTURES, assert_round_trip, export_to, json_lines
 
 SID = "5d4f6c1e-8a52-4b0e-9e1c-1f2a3b4c5d6e"
 CWD = "/home/dev/app"
@@ -149,9 +152,10 @@ async def test_a_conversation_becomes_one_session_with_every_part(store: Store, 
     assert got[3].metadata["claude_code"]["toolUseResult"]["file"]["content"] == "port = 80"
     assert got[4].parts[0].arguments == {"command": "make", "timeout": 60}  # Claude Code's ms, tether's seconds
     assert got[5].parts[0].is_error and got[5].parts[0].content == "make: *** failed"
-    # usage is counted once per API message although Claude Code repeats it on each streamed line
-    assert [b.usage is not None for b in got if b.role == "assistant"] == [True, False, True, True]
-    assert got[1].usage.input_tokens == 1110 and got[1].usage.cache_read_tokens == 1000
+    # usage is counted once per API message although Claude Code repeats it on each streamed line: on the
+    # message's last line, whose counts are final
+    assert [b.usage is not None for b in got if b.role == "assistant"] == [False, True, True, True]
+    assert got[2].usage.input_tokens == 1110 and got[2].usage.cache_read_tokens == 1000
     assert info.input_tokens == 3 * 1110 and info.output_tokens == 150
     entries = await store.read(info.id)
     assert entries[0].created_at == pytest.approx(1754042402.0)  # the source's time, not the import's
@@ -400,3 +404,152 @@ async def test_an_imported_session_asks_before_it_runs_and_a_later_import_keeps_
     grown = await import_claude_code(store, path)
     assert grown.outcome == "grown" and grown.entries == 4
     assert isinstance((await store.get_session(sid)).metadata[IMPORTED]["confirmed"], float)
+
+
+# --- threads, usage, images and errors of a whole conversation ------------------------------------------
+
+PATTERNS = FIXTURES / "claude-code" / "projects" / "-home-dev-app" / "5d0c7a1e-2b3f-4c8d-9e6a-1f2b3c4d5e6f.jsonl"
+"""tests/fixtures/claude-code: one conversation written in Claude Code 2.1's line shapes (see its README)."""
+
+
+def _calls(got: list[Any]) -> list[str]:
+    return [p.id for b in got if isinstance(b, Message) for p in b.parts if isinstance(p, ToolCallPart)]
+
+
+def _results(got: list[Any]) -> list[str]:
+    return [p.call_id for b in got if isinstance(b, Message) for p in b.parts if isinstance(p, ToolResultPart)]
+
+
+async def test_progress_parallel_calls_and_bash_mode_stay_on_the_main_line(store: Store) -> None:
+    result = await import_claude_code(store, PATTERNS)
+    assert result.outcome == "imported" and result.problems == []
+    main_id = source_session_id("claude-code", PATTERNS.stem)
+    forks = [s for s in (await store.list_sessions(parent_id=UNSET)).items if s.forked_from == main_id]
+    assert len(result.sessions) == 2 and len(forks) == 1  # the one edited and resent prompt, nothing else
+    got = await bodies(store, main_id)
+    # every call on the main line, each paired with its result wherever the result line sits
+    assert _calls(got) == ["toolu_01Grep", "toolu_02Ls", "toolu_03Img", "toolu_04Edit"]
+    assert sorted(_results(got)) == ["toolu_01Grep", "toolu_02Ls", "toolu_03Img"]  # the edit was stopped
+    progress = [b for b in got if isinstance(b, Marker) and b.name == "claude-code.progress"]
+    assert [p.data["raw"]["toolUseID"] for p in progress] == ["toolu_02Ls", "toolu_01Grep"]
+    texts = [b.text for b in got if isinstance(b, Message) and b.role == "user"]
+    assert texts[1:5] == [
+        "<bash-input>git status</bash-input>",
+        "<bash-stdout>On branch main</bash-stdout><bash-stderr></bash-stderr>",
+        "<bash-input>pwd</bash-input>",
+        "<bash-stdout>/home/dev/app</bash-stdout><bash-stderr></bash-stderr>",
+    ]
+    assert "Now fix the first TODO" in texts and "try again" in texts
+    assert "Fix the second TODO instead" not in texts
+    # the branch: from the line both prompts answer, with the resent prompt and its answer
+    fork = await bodies(store, forks[0].id)
+    assert fork[: forks[0].forked_at] == got[: forks[0].forked_at]
+    assert got[forks[0].forked_at - 1].text.startswith("<local-command-stdout>")
+    assert [getattr(b, "text", None) for b in fork[forks[0].forked_at :]] == [
+        "Fix the second TODO instead",
+        "Errors are logged now.",
+    ]
+    # titles: the custom title names the conversation (its main session), the branch says what it is
+    info = await store.get_session(main_id)
+    assert info.title == "TODO cleanup" and TitleChange(title="TODO cleanup") in got
+    assert forks[0].title == "Find the TODOs and list the files (branch)"
+    assert (await import_claude_code(store, PATTERNS)).outcome == "unchanged"
+
+
+async def test_a_streamed_message_counts_its_last_lines_usage_once(store: Store) -> None:
+    await import_claude_code(store, PATTERNS)
+    main_id = source_session_id("claude-code", PATTERNS.stem)
+    got = [b for b in await bodies(store, main_id) if isinstance(b, Message) and b.role == "assistant"]
+    # msg_01 over three lines (thinking, two calls): output 1, 1, then 259: counted once, at 259
+    assert [b.usage.output_tokens if b.usage else None for b in got[:3]] == [None, None, 259]
+    assert got[2].usage is not None and got[2].usage.input_tokens == 3 + 1200 + 14000
+    info = await store.get_session(main_id)
+    assert info.output_tokens == 259 + 42 + 30 + 0 + 88  # the error reply is not a model answer: no usage
+
+
+async def test_an_image_in_a_tool_result_is_an_image_part_and_goes_back_in_place(store: Store, tmp_path: Path) -> None:
+    await import_claude_code(store, PATTERNS)
+    main_id = source_session_id("claude-code", PATTERNS.stem)
+    got = await bodies(store, main_id)
+    raw = next(o for o in json_lines(PATTERNS) if o.get("toolUseResult", {}).get("type") == "image")
+    data = base64.b64decode(raw["message"]["content"][0]["content"][0]["source"]["data"])
+    tool = next(
+        b for b in got if isinstance(b, Message) and any(getattr(p, "call_id", "") == "toolu_03Img" for p in b.parts)
+    )
+    result, image = tool.parts
+    assert isinstance(result, ToolResultPart) and result.content == "" and result.metadata["images"] == 1
+    assert image == ImagePart(media_type="image/png", data=data)
+    assert "base64" not in json.dumps(result.metadata)  # the bytes are the part's, not a copy in metadata
+    # back to Claude Code: the image inside its tool result; only the stopped edit gets an invented result
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path, report = await export_to(store, main_id, "claude-code", folder)
+    lines = json_lines(path)
+    blocks = [b for o in lines for b in (o.get("message") or {}).get("content") or [] if isinstance(b, dict)]
+    results = {b["tool_use_id"]: b for b in blocks if b.get("type") == "tool_result"}
+    assert results["toolu_03Img"]["content"] == raw["message"]["content"][0]["content"]
+    assert [c for c, b in results.items() if b.get("is_error")] == ["toolu_04Edit"]
+    assert report.flattened.get("calls that never got a result (given an error result)") == 1
+    await assert_round_trip(store, main_id, "claude-code", folder)
+
+
+async def test_api_errors_are_error_entries_with_their_text(store: Store) -> None:
+    await import_claude_code(store, PATTERNS)
+    got = await bodies(store, source_session_id("claude-code", PATTERNS.stem))
+    errors = [b for b in got if isinstance(b, Marker) and b.name == ERROR_MARKER]
+    assert [e.data["message"] for e in errors] == [
+        "API error 529: overloaded_error: Overloaded (retry 1 of 10 in 1.1 s)",
+        'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},'
+        '"request_id":"req_011Overload"}',
+    ]
+    assert all(e.data["raw"]["type"] in ("system", "assistant") for e in errors)  # the line kept whole
+    # the error reply is not an answer of the model's
+    assert not any(isinstance(b, Message) and b.text.startswith("API Error") for b in got)
+
+
+async def test_calls_run_together_in_other_shapes_stay_paired_on_one_line(store: Store, tmp_path: Path) -> None:
+    """Parallel calls whose results arrive out of order, each result chained off its own call's line, the
+    next message chained off the first result; a result whose parent line is missing goes where its call is."""
+    lines = [
+        user("u1", None, "check both"),
+        assistant("a1", "u1", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/a"}}], msg_id="m1"),
+        assistant("a2", "a1", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"file_path": "/b"}}], msg_id="m1"),
+        assistant("a3", "a2", [{"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "ls"}}], msg_id="m1"),
+        user("r2", "a2", [{"type": "tool_result", "tool_use_id": "t2", "content": "b"}]),
+        user("r3", "a3", [{"type": "tool_result", "tool_use_id": "t3", "content": "x y"}]),
+        user("r1", "a1", [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]),
+        assistant("a4", "r2", [{"type": "text", "text": "both read"}], msg_id="m2"),
+        user("u2", "a4", "and again", origin={"kind": "human"}),
+        user("n1", "a4", "<task-notification>build done</task-notification>", origin={"kind": "task-notification"}),
+        user("p1", "a4", "from the other session", origin={"kind": "peer", "from": "local_x"}),
+        assistant("a5", "u2", [{"type": "tool_use", "id": "t4", "name": "Bash", "input": {"command": "pwd"}}], msg_id="m3"),
+        user("u2b", "a4", "no: do something else"),  # edited and resent: a branch
+        assistant("a6", "u2b", [{"type": "text", "text": "something else"}], msg_id="m4"),
+        user("r4", "gone-line", [{"type": "tool_result", "tool_use_id": "t4", "content": "/w"}]),  # parent not in the file
+    ]  # fmt: skip
+    path = write(tmp_path / f"{SID}.jsonl", lines)
+    result = await import_claude_code(store, path)
+    assert result.outcome == "imported" and len(result.sessions) == 2
+    main = await bodies(store, source_session_id("claude-code", SID))
+    assert _calls(main) == ["t1", "t2", "t3", "t4"] and _results(main) == ["t2", "t3", "t1", "t4"]
+    assert [b.text for b in main if isinstance(b, Message) and b.role == "user"] == [
+        "check both", "and again", "<task-notification>build done</task-notification>", "from the other session"
+    ]  # a background task's notice and another session's message share the parent, and do not branch  # fmt: skip
+
+
+async def test_a_file_imported_as_it_grows_comes_out_as_one_import_of_the_whole(store: Store, tmp_path: Path) -> None:
+    from tether.store.memory import MemoryStore
+
+    whole = PATTERNS.read_bytes().splitlines(keepends=True)
+    path = tmp_path / PATTERNS.name
+    for cut in (4, 9, 21, 25, len(whole)):  # within a streamed message, after calls, before and after the branch
+        path.write_bytes(b"".join(whole[:cut]))
+        assert (await import_claude_code(store, path)).outcome in ("imported", "grown")
+    once = MemoryStore()
+    await import_claude_code(once, PATTERNS)
+    for db in (store, once):
+        assert len((await db.list_sessions(parent_id=UNSET)).items) == 2
+    main_id = source_session_id("claude-code", PATTERNS.stem)
+    grown, whole_import = await bodies(store, main_id), await bodies(once, main_id)
+    assert [getattr(b, "parts", None) for b in grown] == [getattr(b, "parts", None) for b in whole_import]
+    assert (await store.get_session(main_id)).output_tokens == (await once.get_session(main_id)).output_tokens

@@ -74,13 +74,14 @@ async def test_thinking_with_its_signature_text_usage_model_times_directory(stor
     info = await store.get_session(sid)
     assert info.directory == S.SCRATCH and info.model == "claude-sonnet-4-5-20250929" and info.title == "HELLO there"
     assistant = [m for m in _messages(entries) if m.role == "assistant"]
-    # one API message, written by Claude Code as two lines: thinking, then text; its usage counted once
+    # one API message, written by Claude Code as two lines: thinking, then text; its usage counted once,
+    # from the last line
     assert [m.parts for m in assistant] == [
         [ThinkingPart(text=S.HELLO_THINKING, signature=S.HELLO_SIGNATURE, provider="anthropic")],
         [TextPart(text=S.HELLO_TEXT)],
     ]
-    assert [m.usage is not None for m in assistant] == [True, False]
-    usage = assistant[0].usage
+    assert [m.usage is not None for m in assistant] == [False, True]  # on the message's last line: its final counts
+    usage = assistant[1].usage
     assert usage is not None and usage.output_tokens == S.USAGE["output_tokens"]
     assert usage.input_tokens == sum(S.USAGE[k] for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))  # fmt: skip
     assert usage.cache_read_tokens == S.USAGE["cache_read_input_tokens"]

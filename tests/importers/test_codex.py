@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tether.importers.codex import import_codex
 from tether.importers.jsonl import source_session_id
@@ -188,3 +189,125 @@ async def test_a_spawned_thread_imported_before_its_parent_keeps_the_link_to_fin
     child = await store.get_session(source_session_id("codex", CHILD_THREAD))
     assert child.parent_id is None
     assert child.metadata["imported_parent_id"] == source_session_id("codex", PARENT_THREAD)
+
+
+COUNTS = FIXTURES / "rollout-2025-11-03T14-00-00-019a7c3e-5b21-7d40-9f3a-2c8e6b1d4f70.jsonl"
+"""Counts written after the tool outputs that follow a response, an image in a tool output, a repeated
+total, a count with no info, a call that never got its output (see the README)."""
+
+
+def _totals(path: Path) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for raw in path.read_bytes().splitlines():
+        payload = json.loads(raw).get("payload") or {}
+        if payload.get("type") == "token_count" and isinstance(payload.get("info"), dict):
+            last = payload["info"]["total_token_usage"]
+    return last
+
+
+async def test_each_cumulative_count_goes_to_the_response_it_follows(store: Store) -> None:
+    result = await import_codex(store, COUNTS)
+    assert result.outcome == "imported" and result.problems == []
+    info = await store.get_session(result.session_id or "")
+    got = [e.body for e in await store.read(info.id)]
+    answers = [b for b in got if isinstance(b, Message) and b.role == "assistant"]
+    # the view_image call, the shell call (each counted after its output), the answer, the interrupted call
+    assert [(u.input_tokens, u.output_tokens, u.reasoning_tokens, u.cache_read_tokens) for u in (a.usage for a in answers) if u] == [
+        (9000, 310, 256, 8000), (9600, 95, 64, 9000), (9800, 42, 0, 9500), (10100, 27, 0, 9800),
+    ]  # fmt: skip
+    totals = _totals(COUNTS)
+    assert (info.input_tokens, info.output_tokens) == (totals["input_tokens"], totals["output_tokens"])
+    # the count with no info and the one that repeats the total are kept as markers, adding nothing
+    counts = [b for b in got if isinstance(b, Marker) and b.name == "codex.token_count"]
+    assert len(counts) == 2
+    assert [b.role for b in got if isinstance(b, Message)].count("tool") == 2
+
+
+async def test_counts_between_responses_go_to_the_next_and_totals_that_restart_add_up(
+    store: Store, tmp_path: Path
+) -> None:
+    def count(total_out: int, total_in: int) -> dict[str, Any]:
+        usage = {"input_tokens": total_in, "cached_input_tokens": 0, "output_tokens": total_out,
+                 "reasoning_output_tokens": 0, "total_tokens": total_in + total_out}  # fmt: skip
+        return {"timestamp": "2025-11-03T10:00:02.000Z", "type": "event_msg",
+                "payload": {"type": "token_count", "info": {"total_token_usage": usage, "last_token_usage": usage}}}  # fmt: skip
+
+    def said(text: str, role: str = "assistant") -> dict[str, Any]:
+        kind = "output_text" if role == "assistant" else "input_text"
+        return {"timestamp": "2025-11-03T10:00:01.000Z", "type": "response_item",
+                "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}}  # fmt: skip
+
+    meta = {"timestamp": "2025-11-03T10:00:00.000Z", "type": "session_meta",
+            "payload": {"id": "019a0000-0000-7000-8000-00000000c0de", "timestamp": "2025-11-03T10:00:00.000Z", "cwd": "/w"}}  # fmt: skip
+    lines = [
+        meta, said("one", "user"), said("first"), count(10, 100),
+        said("two", "user"), count(25, 250),  # a count after the user's message: no response open
+        said("second"), count(40, 400),
+        said("three", "user"), said("third"), count(7, 70),  # resumed: a new process counts from zero
+    ]  # fmt: skip
+    path = tmp_path / "rollout-2025-11-03T10-00-00-019a0000-0000-7000-8000-00000000c0de.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = await import_codex(store, path)
+    got = [e.body for e in await store.read(result.session_id or "")]
+    answers = [b for b in got if isinstance(b, Message) and b.role == "assistant"]
+    assert [a.usage.output_tokens if a.usage else None for a in answers] == [10, 15 + 15, 7]
+    info = await store.get_session(result.session_id or "")
+    assert info.output_tokens == 40 + 7 and info.input_tokens == 400 + 70
+
+
+async def test_an_image_in_a_tool_output_is_an_image_part(store: Store) -> None:
+    import base64
+
+    await import_codex(store, COUNTS)
+    got = [e.body for e in await store.read(source_session_id("codex", "019a7c3e-5b21-7d40-9f3a-2c8e6b1d4f70"))]
+    tool = next(b for b in got if isinstance(b, Message) and b.role == "tool")
+    result, image = tool.parts
+    raw = next(json.loads(r) for r in COUNTS.read_bytes().splitlines() if b'"call_view1","output"' in r)
+    url = raw["payload"]["output"][1]["image_url"]
+    assert result.content == "static/logo.png" and result.metadata["images"] == 1
+    assert image == ImagePart(media_type="image/png", data=base64.b64decode(url.split(",", 1)[1]))
+    assert url not in json.dumps(result.metadata)
+
+
+JSON_ROLLOUT = FIXTURES / "rollout-2025-04-22-7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f70.json"
+
+
+async def test_the_first_clis_json_rollout_by_name_by_folder_and_again(store: Store, tmp_path: Path) -> None:
+    from tether.importers.sources import detect_format, discover, import_path
+
+    assert detect_format(str(JSON_ROLLOUT)) == "codex"
+    assert JSON_ROLLOUT in discover("codex", FIXTURES)  # a folder import finds it beside the .jsonl ones
+    result = (await import_path(store, str(JSON_ROLLOUT)))[0]
+    assert result.outcome == "imported" and result.problems == [] and result.entries == 8
+    info = await store.get_session(source_session_id("codex", "7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f70"))
+    assert info.system_prompt == "Prefer small diffs." and info.title == "what does ci.sh do?"
+    got = [e.body for e in await store.read(info.id)]
+    assert [b.role for b in got if isinstance(b, Message)] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"
+    ]  # fmt: skip
+    calls = [p for b in got if isinstance(b, Message) for p in b.parts if isinstance(p, ToolCallPart)]
+    assert [c.arguments for c in calls] == [{"command": "cat ci.sh"}, {"command": "sh ci.sh", "timeout": 60}]
+    assert (await import_codex(store, JSON_ROLLOUT)).outcome == "unchanged"
+    # saved whole again after one more turn: only that turn is added
+    doc = json.loads(JSON_ROLLOUT.read_text())
+    doc["items"] += [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed."}]},
+    ]
+    copy = tmp_path / JSON_ROLLOUT.name
+    copy.write_text(json.dumps(doc, indent=2))
+    again = await import_codex(store, copy)
+    assert again.outcome == "grown" and again.entries == 2
+    assert [getattr(e.body, "text", None) for e in await store.read(info.id)][-2:] == ["fix it", "Fixed."]
+
+
+async def test_from_codex_on_another_kind_of_file_imports_nothing(store: Store, tmp_path: Path) -> None:
+    other = tmp_path / "notes.jsonl"
+    other.write_text(json.dumps({"type": "user", "sessionId": "x", "uuid": "u1", "message": {"content": "hi"}}) + "\n")
+    result = await import_codex(store, other)
+    assert result.outcome == "failed" and "not a Codex rollout" in result.problems[-1].reason
+    assert (await store.list_sessions()).items == []
+    broken = tmp_path / "rollout-2025-04-22-7f3e9a10-4c2b-4d8e-9a1f-2b3c4d5e6f71.json"
+    broken.write_text('{\n  "session": {"id": "x"},\n  "items": 3\n}')
+    failed = await import_codex(store, broken)
+    assert failed.outcome == "failed" and "without" in failed.problems[-1].reason

@@ -19,10 +19,12 @@ import pytest
 from tether.importers.jsonl import source_session_id
 from tether.importers.opencode import import_opencode
 from tether.messages import (
+    ERROR_MARKER,
     Compaction,
     Entry,
     FilePart,
     ImagePart,
+    Marker,
     Message,
     Revert,
     TextPart,
@@ -470,7 +472,33 @@ async def test_states_and_errors_written_from_opencodes_schema(store: Store, tmp
     done, interrupted = got[3].parts
     assert done.content == "Edit applied." and not done.is_error
     assert interrupted.is_error and "running" in interrupted.content and interrupted.metadata == {"status": "running"}
-    assert got[4].name == "opencode.error" and got[4].data["error"]["data"]["statusCode"] == 529
+    assert got[4].name == ERROR_MARKER and got[4].data["error"]["data"]["statusCode"] == 529
+    assert got[4].data["message"] == "APIError: overloaded"  # its text, to be shown
+
+
+async def test_an_aborted_answer_keeps_what_it_had_then_says_why(store: Store, tmp_path: Path) -> None:
+    """Esc while the answer streams: opencode keeps its parts and sets ``MessageAbortedError`` on it."""
+    root = tmp_path / "storage"
+    one_session(root, updated=time.time() - 86400)
+    at = int((time.time() - 86400) * 1000)
+    answer = "msg_0009b"
+    write_json(
+        root / "message" / "ses_a1" / f"{answer}.json",
+        {"id": answer, "sessionID": "ses_a1", "role": "assistant", "time": {"created": at + 20},
+         "parentID": "msg_0001a", "modelID": "m1", "providerID": "stub", "mode": "build", "agent": "build",
+         "path": {"cwd": "/w", "root": "/w"}, "cost": 0,
+         "tokens": {"input": 5, "output": 3, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+         "error": {"name": "MessageAbortedError", "data": {"message": "The operation was aborted."}}},
+    )  # fmt: skip
+    write_json(root / "part" / answer / "prt_0.json", {"id": "prt_0", "type": "text", "text": "Half an ans"})
+    (result,) = await import_opencode(store, root)
+    assert result.problems == []
+    got = bodies(await store.read(tid("ses_a1")))
+    partial, error = got[-2:]
+    assert isinstance(partial, Message) and partial.text == "Half an ans" and partial.finish_reason == "error"
+    assert isinstance(error, Marker) and error.name == ERROR_MARKER
+    assert error.data["message"] == "MessageAbortedError: The operation was aborted."
+    assert (await import_opencode(store, root))[0].outcome == "unchanged"  # and nothing twice
 
 
 async def test_the_layout_before_storage_migration_1(store: Store, tmp_path: Path) -> None:

@@ -481,3 +481,114 @@ async def test_reading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Pat
             assert not gc.isenabled()
         finally:
             gc.enable()
+
+
+# --- threads and event loops, settings, close -----------------------------------------------------------
+
+
+def test_threads_each_with_its_own_loop_share_one_session(tmp_path: Path) -> None:
+    """The SDK's sessions are shared across threads, each running its own event loop: an `asyncio.Lock`
+    waited on from another loop never wakes (the session hung); every item lands, none twice."""
+    import asyncio
+    import threading
+
+    store = SqliteStore(tmp_path / "t.db")
+    session = TetherSession("threads", store=store)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        async def turns() -> None:
+            for i in range(8):
+                await session.add_items([{"role": "user", "content": f"{n}-{i}"}])  # type: ignore[list-item]
+                await session.get_items(limit=3)
+
+        try:
+            asyncio.run(turns())
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck on the session's lock"
+    assert errors == []
+
+    async def check() -> list[Any]:
+        return await session.get_items()
+
+    got = [item["content"] for item in asyncio.run(check())]
+    assert sorted(got) == sorted(f"{n}-{i}" for n in range(5) for i in range(8))
+    asyncio.run(store.close())
+
+
+async def test_coroutines_of_one_loop_take_turns_and_a_cancelled_waiter_gives_the_lock_back() -> None:
+    import asyncio
+
+    store = MemoryStore()
+    session = TetherSession("one-loop", store=store)
+    await asyncio.gather(*(session.add_items([{"role": "user", "content": str(i)}]) for i in range(20)))  # type: ignore[list-item]
+    waiter = asyncio.ensure_future(session.get_items())
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert sorted(int(item["content"]) for item in await session.get_items()) == list(range(20))
+    await store.close()
+
+
+async def test_settings_are_normalized_as_the_sdk_does() -> None:
+    store = MemoryStore()
+    assert TetherSession("s", store=store).session_settings == SessionSettings()  # not None
+    session = TetherSession("s", store=store, session_settings={"limit": 1})  # a dict, as the SDK takes it
+    assert isinstance(session.session_settings, SessionSettings) and session.session_settings.limit == 1
+    await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])  # type: ignore[list-item]
+    assert await session.get_items() == [{"role": "user", "content": "b"}]
+    session.session_settings = {"limit": 2}  # type: ignore[assignment]  # set later, as callers may
+    assert len(await session.get_items()) == 2
+    with pytest.raises(TypeError):
+        TetherSession("s", store=store, session_settings={"limitt": 1})
+    await store.close()
+
+
+def test_close_works_as_the_sdks_callers_use_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called without await (as the SDK's callers do, from sync code and from a running loop) the store the
+    session opened is closed when `close` returns; awaited it works as well; then the session refuses use."""
+    import asyncio
+
+    monkeypatch.setenv("TETHER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TETHER_STORE", raising=False)
+
+    async def use(session: TetherSession) -> None:
+        await session.add_items([{"role": "user", "content": "hi"}])  # type: ignore[list-item]
+
+    plain = TetherSession("sync-close")
+    asyncio.run(use(plain))
+    plain.close()  # from sync code
+    assert plain.store._conn is None  # type: ignore[attr-defined]  # the SQLite connection is closed
+    with pytest.raises(RuntimeError, match="is closed"):
+        asyncio.run(use(plain))
+
+    async def in_loop() -> None:
+        session = TetherSession("loop-close")
+        await use(session)
+        session.close()  # not awaited, inside a running loop
+        assert session.store._conn is None  # type: ignore[attr-defined]
+        await session.close()  # awaited, and again: nothing more to do
+        other = TetherSession("awaited-close")
+        await use(other)
+        await other.close()
+        assert other.store._conn is None  # type: ignore[attr-defined]
+        assert [i["content"] for i in await TetherSession("loop-close", store=MemoryStore()).get_items()] == []
+
+    asyncio.run(in_loop())
+
+
+async def test_a_failed_add_leaves_the_session_usable() -> None:
+    store = MemoryStore()
+    session = TetherSession("failing", store=store)
+    with pytest.raises(TypeError):
+        await session.add_items([{"role": "user", "content": object()}])  # type: ignore[list-item]
+    await session.add_items([{"role": "user", "content": "after failure"}])  # type: ignore[list-item]
+    assert await session.get_items() == [{"role": "user", "content": "after failure"}]
+    await store.close()

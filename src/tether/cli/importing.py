@@ -90,18 +90,24 @@ def import_command(
     \b
     Where from:
       tether import --from claude-code     Claude Code's folder (~/.claude/projects)
-      tether import --from codex           Codex's folder (~/.codex/sessions)
+      tether import --from codex           Codex's folder (~/.codex/sessions; the first
+                                           CLI's rollout-*.json too)
       tether import --from opencode        opencode's data folder (~/.local/share/opencode:
-                                           its opencode.db, and storage/ of before v1.2)
+                                           its opencode.db, storage/ of before v1.2, and
+                                           each project's older project/*/storage)
       tether import --all                  all three
       tether import PATH...                files or folders; the format of each file is
                                            detected unless --from names it (an opencode
-                                           database or storage folder is one path)
+                                           database or storage folder is one path; a
+                                           folder of `opencode export` files is several)
 
     Importing again is safe: a session imported before is found (its id is derived from the source's), and
-    only what its file gained since is appended. A branch made in Claude Code (a message edited and sent
-    again) becomes a fork of the session; a sub-agent's transcript (Claude Code), spawned thread (Codex) or
-    task session (opencode) a child session; an opencode revert a revert (nothing is deleted).
+    only what its file gained since is appended. A Claude Code conversation stays one session (progress
+    lines, parallel calls, bash-mode and command lines share parents in it); only a message edited and
+    sent again branches, as a fork of the session. A sub-agent's transcript (Claude Code), spawned thread
+    (Codex) or task session (opencode) becomes a child session; an opencode revert a revert (nothing is
+    deleted). Usage adds up to the source's; images in tool results are image parts; API errors and
+    aborted messages are error entries with their text.
 
     A session tether exported there (`tether sessions export --format claude-code|codex --install`) is not
     copied back: what the tool added to it (the session continued there) is appended to the original, or,

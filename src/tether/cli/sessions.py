@@ -23,6 +23,7 @@ from ..importers.tether_json import export_json, import_file, import_json, parse
 from ..messages import (
     APPROVAL_DECISION_MARKER,
     APPROVAL_REQUEST_MARKER,
+    ERROR_MARKER,
     INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
@@ -42,7 +43,15 @@ from ..paths import canonical_directory
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
-from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
+from ..transcript import (
+    attachment_label,
+    call_signature,
+    error_text,
+    export_markdown,
+    result_outcome,
+    revert_note,
+    shown_as_hidden,
+)
 from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
 from .sanitize import escape_controls, escape_json_controls
 from .state import OptionError
@@ -363,6 +372,8 @@ def _entry_lines(
     if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
         seq = escape_controls(str(body.data.get("seq", "?")))
         return [head.append(f"⚡ turn interrupted: entry {seq} got no answer", style="yellow")]
+    if isinstance(body, Marker) and body.name == ERROR_MARKER:
+        return [head.append(escape_controls(f"✗ error: {error_text(body)}"), style="red")]
     if isinstance(body, Marker) and body.name == APPROVAL_REQUEST_MARKER:
         text = f"? approval asked for {body.data.get('tool', 'a call')}: {body.data.get('reason', '')}"
         return [head.append(escape_controls(text), style="yellow")]

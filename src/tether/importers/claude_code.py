@@ -38,10 +38,12 @@ from uuid import UUID
 import msgspec
 
 from ..messages import (
+    ERROR_MARKER,
     Compaction,
     EntryBody,
     FilePart,
     ImagePart,
+    Marker,
     Message,
     Part,
     TextPart,
@@ -174,8 +176,16 @@ class _FileImport:
         self.names: dict[str, str] = {}  # call id -> the tool's name as Claude Code called it
         self.task_prompts: dict[str, str] = {}  # a Task call's prompt -> its call id
         self.agents: dict[str, str] = {}  # agent id -> the Task call that ran it
+        self.line_no = 0  # the line being read
+        self.last_usage: dict[tuple[str, str], int] = {}  # an API message -> the last line that has its usage
+        # an API message an earlier import counted from a line before its last (the file ended there then)
+        self.counted: dict[tuple[str, str], dict[str, Any]] = {}
+        self.usage_key: tuple[str, str] | None = None
         self.seen_usage: set[tuple[str, str]] = set()
         self.fresh_usage = False
+        self.first_prompt: str | None = None  # the first message a person typed, for a branch's title
+        self.typed_children: dict[str, str] = {}  # a line -> the first message a person typed after it
+        self.call_targets: dict[str, _Target] = {}  # a call's id -> the session it was placed in
         self.directory: str | None = None
         self.session_id: str | None = None  # the source's session id, as its lines name it
         self.first_time: float | None = None
@@ -259,7 +269,7 @@ class _FileImport:
             await base.writer.flush()
             await base.writer.ensure()
             if not self.dry_run:
-                title = f"{base.title or 'untitled'} (branch)"
+                title = f"{base.title or self.first_prompt or 'untitled'} (branch)"
                 await self.store.fork(base.writer.session_id, at, id=fid, title=title)
                 forked = await self.store.get_session(fid)
                 await self.store.update_session(
@@ -330,9 +340,13 @@ class _FileImport:
             result.outcome = "would append" if info is not None else "would import"
         main = await self.main_target(info)
         current = main
+        offset = mark.get("offset") if info is not None else None
+        before = offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
+        self.last_usage, self.counted = _last_usage_lines(self.path, before)
         reading = JsonLines(self.path, self.problems)
         try:
             for line, obj in reading:
+                self.line_no = line.no
                 current = await self.place(obj, line.no, len(line.data), main, current)
         except SourceChanged as e:
             return result.fail(self.problems, f"{e}; import it again")
@@ -366,9 +380,11 @@ class _FileImport:
         self.targets.append(main)
         current = main
         exported: dict[str, int] | None = None
+        self.last_usage, self.counted = _last_usage_lines(self.path, 0)
         reading = JsonLines(self.path, self.problems)
         try:
             for line, obj in reading:
+                self.line_no = line.no
                 if line.no <= plan.skip:
                     self._see(obj, main, plan.start)
                     continue
@@ -402,6 +418,7 @@ class _FileImport:
         self._note(obj)
         uuid = obj.get("uuid")
         if isinstance(uuid, str) and obj.get("isSidechain") is not True:
+            self._typed_child(obj, uuid)
             self.exported_nodes.append(uuid)
             self.nodes[uuid] = (main, start)
             main.tip = self.last_node = uuid
@@ -425,6 +442,7 @@ class _FileImport:
         if not keys or self.exported_blocks[at : at + len(keys)] != keys:
             return False
         self._note(obj)
+        self._typed_child(obj, uuid)
         end = at + len(keys)
         self.block_end[uuid] = end
         stands = self.line_ending.get(end)
@@ -486,12 +504,20 @@ class _FileImport:
         if obj.get("isSidechain") is True and self.agent_id is None:
             return await self._place_side(obj, no, size, uuid, main, current)
         if uuid is None:
-            await self.emit(current, lambda: self.convert(obj, no, current), obj, size)
+            # a title names the conversation: its main session, whichever branch was written last
+            where = main if obj.get("type") in ("custom-title", "ai-title") else current
+            leaf = obj.get("leafUuid")
+            if obj.get("type") == "summary" and isinstance(leaf, str) and leaf in self.nodes:
+                where = self.nodes[leaf][0]
+            await self.emit(where, lambda: self.convert(obj, no, where), obj, size)
             return current
         target, seq_parent = self._parent_of(obj)
         if target is None:
             target = current  # the first line of the tree
-        elif target.tip != seq_parent[1]:
+        earlier = self._typed_child(obj, uuid)
+        if earlier is not None and earlier != uuid and target.tip != seq_parent[1]:
+            # a message the person typed, edited and sent again (the same parent as an earlier one): the
+            # only thing that branches a Claude Code conversation
             target = await self.fork(target, seq_parent[0], uuid)
         seq = await self.emit(target, lambda: self.convert(obj, no, target), obj, size)
         self.nodes[uuid] = (target, seq)
@@ -499,13 +525,30 @@ class _FileImport:
         self.last_node = uuid
         return target
 
+    def _typed_child(self, obj: dict[str, Any], uuid: str) -> str | None:
+        """For a message a person typed: the first typed message with the same parent (this one when it is
+        the first). None for any other line: tool results, progress, bash-mode and command lines, meta
+        lines share parents in ordinary conversations and never branch."""
+        parent = obj.get("parentUuid")
+        typed = _typed(obj)
+        if typed and self.first_prompt is None:
+            self.first_prompt = " ".join(_user_text(obj).split())[:80] or None
+        if not isinstance(parent, str) or not typed:
+            return None
+        return self.typed_children.setdefault(parent, uuid)
+
     def _parent_of(self, obj: dict[str, Any]) -> tuple[_Target | None, tuple[int, str | None]]:
-        """The session holding this line's parent, and (the parent's seq there, its uuid)."""
+        """The session holding this line's parent, and (the parent's seq there, its uuid); for a line of
+        tool results whose parent is not known, the session holding the calls."""
         for key in ("parentUuid", "logicalParentUuid"):
             parent = obj.get(key)
             if isinstance(parent, str) and parent in self.nodes:
                 target, seq = self.nodes[parent]
                 return target, (seq, parent)
+        for call_id in _result_ids(obj):
+            if call_id in self.call_targets:
+                target = self.call_targets[call_id]
+                return target, (target.writer.count, target.tip)
         if self.last_node is not None:
             target, seq = self.nodes[self.last_node]
             return target, (seq, self.last_node)
@@ -536,6 +579,8 @@ class _FileImport:
         seq = target.writer.take()
         if isinstance(obj, dict):
             self._note(obj)
+            for call_id in _call_ids(obj):
+                self.call_targets[call_id] = target
         if target.writer.needs(seq):
             body = build()
             if isinstance(body, TitleChange):
@@ -567,9 +612,18 @@ class _FileImport:
                         self.agents[agent] = block["tool_use_id"]
         self.fresh_usage = False
         if obj.get("type") == "assistant" and isinstance(message.get("usage"), dict):
-            key = (str(message.get("id")), str(obj.get("requestId")))
-            self.fresh_usage = message.get("id") is None or key not in self.seen_usage
-            self.seen_usage.add(key)
+            # a streamed API message is written as several lines, each with the usage known so far: the
+            # last line's counts are the message's (the first's output count is partial)
+            key = self.usage_key = _usage_key(obj)
+            last = self.last_usage.get(key) if key is not None else None
+            if key is None:
+                self.fresh_usage = True
+            elif last is not None:
+                self.fresh_usage = self.line_no == last
+            else:  # a line the file did not have when it was scanned: the first of its message counts
+                self.fresh_usage = key not in self.seen_usage
+            if key is not None:
+                self.seen_usage.add(key)
         model = message.get("model")
         if obj.get("type") == "assistant" and isinstance(model, str) and model != "<synthetic>":
             self.model = model
@@ -587,7 +641,18 @@ class _FileImport:
                 return raw_marker(f"claude-code.{kind}", no, obj, unreadable=True)
             if kind == "user" and obj.get("isCompactSummary") is True:
                 return self._compaction(obj, message, target)
+            if kind == "assistant" and obj.get("isApiErrorMessage") is True:
+                # Claude Code's reply when the API failed for good: an error, not the model's answer
+                text = _user_text(obj) or str(obj.get("error") or "")
+                return Marker(
+                    name=ERROR_MARKER, data={"message": text, "source": "claude-code", "line": no, "raw": obj}
+                )
             return self._message(obj, message, kind)
+        if kind == "system" and (obj.get("subtype") == "api_error" or obj.get("level") == "error"):
+            return Marker(
+                name=ERROR_MARKER,
+                data={"message": _system_error_text(obj), "source": "claude-code", "line": no, "raw": obj},
+            )
         if kind == "system" and obj.get("subtype") == "compact_boundary":
             meta = obj.get("compactMetadata")
             if isinstance(meta, dict) and isinstance(meta.get("preTokens"), int):
@@ -634,6 +699,13 @@ class _FileImport:
             parts.append(TextPart(text=content))
         else:
             for index, block in enumerate(content):
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") == "tool_result"
+                    and isinstance(block.get("content"), list)
+                ):
+                    parts += _result_parts(block, self.names)  # with its images as image parts
+                    continue
                 part = _part(block, self.names, renamed)
                 if part is None:
                     unknown.append({"index": index, "block": block})
@@ -679,6 +751,19 @@ class _FileImport:
             cache_write_tokens=writes,
         )
         cost = _decimal(obj.get("costUSD"))
+        earlier = self.counted.get(self.usage_key) if self.usage_key is not None else None
+        if earlier is not None:  # an earlier import counted the message as far as it was then: add the rest
+            key, self.usage_key = self.usage_key, None
+            before = self._usage(earlier["line"], earlier["line"]["message"], model)
+            self.usage_key = key
+            if before is not None:
+                usage = Usage(
+                    input_tokens=max(usage.input_tokens - before.input_tokens, 0),
+                    output_tokens=max(usage.output_tokens - before.output_tokens, 0),
+                    cache_read_tokens=max(usage.cache_read_tokens - before.cache_read_tokens, 0),
+                    cache_write_tokens=max(usage.cache_write_tokens - before.cache_write_tokens, 0),
+                )
+                cost = cost - before.cost if cost is not None and before.cost is not None else None
         if cost is None and model:
             cost = self._price(model, usage)
         return msgspec.structs.replace(usage, cost=cost) if cost is not None else usage
@@ -714,6 +799,94 @@ def _block_keys(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
         else:
             keys.append((role, kind, ""))
     return keys
+
+
+_NOT_TYPED = (
+    "<bash-input>", "<bash-stdout>", "<bash-stderr>", "<command-name>", "<command-message>", "<command-args>",
+    "<local-command-stdout>", "<local-command-stderr>", "<local-command-caveat>", "[Request interrupted",
+    "<task-notification>",
+)  # fmt: skip
+"""How the user lines that Claude Code writes itself begin: bash mode (``!``), slash commands, interruptions,
+a background task's notice."""
+
+
+def _typed(obj: dict[str, Any]) -> bool:
+    """Whether a line is a message a person typed (not tool results, meta lines, summaries, bash-mode or
+    command lines, which Claude Code writes itself)."""
+    if obj.get("type") != "user" or obj.get("isSidechain") is True:
+        return False
+    if any(obj.get(flag) is True for flag in ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")):
+        return False
+    if obj.get("toolUseResult") is not None:
+        return False
+    origin = obj.get("origin")  # later versions say where a user line came from: "human", "peer", ...
+    if isinstance(origin, dict) and isinstance(origin.get("kind"), str) and origin["kind"] != "human":
+        return False
+    message = obj.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):
+        if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+            return False
+        text = "\n".join(_texts(content))
+    elif isinstance(content, str):
+        text = content
+    else:
+        return False
+    return not text.lstrip().startswith(_NOT_TYPED)
+
+
+def _blocks_of(obj: dict[str, Any], kind: str, key: str) -> list[str]:
+    message = obj.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [b[key] for b in content if isinstance(b, dict) and b.get("type") == kind and isinstance(b.get(key), str)]
+
+
+def _call_ids(obj: dict[str, Any]) -> list[str]:
+    return _blocks_of(obj, "tool_use", "id")
+
+
+def _result_ids(obj: dict[str, Any]) -> list[str]:
+    return _blocks_of(obj, "tool_result", "tool_use_id")
+
+
+def _usage_key(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """What identifies the API message an assistant line is part of (None: the line is one alone)."""
+    message = obj.get("message")
+    mid = message.get("id") if isinstance(message, dict) else None
+    return (mid, str(obj.get("requestId"))) if isinstance(mid, str) else None
+
+
+def _last_usage_lines(
+    path: str, before: int
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], dict[str, Any]]]:
+    """The last line of each API message that carries its usage (the message's final counts); and, for a
+    message whose last line comes after byte `before` (where an earlier import stopped) while an earlier
+    line of it came before, that earlier line (``{"line": ...}``): the import then counted its usage."""
+    last: dict[tuple[str, str], int] = {}
+    counted: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        for line in read_lines(path):
+            if b'"usage"' not in line.data:
+                continue
+            try:
+                obj = decode_json(line.data)
+            except msgspec.DecodeError:
+                continue
+            if not isinstance(obj, dict) or obj.get("type") != "assistant":
+                continue
+            message = obj.get("message")
+            key = _usage_key(obj)
+            if key is not None and isinstance(message, dict) and isinstance(message.get("usage"), dict):
+                last[key] = line.no
+                if line.end <= before:
+                    counted[key] = {"line": obj}
+                elif key in counted:
+                    counted[key]["after"] = True
+    except (OSError, SourceChanged):
+        pass  # the import that reads it next says what is wrong
+    return last, {key: value for key, value in counted.items() if value.get("after")}
 
 
 def _exported_seqs(target_id: str, entries: int) -> dict[str, int]:
@@ -758,6 +931,44 @@ def _user_text(obj: dict[str, Any]) -> str:
     return "\n".join(_texts(content)) if isinstance(content, list) else ""
 
 
+def _first_string(value: Any, key: str, depth: int = 0) -> str | None:
+    """The first string under `key` in nested objects, other than ``"error"`` (an API error wraps its type
+    and message in one or two objects whose own type is ``"error"``)."""
+    if not isinstance(value, dict) or depth > 4:
+        return None
+    if isinstance(value.get(key), str) and value[key] and value[key] != "error":
+        return str(value[key])
+    for inner in value.values():
+        found = _first_string(inner, key, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _system_error_text(obj: dict[str, Any]) -> str:
+    """What a ``system`` error line says: its content, else its API error (status, type, message) and the
+    retry Claude Code scheduled."""
+    content = obj.get("content")
+    if isinstance(content, str) and content.strip():
+        text = content.strip()
+    else:
+        error = obj.get("error")
+        status = error.get("status") if isinstance(error, dict) else None
+        kind = _first_string(error, "type") if isinstance(error, dict) else None
+        message = _first_string(error, "message") if isinstance(error, dict) else None
+        code = _first_string(error, "code") if isinstance(error, dict) else None
+        pieces = [f"API error {status}" if isinstance(status, int) else "API error"]
+        pieces += [p for p in (kind, message or code) if p]
+        if isinstance(error, str) and error:
+            pieces.append(error)
+        text = ": ".join(pieces)
+    attempt, most, wait = obj.get("retryAttempt"), obj.get("maxRetries"), obj.get("retryInMs")
+    if isinstance(attempt, int) and isinstance(most, int):
+        seconds = f" in {wait / 1000:.1f} s" if isinstance(wait, int | float) and not isinstance(wait, bool) else ""
+        text += f" (retry {attempt} of {most}{seconds})"
+    return text
+
+
 def _decimal(value: object) -> Decimal | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
@@ -766,6 +977,43 @@ def _decimal(value: object) -> Decimal | None:
     except InvalidOperation:
         return None
     return result if result.is_finite() and result >= 0 else None
+
+
+def _tether_name(name: str | None) -> str | None:
+    return TOOL_NAMES[name][0] if name in TOOL_NAMES else name
+
+
+def _result_parts(block: dict[str, Any], names: dict[str, str]) -> list[Part]:
+    """A tool result whose content is a list of blocks: its text, then each image (or document) in it as a
+    part of its own after the result (``ToolResultPart.metadata["images"]`` says how many follow it). When
+    the list holds more than text, ``metadata["content"]`` keeps its shape for an export, each attachment
+    block replaced by ``{"type": ..., "part": <its index among the attachments>}``."""
+    content = block["content"]
+    attachments: list[Part] = []
+    shape: list[Any] = []
+    plain = True
+    for item in content:
+        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            shape.append(item)
+            continue
+        plain = False
+        part = _part(item, names, {}) if isinstance(item, dict) and item.get("type") in ("image", "document") else None
+        if part is None:
+            shape.append(item)  # a block tether has no part for, kept as it came
+            continue
+        rest = {k: v for k, v in item.items() if k not in ("type", "source", "title")}
+        shape.append({"type": item["type"], "part": len(attachments), **rest})
+        attachments.append(part)
+    metadata: dict[str, Any] = {}
+    if not plain:
+        metadata["content"] = shape
+    if attachments:
+        metadata["images"] = len(attachments)
+    result = ToolResultPart(
+        call_id=block["tool_use_id"], content="\n".join(_texts(content)), is_error=block.get("is_error") is True,
+        name=_tether_name(names.get(block["tool_use_id"])), metadata=metadata,
+    )  # fmt: skip
+    return [result, *attachments]
 
 
 def _part(block: Any, names: dict[str, str], renamed: dict[str, str]) -> Part | None:
@@ -795,19 +1043,10 @@ def _part(block: Any, names: dict[str, str], renamed: dict[str, str]) -> Part | 
         return ToolCallPart(id=block["id"], name=name, arguments=arguments if arguments is not None else {})
     if kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
         content = block.get("content")
-        metadata: dict[str, Any] = {}
-        if isinstance(content, list):
-            text = "\n".join(_texts(content))
-            if any(not (isinstance(b, dict) and b.get("type") == "text") for b in content):
-                metadata["content"] = content  # images and other blocks, kept as they came
-        else:
-            text = content if isinstance(content, str) else "" if content is None else str(content)
-        name = names.get(block["tool_use_id"])
-        if name in TOOL_NAMES:
-            name = TOOL_NAMES[name][0]
+        text = content if isinstance(content, str) else "" if content is None else str(content)
         return ToolResultPart(
-            call_id=block["tool_use_id"], content=text, is_error=block.get("is_error") is True, name=name,
-            metadata=metadata,
+            call_id=block["tool_use_id"], content=text, is_error=block.get("is_error") is True,
+            name=_tether_name(names.get(block["tool_use_id"])),
         )  # fmt: skip
     if kind in ("image", "document"):
         source = block.get("source")

@@ -41,6 +41,7 @@ from .foreign_export import (
     NO_RESULT,
     TETHER_KEY,
     ExportReport,
+    attachments_after,
     child_count,
     continuation_order,
     export_mark,
@@ -48,6 +49,7 @@ from .foreign_export import (
     last_title,
     line_uuid,
     note_unwritten,
+    result_blocks,
     session_uuid,
     written_lines,
 )
@@ -166,7 +168,9 @@ def _blocks(message: Message, report: ExportReport) -> list[dict[str, Any]]:
     kept = _kept(message)
     names = kept.get("tool_names") if isinstance(kept.get("tool_names"), dict) else {}
     blocks: list[dict[str, Any]] = []
-    for part in message.parts:
+    parts = list(message.parts)
+    while parts:
+        part = parts.pop(0)
         if isinstance(part, TextPart):
             blocks.append({"type": "text", "text": part.text})
         elif isinstance(part, ThinkingPart):
@@ -181,30 +185,36 @@ def _blocks(message: Message, report: ExportReport) -> list[dict[str, Any]]:
             name, arguments = _tool_input(part, names or {}, report)
             blocks.append({"type": "tool_use", "id": part.id, "name": name, "input": arguments})
         elif isinstance(part, ToolResultPart):
-            content = part.metadata.get("content")
+            taken = attachments_after(part)
+            attachments, parts = parts[:taken], parts[taken:]
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": part.call_id,
-                "content": content if isinstance(content, list) else part.content,
+                "content": result_blocks(part, attachments, "text", "image", lambda a: _attachment_block(a, report)),
             }
             if part.is_error:
                 block["is_error"] = True
             blocks.append(block)
         else:
-            source = _source(part)
-            if source is None:
-                report.leave_out("attachments without data or address")
-                continue
-            kind = "image" if isinstance(part, ImagePart) else "document"
-            block = {"type": kind, "source": source}
-            if isinstance(part, FilePart) and part.name:
-                block["title"] = part.name
-            blocks.append(block)
+            attachment = _attachment_block(part, report)
+            if attachment is not None:
+                blocks.append(attachment)
     extra = kept.get("blocks")
     for item in extra if isinstance(extra, list) else []:
         if isinstance(item, dict) and isinstance(item.get("index"), int) and isinstance(item.get("block"), dict):
             blocks.insert(min(item["index"], len(blocks)), item["block"])  # a block tether had no part for
     return blocks
+
+
+def _attachment_block(part: Any, report: ExportReport) -> dict[str, Any] | None:
+    source = _source(part) if isinstance(part, ImagePart | FilePart) else None
+    if source is None:
+        report.leave_out("attachments without data or address")
+        return None
+    block: dict[str, Any] = {"type": "image" if isinstance(part, ImagePart) else "document", "source": source}
+    if isinstance(part, FilePart) and part.name:
+        block["title"] = part.name
+    return block
 
 
 def _usage(usage: Usage) -> dict[str, Any]:

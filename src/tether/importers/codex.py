@@ -26,10 +26,12 @@ Importing again appends only what was added since (the session id is derived fro
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,10 +68,12 @@ from .jsonl import (
     CannotAppend,
     FileResult,
     JsonLines,
+    Line,
     Problem,
     SessionWriter,
     SourceChanged,
     decode_data_uri,
+    decode_json,
     existing,
     head_digest,
     import_mark,
@@ -105,6 +109,48 @@ def looks_like_codex(first: dict[str, Any]) -> bool:
     return "id" in first and "timestamp" in first and ("instructions" in first or "git" in first)
 
 
+_JSON_ROLLOUT = re.compile(rb'\s*\{\s*"session"\s*:')
+
+
+def is_json_rollout(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a rollout of the first Codex CLI (TypeScript, spring 2025): one JSON document
+    ``{"session": {"timestamp", "id", "instructions"}, "items": [<response items>]}``, saved whole as
+    ``~/.codex/sessions/rollout-<date>-<id>.json`` after each turn."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return _JSON_ROLLOUT.match(head.removeprefix(b"\xef\xbb\xbf")) is not None
+
+
+class _JsonRollout:
+    """A JSON rollout read as the older JSONL layout it matches: its session object as the first line, each
+    item as a line of its own (numbered from 2), with `JsonLines`' `lines` and `consumed`. `ValueError` when
+    it is not one."""
+
+    def __init__(self, path: str) -> None:
+        data = Path(path).read_bytes()
+        try:
+            doc = decode_json(data)
+        except msgspec.DecodeError as e:
+            raise ValueError(f"not JSON ({e})") from None
+        items = doc.get("items") if isinstance(doc, dict) else None
+        session = doc.get("session") if isinstance(doc, dict) else None
+        if not isinstance(items, list) or not isinstance(session, dict):
+            raise ValueError('not a Codex rollout: a JSON document without "session" and "items"')
+        self.values: list[Any] = [{k: v for k, v in session.items() if k != "type"}, *items]
+        self.size = len(data)
+        self.lines = 0
+        self.consumed = 0
+
+    def __iter__(self) -> Iterator[tuple[Line, Any]]:
+        for no, value in enumerate(self.values, 1):
+            self.lines = no
+            yield Line(no, 0, 0, b"", True), value
+        self.consumed = self.size
+
+
 def session_key(path: str) -> str:
     """A rollout's source key: the session id in its file name (``rollout-<time>-<uuid>.jsonl``)."""
     match = _UUID.search(Path(path).name)
@@ -123,6 +169,7 @@ class _Group:
     lines: list[int] = field(default_factory=list)
     usage: Usage | None = None
     record: dict[str, Any] | None = None  # the response's `token_usage_record`
+    done: bool = False  # its items are all in: what follows is held until its token count comes
     after: list[tuple[Any, float | None, int]] = field(default_factory=list)  # markers held until it closes
 
 
@@ -151,6 +198,10 @@ class _RolloutImport:
         self.quiet = False  # reading the lines of a tether export coming back: nothing is written
         self.called: dict[str, str] = {}  # a call's id -> the tool name the model used
         self.failed: set[str] = set()  # calls whose item Codex recorded as failed (`status: "failed"`)
+        self.digest: str | None = None  # a JSON rollout's fingerprint (it is saved whole, not appended to)
+        self.total: dict[str, int] | None = None  # the last cumulative `token_count` total
+        self.since_total = Usage()  # usage given to responses (`token_usage_record`) since that total
+        self.unattached: Usage | None = None  # counts that came with no response to give them to
 
     async def run(self) -> FileResult:
         result = FileResult(self.path, FORMAT, "imported", session_id=self.session_id)
@@ -170,9 +221,28 @@ class _RolloutImport:
                 return await self._continue(plan, result, st.st_size)
             self.exported_from = exported.origin
             result.note = copy_note(exported.origin)
+        reading: JsonLines | _JsonRollout
+        if not is_json_rollout(self.path) and not (isinstance(first, dict) and looks_like_codex(first)):
+            what = "its first line is not JSON" if first is None else "its first line is no session_meta"
+            return result.fail(self.problems, f"not a Codex rollout ({what}); nothing imported")
+        if is_json_rollout(self.path):
+            try:
+                reading = _JsonRollout(self.path)
+            except (OSError, ValueError) as e:
+                return result.fail(self.problems, f"cannot read it: {getattr(e, 'strerror', None) or e}")
+            self.digest = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()[:32]
+        else:
+            reading = JsonLines(self.path, self.problems)
         info = await existing(self.store, self.session_id)
         mark = import_mark(info)
-        if info is not None and mark:
+        if info is not None and mark and self.digest is not None:
+            # saved whole after each turn, not appended to: the same document is unchanged, another one
+            # is replayed, only the entries after those imported being written
+            result.outcome = "unchanged" if mark.get("digest") == self.digest else "grown"
+            if result.outcome == "unchanged":
+                result.title = info.title
+                return result
+        elif info is not None and mark:
             try:
                 result.outcome = since_import(self.path, st.st_size, self.session_id, info, mark)
             except OSError as e:
@@ -203,13 +273,13 @@ class _RolloutImport:
             self.store, self.session_id, known=info.entry_count if info else 0, dry_run=self.dry_run,
             create=None if info else create,
         )  # fmt: skip
-        reading, last = JsonLines(self.path, self.problems), 0
+        last = 0
         try:
             for line, obj in reading:
                 last = line.no
                 await self.place(obj, line.no, len(line.data))
                 if line.no in self.cuts:
-                    await self.close()  # where an earlier import stopped with a response still open
+                    await self.close(force=True)  # where an earlier import stopped with a response still open
         except SourceChanged as e:
             return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
@@ -219,7 +289,7 @@ class _RolloutImport:
         consumed = reading.consumed
         if self.group is not None and last:
             self.cuts.add(last)
-        await self.close()
+        await self.close(force=True)
         await self.writer.flush()
         if not self.dry_run and self.writer.create is None:
             await self._finish(consumed, st.st_size)
@@ -245,12 +315,12 @@ class _RolloutImport:
         try:
             for line, obj in reading:
                 if self.quiet and line.no > plan.skip:
-                    await self.close()  # a response the export left open is the session's own
+                    await self.close(force=True)  # a response the export left open is the session's own
                     self.quiet = False
                 last = line.no
                 await self.place(obj, line.no, len(line.data))
                 if line.no in self.cuts:
-                    await self.close()
+                    await self.close(force=True)
         except SourceChanged as e:
             return result.fail(self.problems, f"{e}; import it again")
         except OSError as e:
@@ -259,7 +329,7 @@ class _RolloutImport:
             result.lines = reading.lines
         if self.group is not None and last and not self.quiet:
             self.cuts.add(last)
-        await self.close()
+        await self.close(force=True)
         await self.writer.flush()
         result.entries = self.writer.written
         result.sessions = [plan.into] if self.writer.written else []
@@ -336,6 +406,8 @@ class _RolloutImport:
             "head": head_digest(self.path, consumed),
             "entries": current.entry_count,
         }
+        if self.digest is not None:
+            mark["digest"] = self.digest
         if self.cuts:
             mark["cuts"] = sorted(self.cuts)
         if self.spawned:
@@ -352,16 +424,29 @@ class _RolloutImport:
     async def emit(self, body_or_build: Any, at: float | None, size: int) -> None:
         if self.quiet:
             return  # a line of tether's own export, coming back: the session has its entry
+        if self.group is not None and self.group.done:
+            self.group.after.append((body_or_build, at, size))  # after a response still waiting for its usage
+            return
         seq = self.writer.take()
         if self.writer.needs(seq):
             body = body_or_build() if callable(body_or_build) else body_or_build
             await self.writer.add(body, at or self.first_time or time.time(), size)
 
-    async def close(self) -> None:
-        """The response in progress is complete: journal it as one assistant message."""
-        group, self.group = self.group, None
+    async def close(self, *, force: bool = False) -> None:
+        """The response in progress has all its items. Its usage may still come (Codex writes the
+        ``token_count`` after the tool outputs that follow a response): until then, or until the next
+        response, a user message or a compaction (`force`), what follows is held after it. Then it is
+        journaled as one assistant message, with what was held after it."""
+        group = self.group
         if group is None:
             return
+        if not force:
+            group.done = True
+            return
+        self.group = None
+        if self.unattached is not None:  # counts that came between responses: the next one carries them
+            group.usage = self.unattached if group.usage is None else group.usage + self.unattached
+            self.unattached = None
         metadata: dict[str, Any] = {"lines": group.lines}
         if group.calls:
             metadata["calls"] = group.calls
@@ -403,6 +488,7 @@ class _RolloutImport:
                 await self.emit(raw_marker("codex.token_usage_record", no, obj), at, size)
                 return
             self.group.usage, self.group.record = usage, payload
+            self.since_total = self.since_total + usage
             self.group.lines.append(no)
             await self.close()
         elif no == 1 and "id" in obj and "timestamp" in obj and "type" not in obj:
@@ -461,13 +547,17 @@ class _RolloutImport:
                 call = payload.get("call_id", payload.get("callId"))
                 if isinstance(thread, str) and isinstance(call, str):
                     self.spawned[thread.lower()] = call  # kept as a marker below, too
-            if event == "token_count" and self.group is not None:
-                usage = self._usage(payload)
-                if usage is not None:
-                    self.group.usage = usage
+            if event == "token_count":
+                usage = self._count(payload)
+                if self.group is not None and usage is not None:
+                    if usage.total_tokens or usage.reasoning_tokens or usage.cache_read_tokens:
+                        group_usage = self.group.usage
+                        self.group.usage = usage if group_usage is None else group_usage + usage
                     self.group.lines.append(no)
-                    await self.close()
+                    await self.close(force=True)
                     return
+                if usage is not None and (usage.total_tokens or usage.cache_read_tokens):
+                    self.unattached = usage if self.unattached is None else self.unattached + usage
         if kind == "turn_context" and isinstance(payload.get("model"), str):
             self.model = payload["model"]
         await self.close()
@@ -493,6 +583,9 @@ class _RolloutImport:
         role = item.get("role")
         if (kind == "message" and role == "assistant") or kind in _MODEL_ITEMS:
             group = self.group
+            if group is not None and group.done:
+                await self.close(force=True)  # the next response
+                group = None
             if group is None:
                 group = self.group = _Group(at=at)
             group.lines.append(no)
@@ -518,7 +611,7 @@ class _RolloutImport:
         if kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             if isinstance(call_id, str):
-                content, is_error, extra = _output(item.get("output"))
+                content, is_error, extra, images = _output(item.get("output"))
                 tether = item.get("tether")  # what tether's export keeps beside Codex's fields
                 is_error = is_error or (isinstance(tether, dict) and tether.get("is_error") is True)
                 # Codex's own verdicts: the item it recorded as failed; a call of a tool it does not have
@@ -530,7 +623,8 @@ class _RolloutImport:
                     call_id=call_id, content=content, is_error=is_error, name=self.names.get(call_id),
                     metadata=extra,
                 )  # fmt: skip
-                await self.emit(Message(role="tool", parts=[result], metadata={"codex": {"line": no}}), at, size)
+                answer: list[Part] = [result, *images]
+                await self.emit(Message(role="tool", parts=answer, metadata={"codex": {"line": no}}), at, size)
                 return
         name = kind if isinstance(kind, str) else "unknown"
         await self.emit(raw_marker(f"codex.{name}", no, item), at, size)
@@ -593,6 +687,8 @@ class _RolloutImport:
             if isinstance(command, str):
                 rest = {k: v for k, v in args.items() if k not in ("command", "cmd", "type")}
                 timeout = rest.pop("timeout_ms", None)
+                if timeout is None and "timeout" in rest:  # the first (TypeScript) CLI's shell: ms as well
+                    timeout = rest.pop("timeout")
                 if isinstance(timeout, int | float) and not isinstance(timeout, bool):
                     seconds = timeout / 1000  # tether's bash takes seconds
                     rest["timeout"] = int(seconds) if seconds.is_integer() else seconds
@@ -604,21 +700,42 @@ class _RolloutImport:
         self.names[call.id] = call.name
         return call
 
+    def _count(self, payload: dict[str, Any]) -> Usage | None:
+        """What a ``token_count`` adds: the difference between its cumulative total and the one before
+        (all of it after a total that went down: a new process counting from zero), less what the
+        responses in between were given by their ``token_usage_record``. Without a total, its last
+        response's usage. None when it has neither."""
+        info = payload.get("info")
+        if not isinstance(info, dict):
+            return None
+        total = _counts(info.get("total_token_usage"))
+        if total is None:
+            return self._usage(payload)
+        previous, self.total = self.total, total
+        if previous is not None and all(total[k] >= previous[k] for k in total):
+            diff = {k: total[k] - previous[k] for k in total}
+        else:
+            diff = total
+        given, self.since_total = self.since_total, Usage()
+        given_counts = {
+            "input_tokens": given.input_tokens,
+            "output_tokens": given.output_tokens,
+            "reasoning_output_tokens": given.reasoning_tokens,
+            "cached_input_tokens": given.cache_read_tokens,
+        }
+        return self._priced({k: max(diff[k] - given_counts[k], 0) for k in diff})
+
     def _usage(self, payload: dict[str, Any]) -> Usage | None:
         info = payload.get("info")
-        last = info.get("last_token_usage") if isinstance(info, dict) else None
-        if not isinstance(last, dict):
-            return None
+        last = _counts(info.get("last_token_usage") if isinstance(info, dict) else None)
+        return None if last is None else self._priced(last)
 
-        def n(name: str) -> int:
-            value = last.get(name)
-            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
+    def _priced(self, counts: dict[str, int]) -> Usage:
         usage = Usage(
-            input_tokens=n("input_tokens"),
-            output_tokens=n("output_tokens"),
-            reasoning_tokens=n("reasoning_output_tokens"),
-            cache_read_tokens=n("cached_input_tokens"),
+            input_tokens=counts["input_tokens"],
+            output_tokens=counts["output_tokens"],
+            reasoning_tokens=counts["reasoning_output_tokens"],
+            cache_read_tokens=counts["cached_input_tokens"],
         )
         if self.model:
             if self.catalog is None:
@@ -630,6 +747,20 @@ class _RolloutImport:
             if cost is not None:
                 usage = msgspec.structs.replace(usage, cost=cost)
         return usage
+
+
+_COUNTS = ("input_tokens", "output_tokens", "reasoning_output_tokens", "cached_input_tokens")
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    """The token counts of a ``TokenUsage`` object (negative or missing ones as 0), or None for no object."""
+    if not isinstance(value, dict):
+        return None
+    counts: dict[str, int] = {}
+    for name in _COUNTS:
+        n = value.get(name)
+        counts[name] = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+    return counts
 
 
 def _content_parts(content: Any) -> list[Part]:
@@ -649,19 +780,38 @@ def _content_parts(content: Any) -> list[Part]:
     return parts
 
 
-def _output(output: Any) -> tuple[str, bool, dict[str, Any]]:
-    """(text, is_error, metadata) of a function call's output: a string, a list of content items, or (older
-    rollouts) an object with ``content`` and ``success``."""
+def _output(output: Any) -> tuple[str, bool, dict[str, Any], list[Part]]:
+    """(text, is_error, metadata, images) of a function call's output: a string, a list of content items, or
+    (older rollouts) an object with ``content`` and ``success``. The images of a list are image parts of their
+    own (to follow the result: ``metadata["images"]`` says how many), and ``metadata["content"]`` keeps the
+    list's shape, each image item replaced by ``{"type": "input_image", "part": <its index>}``."""
     if isinstance(output, str):
-        return output, False, {}
+        return output, False, {}, []
     if isinstance(output, list):
         texts = [i.get("text", "") for i in output if isinstance(i, dict) and isinstance(i.get("text"), str)]
-        return "\n".join(texts), False, {"content": output}
+        images: list[Part] = []
+        shape: list[Any] = []
+        for item in output:
+            url = item.get("image_url") if isinstance(item, dict) and item.get("type") == "input_image" else None
+            if not isinstance(url, str):
+                shape.append(item)
+                continue
+            decoded = decode_data_uri(url)
+            rest = {k: v for k, v in item.items() if k not in ("type", "image_url")}
+            shape.append({"type": "input_image", "part": len(images), **rest})
+            if decoded is not None:
+                images.append(ImagePart(media_type=decoded[0], data=decoded[1]))
+            else:
+                images.append(ImagePart(media_type="image/*", uri=url))
+        metadata: dict[str, Any] = {"content": shape}
+        if images:
+            metadata["images"] = len(images)
+        return "\n".join(texts), False, metadata, images
     if isinstance(output, dict):
         content = output.get("content")
         text = content if isinstance(content, str) else ""
-        return text, output.get("success") is False, {k: v for k, v in output.items() if k != "content"}
-    return "", False, {"output": output}
+        return text, output.get("success") is False, {k: v for k, v in output.items() if k != "content"}, []
+    return "", False, {"output": output}, []
 
 
 async def import_codex(store: Store, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:

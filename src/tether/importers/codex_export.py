@@ -46,12 +46,14 @@ from .foreign_export import (
     NO_RESULT,
     TETHER_KEY,
     ExportReport,
+    attachments_after,
     child_count,
     continuation_order,
     export_mark,
     iso_time,
     last_title,
     note_unwritten,
+    result_blocks,
     session_uuid,
     written_lines,
 )
@@ -107,11 +109,8 @@ def _content(message: Message, w: _Writer, *, output: bool) -> list[dict[str, An
         if isinstance(part, TextPart):
             items.append({"type": "output_text" if output else "input_text", "text": part.text})
         elif isinstance(part, ImagePart):
-            if part.data is not None:
-                url = f"data:{part.media_type};base64,{base64.b64encode(part.data).decode()}"
-            elif part.uri is not None:
-                url = part.uri
-            else:
+            url = _image_url(part)
+            if url is None:
                 w.report.leave_out("attachments without data or address")
                 continue
             items.append({"type": "input_image", "image_url": url})
@@ -201,7 +200,7 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         elif isinstance(part, ToolCallPart):
             w.item(at, _call_item(part, kept_calls, w))
         elif isinstance(part, ToolResultPart):
-            _output(w, at, part)
+            _output(w, at, part, [])
         else:
             w.report.leave_out("attachments of assistant messages")
     for kept in kept_items if isinstance(kept_items, list) else []:
@@ -220,13 +219,32 @@ def _assistant(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
         w.event(at, {"type": "token_count", "info": info, "rate_limits": None})
 
 
-def _output(w: _Writer, at: float, result: ToolResultPart) -> None:
+def _image_url(part: ImagePart) -> str | None:
+    if part.data is not None:
+        return f"data:{part.media_type};base64,{base64.b64encode(part.data).decode()}"
+    return part.uri
+
+
+def _output_items(result: ToolResultPart, images: list[Any], w: _Writer) -> Any:
+    """A function call's output: its text, or the list of content items it came as, with its images (the
+    image parts that follow it) back in their places."""
+
+    def item_of(part: Any) -> dict[str, Any] | None:
+        url = _image_url(part) if isinstance(part, ImagePart) else None
+        if url is None:
+            w.report.leave_out("attachments without data or address")
+            return None
+        return {"type": "input_image", "image_url": url}
+
+    return result_blocks(result, images, "input_text", "input_image", item_of)
+
+
+def _output(w: _Writer, at: float, result: ToolResultPart, images: list[Any]) -> None:
     if result.call_id in w.custom:
         payload: dict[str, Any] = {"type": "custom_tool_call_output", "call_id": result.call_id,
                                    "output": result.content}  # fmt: skip
     else:
-        content = result.metadata.get("content")
-        output = content if isinstance(content, list) else result.content
+        output = _output_items(result, images, w)
         payload = {"type": "function_call_output", "call_id": result.call_id, "output": output}
     if result.is_error:
         payload[TETHER_KEY] = {"is_error": True}
@@ -242,10 +260,17 @@ def _message(w: _Writer, entry: Entry, message: Message, cwd: str) -> None:
     results = message.tool_results
     if len(results) > 1:
         w.report.flatten("tool messages with several results (one output item each)")
-    for result in results:
-        _output(w, at, result)
     if results:
-        if any(isinstance(p, TextPart | ImagePart | FilePart) for p in message.parts):
+        parts, beside = list(message.parts), False
+        while parts:
+            part = parts.pop(0)
+            if isinstance(part, ToolResultPart):
+                taken = attachments_after(part)
+                _output(w, at, part, parts[:taken])
+                parts = parts[taken:]
+            elif isinstance(part, TextPart | ImagePart | FilePart):
+                beside = True
+        if beside:
             w.report.leave_out("text beside tool results")
         return
     content = _content(message, w, output=False)
@@ -306,7 +331,7 @@ async def _export(store: Store, info: SessionInfo, out: IO[bytes], target: str, 
             _message(w, entry, body, cwd)
             for call in body.tool_calls:
                 if call.id in unanswered:  # the Responses API refuses a call without its output
-                    _output(w, entry.created_at, ToolResultPart(call_id=call.id, content=NO_RESULT, is_error=True))
+                    _output(w, entry.created_at, ToolResultPart(call_id=call.id, content=NO_RESULT, is_error=True), [])
                     report.flatten("calls that never got a result (given an error result)")
         elif isinstance(body, Compaction):
             _compaction(w, entry, body)

@@ -195,6 +195,42 @@ def _kept_from(entry: Entry) -> int:
     return min(body.first_kept_seq, entry.seq)
 
 
+def attachments_after(result: Any) -> int:
+    """How many of the parts after tool result `result` are its own attachments (an image an importer
+    took out of the result's content: ``metadata["images"]``)."""
+    count = result.metadata.get("images")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def result_blocks(
+    result: Any,
+    attachments: list[Any],
+    text_type: str,
+    image_type: str,
+    block_of: Callable[[Any], dict[str, Any] | None],
+) -> Any:
+    """A tool result's content as the format holds it: its text, or the list of blocks it came as (its
+    ``metadata["content"]``, each attachment a ``{"type", "part": i}`` stand-in) with its attachments (the
+    parts after it) back in their places, each as `block_of` makes it (None: left out). A result with
+    attachments but no list gets its text, then its attachments."""
+    shape = result.metadata.get("content")
+    if not isinstance(shape, list):
+        if not attachments:
+            return result.content
+        shape = [{"type": text_type, "text": result.content}] if result.content else []
+        shape += [{"type": image_type, "part": i} for i in range(len(attachments))]
+    blocks: list[Any] = []
+    for item in shape:
+        index = item.get("part") if isinstance(item, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool):
+            blocks.append(item)
+            continue
+        block = block_of(attachments[index]) if 0 <= index < len(attachments) else None
+        if block is not None:
+            blocks.append({**block, **{k: v for k, v in item.items() if k not in ("type", "part")}})
+    return blocks
+
+
 def note_unwritten(body: Any, report: ExportReport) -> bool:
     """Count a tether-only entry (a checkpoint, a marker) as left out; True when `body` is one."""
     if isinstance(body, Checkpoint):

@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from ..messages import (
+    ERROR_MARKER,
     Compaction,
     EntryBody,
     FilePart,
@@ -570,9 +571,7 @@ class _SessionImport:
         error = info.get("error")
         only_error = error is not None and all(not s.parts and not s.results for s in steps)
         if only_error:
-            seq = self._add(
-                Marker(name="opencode.error", data={"message": message.id, "error": error, "info": meta}), done or at
-            )
+            seq = self._add(_error_marker(message.id, error, meta), done or at)
             self.first_seq.setdefault(message.id, seq)
         else:
             for i, step in enumerate(steps):
@@ -603,6 +602,8 @@ class _SessionImport:
                         ),
                         step.done or done or at,
                     )
+            if error is not None:  # e.g. aborted while it was written: what it had, then why it stopped
+                self._add(_error_marker(message.id, error, None), done or at)
         self._emit_markers(message)
 
     def _emit_markers(self, message: MessageRecord) -> None:
@@ -806,3 +807,18 @@ async def import_opencode(
         for source in sources:
             source.close()
     return results
+
+
+def _error_marker(message_id: str, error: Any, info: dict[str, Any] | None) -> Marker:
+    """An opencode message's error (``{"name": "MessageAbortedError", "data": {"message": ...}}``, an API
+    error, ...) as an error entry with its text; the error and the message's fields kept beside it."""
+    name = error.get("name") if isinstance(error, dict) else None
+    data = error.get("data") if isinstance(error, dict) else None
+    detail = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(detail, str) or not detail:
+        detail = error if isinstance(error, str) else None
+    text = ": ".join(p for p in (name if isinstance(name, str) else None, detail) if p) or "an error"
+    marker: dict[str, Any] = {"message": text, "source": "opencode", "message_id": message_id, "error": error}
+    if info is not None:
+        marker["info"] = info
+    return Marker(name=ERROR_MARKER, data=marker)

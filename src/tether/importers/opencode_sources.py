@@ -61,12 +61,54 @@ def looks_like_export(path: Path) -> bool:
 
 def looks_like_opencode(path: Path) -> bool:
     """Whether `path` is opencode's: its data folder, its database, its JSON storage folder, a project's
-    older storage folder, or a session exported with ``opencode export``."""
+    older storage folder (or the ``project`` folder of them, or one project's), or a session exported with
+    ``opencode export``."""
     if path.is_file():
         return (path.suffix == ".db" and file_head(path, 16) == b"SQLite format 3\x00") or looks_like_export(path)
-    if (path / "opencode.db").is_file() or (path / "storage" / "session").is_dir():
-        return True
+    return bool(_stores_in(path))
+
+
+def _is_json_storage(path: Path) -> bool:
     return (path / "session").is_dir() and ((path / "message").is_dir() or (path / "session" / "info").is_dir())
+
+
+def _stores_in(path: Path) -> list[tuple[str, Path]]:
+    """The stores in folder `path` at the depths opencode puts them: ``("db", opencode.db)`` and
+    ``("json", <storage folder>)`` of the data folder (``~/.local/share/opencode``), its JSON storage
+    folder, and the older per-project folders (``project/<name>/storage``: the data folder's, or `path`'s
+    own when it is ``project`` or one project's folder, or that ``storage`` itself). In that order: a
+    session found twice is taken from the first."""
+    found: list[tuple[str, Path]] = []
+    seen: set[Path] = set()
+
+    def add(kind: str, where: Path) -> None:
+        key = where.resolve()
+        if key not in seen:
+            seen.add(key)
+            found.append((kind, where))
+
+    def storage(folder: Path) -> None:
+        if (folder / "storage" / "session").is_dir() and _is_json_storage(folder / "storage"):
+            add("json", folder / "storage")
+        elif _is_json_storage(folder):
+            add("json", folder)
+
+    def projects(folder: Path) -> None:
+        try:
+            children = sorted(c for c in folder.iterdir() if c.is_dir())
+        except OSError:
+            return
+        for child in children:
+            storage(child)
+
+    if (path / "opencode.db").is_file():
+        add("db", path / "opencode.db")
+    storage(path)
+    if (path / "project").is_dir():
+        projects(path / "project")
+    if path.name == "project":
+        projects(path)
+    return found
 
 
 # --- reading either store -------------------------------------------------------------------------------
@@ -476,13 +518,9 @@ def open_source(path: Path) -> list[OpencodeSource]:
     (its database, then its JSON folder for the sessions the database lacks). `SourceError` otherwise."""
     if path.is_file():
         return [SqliteStore(path) if file_head(path, 16) == b"SQLite format 3\x00" else ExportFile(path)]
-    sources: list[OpencodeSource] = []
-    if (path / "opencode.db").is_file():
-        sources.append(SqliteStore(path / "opencode.db"))
-    if (path / "storage" / "session").is_dir():
-        sources.append(JsonStorage(path / "storage"))
-    elif (path / "session").is_dir():
-        sources.append(JsonStorage(path))
+    sources: list[OpencodeSource] = [
+        SqliteStore(where) if kind == "db" else JsonStorage(where) for kind, where in _stores_in(path)
+    ]
     if not sources:
         raise SourceError(f"{path} holds neither opencode.db nor opencode's storage folder")
     return sources

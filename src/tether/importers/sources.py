@@ -65,6 +65,8 @@ def detect_format(path: str) -> str:
         raise ImportFormatError(f"cannot import {path}: the file is empty")
     if opencode.looks_like_export(Path(path)):
         return "opencode"  # `opencode export`: one JSON document over many lines
+    if codex.is_json_rollout(path):
+        return "codex"  # the first Codex CLI's rollout: one JSON document
     seen = "no JSON object"
     for line in read_lines(path):
         if line.no > 20:
@@ -104,6 +106,13 @@ def files_under(folder: Path) -> Iterator[Path]:
     yield from (p for p in found if p.stem.startswith("agent-"))
 
 
+def _changed_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since
+    except OSError:
+        return False
+
+
 def _project_name(directory: str) -> str:
     """Claude Code's folder name for a workspace: the path with every character but letters and digits
     made a dash (``/home/me/my.app`` → ``-home-me-my-app``)."""
@@ -131,12 +140,18 @@ def discover(
     `directory` and those changed since `since` (seconds since the epoch) when given."""
     root = root or default_root(tool)
     if tool == "opencode":  # one store holds every session: `import_path` applies `directory` and `since`
-        return [root] if opencode.looks_like_opencode(root) else []
+        if opencode.looks_like_opencode(root):
+            return [root]
+        if not root.is_dir():
+            return []
+        found = [p for p in files_under(root) if p.suffix == ".json" and opencode.looks_like_export(p)]
+        return [p for p in found if since is None or _changed_since(p, since)]  # `opencode export` files
     if not root.is_dir():
         return []
     files: list[Path] = []
     for path in files_under(root):
-        if path.suffix != ".jsonl":
+        json_rollout = tool == "codex" and path.suffix == ".json" and codex.is_json_rollout(path)
+        if path.suffix != ".jsonl" and not json_rollout:
             continue
         if since is not None:
             try:

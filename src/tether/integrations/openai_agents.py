@@ -20,7 +20,9 @@ import asyncio
 import base64
 import bisect
 import gc
-from collections.abc import Mapping, Sequence
+import threading
+import weakref
+from collections.abc import Awaitable, Coroutine, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
@@ -303,6 +305,100 @@ class _KeptItems:
         return b"[" + items + b"]"
 
 
+class _SessionLock:
+    """One writer at a time on a session that callers share across threads, each with its own event loop
+    (the SDK's sessions allow it). An `asyncio.Lock` cannot be shared so (a waiter on another loop is never
+    woken), and a thread lock held across an ``await`` would block its own loop for a second coroutine of
+    it: so the coroutines of one loop queue on that loop's `asyncio.Lock`, and the one at the head takes the
+    thread lock, waiting for it (when another loop holds it) in a worker thread, its loop running on."""
+
+    def __init__(self) -> None:
+        self._thread_lock = threading.Lock()
+        self._guard = threading.Lock()
+        self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _loop_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        with self._guard:
+            lock = self._loop_locks.get(loop)
+            if lock is None:
+                lock = self._loop_locks[loop] = asyncio.Lock()
+            return lock
+
+    async def __aenter__(self) -> None:
+        loop_lock = self._loop_lock()
+        await loop_lock.acquire()
+        try:
+            if not self._thread_lock.acquire(blocking=False):
+                taking = asyncio.get_running_loop().run_in_executor(None, self._thread_lock.acquire)
+                try:
+                    await asyncio.shield(taking)
+                except BaseException:
+                    # cancelled while waiting: the worker still takes the lock; give it back when it does
+                    taking.add_done_callback(lambda f: self._thread_lock.release() if not f.cancelled() else None)
+                    raise
+        except BaseException:
+            loop_lock.release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._thread_lock.release()
+        self._loop_lock().release()
+
+
+class _Done:
+    """The awaitable `TetherSession.close` returns: the work is already done."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that returns at once
+
+
+def _run_now(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to its end before returning: on a loop of its own, in this thread when it has none
+    running, else in a helper thread (a running loop cannot run another to completion)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(work)
+        return
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(work)
+        except BaseException as e:
+            failure.append(e)
+
+    helper = threading.Thread(target=run, name="tether-session-close")
+    helper.start()
+    helper.join()
+    if failure:
+        raise failure[0]
+
+
+def _settings(value: Any) -> SessionSettings:
+    """The SDK's `SessionSettings` from what a caller passed: settings, a dict of their fields (an unknown
+    field is a `TypeError`, as the SDK says it), or None (the defaults), as the SDK's own sessions take them."""
+    from agents.memory import SessionSettings
+
+    if value is None:
+        return SessionSettings()
+    try:  # the SDK's own normalization, where its version has one
+        from agents.memory.session_settings import coerce_session_settings
+    except ImportError:
+        pass
+    else:
+        return coerce_session_settings(value)
+    if isinstance(value, SessionSettings):
+        return value
+    if isinstance(value, Mapping):
+        return SessionSettings(**value)
+    raise TypeError(f"session_settings must be a SessionSettings or a dict, not {type(value).__name__}")
+
+
 class TetherSession:
     """The Agents SDK's `Session` protocol on a tether store: pass it as ``Runner.run(..., session=...)``.
 
@@ -323,6 +419,7 @@ class TetherSession:
     """
 
     session_settings: SessionSettings | None = None
+    """The SDK's settings (its `limit` is `get_items`' default); ``SessionSettings()`` unless given."""
 
     def __init__(
         self,
@@ -331,18 +428,19 @@ class TetherSession:
         store: Store | None = None,
         directory: str | None = None,
         title: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidInput("session_id must be a non-empty string")
         self.session_id = session_id
         self.tether_id = session_id if is_valid_id(session_id) else source_session_id(SOURCE, session_id)
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
         self._owns_store = store is None
         self._store: Store = store if store is not None else open_store()
         self._directory = directory
         self._title = title
-        self._lock = asyncio.Lock()
+        self._lock = _SessionLock()
+        self._closed = False
         self._loaded = False
         self._exists = False
         self._items = _KeptItems()
@@ -361,13 +459,18 @@ class TetherSession:
         """The session's items in order, the latest `limit` of them when given (default: the
         `session_settings` limit, else all; 0 gives none, a negative limit all)."""
         if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
+            settings = self.session_settings
+            if isinstance(settings, Mapping):  # set after construction, as the SDK allows: normalize it
+                settings = self.session_settings = _settings(settings)
+            limit = settings.limit
+        self._check_open()
         async with self._lock:
             await self._refresh()
             return cast("list[TResponseInputItem]", self._decode(limit))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all in one transaction."""
+        self._check_open()
         bodies = items_to_entries(cast("list[Mapping[str, Any]]", items))
         if not bodies:
             return
@@ -383,6 +486,7 @@ class TetherSession:
         """Take the latest item off the history and return it: a revert to just before its entry (entries
         the revert hides that are not that item, such as the other items of a tether message or a
         compaction after it, are appended again behind it). None when the history is empty."""
+        self._check_open()
         async with self._lock:
             while True:
                 await self._refresh()
@@ -409,6 +513,7 @@ class TetherSession:
 
     async def clear_session(self) -> None:
         """Empty the history: a revert to before the first entry (the journal keeps it all)."""
+        self._check_open()
         async with self._lock:
             await self._refresh()
             if not self._items and self._summary is None:
@@ -419,10 +524,20 @@ class TetherSession:
 
     # --- lifetime --------------------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Close the store if this session opened it."""
-        if self._owns_store:
-            await self._store.close()
+    def close(self) -> Awaitable[None]:
+        """Close the session: later calls raise `RuntimeError`, and the store is closed if this session
+        opened it. Done when it returns, as the SDK's own sessions' `close` is and as its callers use it
+        (``session.close()``, not awaited); what it returns may still be awaited (``await
+        session.close()``). Closing again does nothing."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_store:
+                _run_now(self._store.close())
+        return _Done()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     async def __aenter__(self) -> TetherSession:
         return self
