@@ -235,6 +235,27 @@ APPROVAL_DECISION_MARKER = "approval_decision"
 the answer to the request for `call_id`."""
 
 
+INTERRUPTED_ANSWER = "interrupted"
+"""``metadata["interrupted"] = True`` (and ``finish_reason="interrupted"``) on an assistant message: tether
+stopped (a crash, a kill) while the model streamed it; what had been made durable of it was journaled by
+whoever took the session next (`tether.runtime.streaming`). It ends where the last save did; a tool call
+whose arguments were still coming is in ``metadata["cut_calls"]``, never among its parts."""
+
+
+def cut_reason(message: Message) -> str | None:
+    """Why an assistant message stops short, in words for people (transcripts, `sessions show`, exports):
+    interrupted by a crash or kill, cancelled, or cut at the output limit; None for a whole answer."""
+    if message.role != "assistant":
+        return None
+    if message.metadata.get(INTERRUPTED_ANSWER) is True or message.finish_reason == "interrupted":
+        return "interrupted: tether stopped while the model was answering"
+    if message.finish_reason == "cancelled":
+        return "cancelled while the model was answering"
+    if message.finish_reason == "length":
+        return "cut off at the output limit"
+    return None
+
+
 EntryBody = Message | Revert | TitleChange | Checkpoint | Compaction | Marker
 ENTRY_KINDS: frozenset[str] = frozenset({"message", "revert", "title", "checkpoint", "compaction", "marker"})
 

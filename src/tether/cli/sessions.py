@@ -37,12 +37,21 @@ from ..messages import (
     TitleChange,
     ToolCallPart,
     ToolResultPart,
+    cut_reason,
 )
 from ..paths import canonical_directory
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
-from ..transcript import attachment_label, call_signature, export_markdown, result_outcome, revert_note, shown_as_hidden
+from ..transcript import (
+    attachment_label,
+    call_signature,
+    cut_calls,
+    export_markdown,
+    result_outcome,
+    revert_note,
+    shown_as_hidden,
+)
 from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
 from .sanitize import escape_controls, escape_json_controls
 from .state import OptionError
@@ -342,6 +351,10 @@ def _entry_lines(
                     lines.append(Text(line, style="dim"))
             elif isinstance(part, ImagePart | FilePart):
                 lines.append(Text("  " + escape_controls(attachment_label(part)), style="dim"))
+        cut = cut_reason(body)
+        if cut is not None:
+            cut += "".join(f"; a call to {name} was cut mid-arguments" for name in cut_calls(body))
+            lines.append(Text("  " + escape_controls(f"[{cut}]"), style="yellow"))
         return lines
     head = Text(f"#{entry.seq} ", style="dim")
     if isinstance(body, Revert):

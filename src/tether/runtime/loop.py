@@ -8,6 +8,7 @@ run streams numbered events (`tether.events`). Cancellation and crashes leave a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from ..config import Config
@@ -39,6 +40,7 @@ from .journal import RunJournal
 from .lease import RunLease
 from .model_call import ModelCall, PartialAnswer
 from .state import RunOptions, RunState, Summarizer
+from .streaming import recover_stream
 from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
 from .toolset import with_recall_answers
 
@@ -193,6 +195,8 @@ class AgentRun:
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:
+            # A run killed while the model streamed left what it had saved of the answer: journal it first.
+            await recover_stream(state)
             # A run killed between a tool call and its result left calls without results: say so, never re-run;
             # those that waited for an approval never started: they are decided on (asked about) again.
             unanswered_calls = state.unanswered_calls()
@@ -259,6 +263,8 @@ class AgentRun:
                     message.metadata["context_tokens"] = call.prepared.derived.estimate.counted
                 await state.append(message)
                 call.partial = None
+                if call.saver is not None:
+                    await call.saver.forget()
                 state.usage = state.usage + call.done.usage
                 for event in journal.drain():
                     yield event
@@ -291,6 +297,9 @@ class AgentRun:
                 pending = []
         except (asyncio.CancelledError, GeneratorExit):
             await self._record_interruption(call.partial if call is not None else None, pending)
+            if call is not None and call.saver is not None:
+                with contextlib.suppress(Exception):
+                    await call.saver.forget()
             raise
         except SeqConflict as exc:
             yield Error(

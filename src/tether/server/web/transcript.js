@@ -120,6 +120,8 @@ export class Transcript {
         }
       }
     }
+    const cut = cutReason(m);
+    if (cut) item.append(el('div', { class: 'cut-note', text: `[${cut}]` }));
     return item;
   }
 
@@ -227,4 +229,16 @@ export class Transcript {
     if (!extra) return el('li', { class: cls }, el('span', { class: 'what', text }));
     return el('li', { class: 'entry' }, el('div', { class: cls.replace('entry ', '') }, el('span', { class: 'what', text })), extra);
   }
+}
+
+/** Why an assistant message stops short (as `tether.messages.cut_reason` says it), or null. */
+function cutReason(m) {
+  const meta = m.metadata || {};
+  let why = null;
+  if (meta.interrupted === true || m.finish_reason === 'interrupted') why = 'interrupted: tether stopped while the model was answering';
+  else if (m.finish_reason === 'cancelled') why = 'cancelled while the model was answering';
+  else if (m.finish_reason === 'length') why = 'cut off at the output limit';
+  if (!why) return null;
+  for (const c of Array.isArray(meta.cut_calls) ? meta.cut_calls : []) why += `; a call to ${c && c.name ? c.name : 'tool'} was cut mid-arguments`;
+  return why;
 }
