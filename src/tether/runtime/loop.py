@@ -262,7 +262,10 @@ class AgentRun:
                     # our count of what was sent, next to the provider's: the calibration of the next estimate
                     message.metadata["context_tokens"] = call.prepared.derived.estimate.counted
                 await state.append(message)
+                # From here the answer's calls are journaled without results: a cancel at any await below
+                # (a pacer's turn, the yields, dropping the stream record) must answer them "aborted".
                 call.partial = None
+                pending = list(message.tool_calls)
                 if call.saver is not None:
                     await call.saver.forget()
                 state.usage = state.usage + call.done.usage
@@ -364,10 +367,13 @@ class AgentRun:
         await state.append(body)
 
     async def _record_interruption(self, partial: PartialAnswer | None, pending: list[ToolCallPart]) -> None:
-        """On cancel: keep the partial answer, and mark the calls that never finished as aborted."""
+        """On cancel: keep the partial answer, and mark the calls that never finished as aborted, but those
+        that wait for a person's decision (and the calls decided with them): the next run asks again."""
         state = self.state
         if state is None:
             return
+        waiting = awaiting(state, pending)
+        pending = [call for call in pending if call not in waiting]
         try:
             if partial is not None:
                 message = partial.message(self.options.model, self.provider.name)
