@@ -102,6 +102,9 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost: Decimal | None = None
+    estimated: bool = False
+    """The counts are tether's own (its tokenizer over what was sent and what came back): the provider
+    reported none. A sum is estimated when any of its terms is."""
 
     def __add__(self, other: Usage) -> Usage:
         cost: Decimal | None
@@ -116,6 +119,7 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cost=cost,
+            estimated=self.estimated or other.estimated,
         )
 
     @property

@@ -87,7 +87,7 @@ def chat(
         err.print(f"[dim]{HELP}[/dim]")
 
     async def turn(store: Any, text: str, session_id: str | None, first: bool) -> str | None:
-        renderer = TerminalRenderer(out, err)
+        renderer = TerminalRenderer(out, err, debug=cli_state().debug)
         current = session_id
         try:
             request = RunRequest(

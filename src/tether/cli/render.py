@@ -86,9 +86,11 @@ def format_cost(cost: Decimal | None) -> str:
 class TerminalRenderer:
     """Events for people: text as it streams, a spinner per running tool, a summary line at the end."""
 
-    def __init__(self, console: Console, status_console: Console) -> None:
+    def __init__(self, console: Console, status_console: Console, *, debug: bool = False) -> None:
         self.out = console
         self.err = status_console
+        self.debug = debug
+        """Print an error whole (``--debug``); else its first line and what to do."""
         self.status: Status | None = None
         self.running: dict[str, str] = {}
         self.at_line_start = True
@@ -216,7 +218,8 @@ class TerminalRenderer:
             self._newline()
             self.running.clear()
             self._stop_spin()
-            self.err.print(f"[red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
+            message = event.message if self.debug else short_error(event.code, event.message)
+            self.err.print(f"[red]error ({shown(event.code)}):[/red] {shown(message)}", highlight=False)
 
     def _child(self, event: Event) -> None:
         """A sub-agent's event: a line per finished tool call and per error, marked with the end of its
@@ -231,21 +234,58 @@ class TerminalRenderer:
             done = "[green]✓[/green]" if event.success else "[red]✗[/red]"
             self.err.print(f"{mark} {done} [dim]{label}[/dim]", highlight=False)
         elif isinstance(event, Error):
-            self.err.print(f"{mark} [red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
+            message = event.message if self.debug else short_error(event.code, event.message)
+            self.err.print(f"{mark} [red]error ({shown(event.code)}):[/red] {shown(message)}", highlight=False)
 
     def summary(self, session_id: str, steps: int, usage: Usage) -> None:
         self._newline()
         self.running.clear()
         self._stop_spin()
-        self.err.print(
-            f"[dim]── {steps} step{'s' if steps != 1 else ''} · {usage.input_tokens:,} in / "
-            f"{usage.output_tokens:,} out tokens · {format_cost(usage.cost)} · session {session_id}[/dim]",
-            highlight=False,
-        )
+        self.err.print(f"[dim]{summary_line(session_id, steps, usage)}[/dim]", highlight=False)
 
     def close(self) -> None:
         self.running.clear()
         self._stop_spin()
+
+
+def token_counts(usage: Usage) -> str:
+    """``1,234 in / 56 out tokens``; counted by tether rather than reported: ``~1,234 in / ~56 out tokens
+    (estimated)``."""
+    mark = "~" if usage.estimated else ""
+    text = f"{mark}{usage.input_tokens:,} in / {mark}{usage.output_tokens:,} out tokens"
+    return text + (" (estimated)" if usage.estimated else "")
+
+
+def summary_line(session_id: str, steps: int, usage: Usage) -> str:
+    """The run's last line: steps, tokens, cost, and its session (whole: a terminal may fold it, never cut)."""
+    cost = format_cost(usage.cost)
+    if usage.estimated and usage.cost is not None:
+        cost = f"~{cost} (estimated)"
+    return f"── {steps} step{'s' if steps != 1 else ''} · {token_counts(usage)} · {cost} · session {session_id}"
+
+
+ERROR_LINE = 200
+"""The most characters of an error's first line printed without ``--debug``."""
+
+_NEXT_STEP = {
+    "provider_auth": "check the provider's key (`tether doctor` says which is missing)",
+    "rate_limited": "wait a little, then `tether run --continue`",
+    "provider_error": "`tether run --continue` tries the step again; `tether doctor` checks the provider",
+    "context_overflow": "`tether compact` shrinks the session's context; then `tether run --continue`",
+}
+
+
+def short_error(code: str, message: str) -> str:
+    """An error for a person, once: its first line (a server's validation dump can run to pages), and what
+    to do next; the whole of it with ``--debug``."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else message.strip()
+    more = len(lines) > 1 or len(first) > ERROR_LINE
+    if len(first) > ERROR_LINE:
+        first = first[: ERROR_LINE - 1].rstrip() + "…"
+    hint = _NEXT_STEP.get(code)
+    text = first + (f". Next: {hint}" if hint else "")
+    return text + (" (--debug prints the whole error)" if more else "")
 
 
 def rlm_progress_line(event: RlmProgress) -> str | None:

@@ -40,6 +40,7 @@ from ..messages import (
     cut_reason,
 )
 from ..paths import canonical_directory
+from ..runtime.usage import USAGE_ESTIMATED
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
@@ -139,7 +140,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
             ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),  # a sub-agent's (--children)
             ago(s.updated_at),
             str(s.message_count),
-            human_count(s.input_tokens + s.output_tokens),
+            ("~" if s.metadata.get(USAGE_ESTIMATED) is True else "") + human_count(s.input_tokens + s.output_tokens),
         ]
         if where is None:
             row.append(_home(s.directory))
@@ -242,7 +243,9 @@ def _print_transcript(view: _View, indent: str = "") -> None:
     facts = [
         _home(info.directory) or "no directory",
         f"{info.message_count} messages",
-        f"{human_count(info.input_tokens + info.output_tokens)} tokens",
+        f"{'~' if info.metadata.get(USAGE_ESTIMATED) is True else ''}"
+        f"{human_count(info.input_tokens + info.output_tokens)} tokens"
+        f"{' (estimated)' if info.metadata.get(USAGE_ESTIMATED) is True else ''}",
     ]
     if info.agent:
         facts.insert(0, f"agent {info.agent}")

@@ -43,6 +43,7 @@ from .state import RunOptions, RunState, Summarizer
 from .streaming import recover_stream
 from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
 from .toolset import with_recall_answers
+from .usage import USAGE_ESTIMATED, counted_usage, needs_count
 
 INTERRUPTED = (
     "interrupted: this tool call was started, but tether stopped (crash or kill) before its result was "
@@ -258,6 +259,9 @@ class AgentRun:
                 # what the journal and its events say about the answer: the model that gave it, what it cost
                 message.model = message.model or opts.model
                 message.usage = message.usage or call.done.usage
+                if needs_count(message.usage):  # the provider reported none: tether's own count, marked so
+                    message.usage = counted_usage(state, call.prepared, message)
+                    await self._mark_estimated()
                 if call.prepared.derived is not None:
                     # our count of what was sent, next to the provider's: the calibration of the next estimate
                     message.metadata["context_tokens"] = call.prepared.derived.estimate.counted
@@ -268,7 +272,7 @@ class AgentRun:
                 pending = list(message.tool_calls)
                 if call.saver is not None:
                     await call.saver.forget()
-                state.usage = state.usage + call.done.usage
+                state.usage = state.usage + (message.usage or call.done.usage)
                 for event in journal.drain():
                     yield event
                 # after the answer is in the journal: a cancel while waiting must not make it a partial one
@@ -319,6 +323,12 @@ class AgentRun:
                 message=str(exc),
                 retryable=exc.retryable,
             )
+
+    async def _mark_estimated(self) -> None:
+        """Say once in the session's metadata that some of its counts are tether's own."""
+        session = self.session
+        if session.info.metadata.get(USAGE_ESTIMATED) is not True:
+            await session.update(metadata={**session.info.metadata, USAGE_ESTIMATED: True})
 
     def _done(self, text: str, reason: str) -> Done:
         state = self.state
