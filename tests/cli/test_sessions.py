@@ -492,3 +492,24 @@ def test_show_marks_approved_denied_and_pending_calls(tmp_path: Path) -> None:
     assert '→ bash(command="step 2")  ⏳ waiting for approval' in out
     assert "? approval asked for bash: asks by default" in out
     assert "✓ approved by user" in out and "✗ denied by user: not now" in out
+
+
+@pytest.mark.slow
+def test_sessions_at_80_columns_a_row_a_session_and_the_id_whole(db: Path, terminal80: Any) -> None:
+    long = "Please find out why the parser drops the last line of every file it reads, then fix it with a test"
+
+    async def make(store: Store) -> list[str]:
+        ids = []
+        for i in range(3):
+            session = await Session.create(store, directory="/work/a", title=f"{long} ({i})")
+            await session.append(Message.user("hi"), Message.assistant("hello"))
+            ids.append(session.id)
+        return ids
+
+    ids = with_db(db, make)
+    screen = terminal80.run("--store", str(db), "sessions", "--all")
+    lines = screen.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    for sid in ids:
+        (row,) = [line for line in lines if sid in line]  # one line each, its id whole
+        assert "Please find out why" in row and "…" in row  # the title cut to its line, not wrapped

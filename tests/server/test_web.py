@@ -192,6 +192,11 @@ def test_list_open_watch_approve_cancel_fork(browser: Browser, tmp_path: Path, s
             expect(card).to_have_count(0)
             expect(page.locator("#entries")).to_contain_text("changed the config", timeout=WAIT)
             expect(page.locator("#entries")).to_contain_text("Allowed by user (once)")
+            # in its place: with the call it decided, not as a line below it
+            expect(page.locator("#entries details.tool .approval-note.allowed")).to_contain_text(
+                "Allowed by user (once)"
+            )
+            expect(page.locator("#entries details.tool summary .tool-approval")).to_have_text("allowed")
             expect(page.locator("#status")).to_have_text("idle", timeout=WAIT)
             assert_matches_journal(page, served, older)
 
@@ -371,7 +376,10 @@ def test_a_transcript_shows_calls_diffs_thinking_markers_and_sub_agents(
             page.locator('details.tool[data-call="t1"] summary').click()
             page.get_by_role("button", name="Show the sub-agent run").click()
             expect(page.locator('details.tool[data-call="t1"] .child')).to_contain_text("Only read_number had one.")
-            # the child in the list, under its parent
+            # the child in the list, under its parent; the chip beside the title, never over it
+            title = page.locator(".session-item.has-kids > .session-row .t").bounding_box()
+            chip = page.locator(".expander").bounding_box()
+            assert title is not None and chip is not None and title["x"] + title["width"] <= chip["x"]
             page.locator(".expander").click()
             expect(page.locator("#session-list ul .session-row")).to_contain_text("Look for other unbounded peeks")
             page.locator('details.tool[data-call="t1"] summary').click()  # fold it again for the picture

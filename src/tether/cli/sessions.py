@@ -53,7 +53,18 @@ from ..transcript import (
     revert_note,
     shown_as_hidden,
 )
-from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
+from .common import (
+    MIN_REF,
+    Column,
+    ago,
+    console,
+    echo_json,
+    find_session,
+    fitted_table,
+    human_count,
+    wants_json,
+    with_store,
+)
 from .sanitize import escape_controls, escape_json_controls
 from .state import OptionError
 
@@ -124,27 +135,30 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         out.print(f"No sessions {scope}{hint}.")
         return
     from rich import box
-    from rich.table import Table
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table.add_column("id", no_wrap=True, style="cyan")
-    table.add_column("title", overflow="ellipsis", max_width=60)
-    table.add_column("updated", no_wrap=True)
-    table.add_column("messages", justify="right")
-    table.add_column("tokens", justify="right")
+    columns = [
+        Column("id", style="cyan"),
+        Column("title", ellipsis=True, max_width=60),
+        Column("updated", keep=60),
+        Column("messages", justify="right", keep=40),
+        Column("tokens", justify="right", keep=70),
+    ]
     if where is None:
-        table.add_column("directory", overflow="fold")
+        columns.append(Column("directory", fold=True, keep=50))
+    rows = []
     for s in items:
+        estimated = "~" if s.metadata.get(USAGE_ESTIMATED) is True else ""
         row = [
             s.id,
             ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),  # a sub-agent's (--children)
             ago(s.updated_at),
             str(s.message_count),
-            ("~" if s.metadata.get(USAGE_ESTIMATED) is True else "") + human_count(s.input_tokens + s.output_tokens),
+            estimated + human_count(s.input_tokens + s.output_tokens),
         ]
         if where is None:
             row.append(_home(s.directory))
-        table.add_row(*row)
+        rows.append(row)
+    table, _ = fitted_table(out.width, columns, rows, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     out.print(table)
     if more:
         out.print(f"Showing the {len(items)} most recent; --limit N shows more.", style="dim")
