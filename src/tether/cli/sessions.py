@@ -501,6 +501,33 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
 
 @sessions.command()
 @click.argument("session_ref", metavar="ID")
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    metavar="PROVIDER/MODEL",
+    help="Who writes it (default: title_model, else the session's).",
+)
+@click.option("--json", "json_flag", is_flag=True, help="Print the new title as a JSON object.")
+def retitle(session_ref: str, model_spec: str | None, json_flag: bool) -> None:
+    """Have a model title a session again, from its first prompt and answer (a new session gets its title
+    this way after its first exchange; see [runtime] title_model)."""
+    from ..runtime.configuration import load_config
+    from ..runtime.titles import retitle as write
+
+    async def run(store: Store) -> tuple[str, str]:
+        info = await find_session(store, session_ref)
+        return info.id, await write(store, info.id, config=load_config(), model=model_spec)
+
+    sid, title = with_store(run)
+    if wants_json(json_flag):
+        echo_json({"session_id": sid, "title": title})
+        return
+    click.echo(f"{sid}: {escape_controls(title)}")
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
 def cancel(session_ref: str) -> None:
     """Stop the run that is working in a session, in this or another process: it stops within a second,
     keeps what it has done, and marks the tool calls it had not finished as aborted. Continue it later with
