@@ -14,6 +14,7 @@ from tether.events import Done
 from tether.messages import Message, TitleChange, Usage
 from tether.providers.base import ModelRequest, StreamDone, StreamEvent, TextPartDelta
 from tether.providers.local import LocalProvider
+from tether.providers.openai import OpenAIProvider
 from tether.runtime.titles import TITLE_SYSTEM, clean_title, retitle, title_model
 from tether.store import Store
 from tether.tools.base import ToolRegistry
@@ -21,17 +22,17 @@ from tether.tools.base import ToolRegistry
 SERVED = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
 
 
-class Lab:
-    """A served model (named as the configuration's `lab`): titles when asked for one, answers otherwise."""
-
-    name = "lab"
+class Lab(OpenAIProvider):
+    """A served model (an OpenAI-compatible adapter, its HTTP left out): titles when asked for one, answers
+    otherwise."""
 
     def __init__(self, title: str = '"Fixing the parser."', title_delay: float = 0.0) -> None:
+        super().__init__("lab", base_url="http://127.0.0.1:9/v1")
         self.title = title
         self.title_delay = title_delay
         self.requests: list[ModelRequest] = []
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
         self.requests.append(request)
         if request.system == TITLE_SYSTEM:
             await asyncio.sleep(self.title_delay)
@@ -53,8 +54,11 @@ def test_a_reply_becomes_a_short_clean_title() -> None:
 
 
 def test_who_titles() -> None:
+    from tether.providers.scripted import ScriptedProvider
+
     lab = Lab()
     assert title_model(SERVED, lab, "m") == (lab, "m")  # a served model titles its own sessions
+    assert title_model(SERVED, ScriptedProvider([], name="anthropic"), "m") is None  # a program's own does not
     assert title_model(parse_config(""), LocalProvider(), "smollm2-135m") is None  # not the embedded one
     assert title_model(parse_config('[runtime]\ntitle_model = "off"\n'), lab, "m") is None
     named = parse_config('[runtime]\ntitle_model = "local/smollm2-135m"\n')

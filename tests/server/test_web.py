@@ -714,3 +714,19 @@ def test_the_cookie_is_checked_like_the_token(tmp_path: Path) -> None:
         assert client.get("/ui/vendor/marked.LICENSE.txt").status_code == 200
         for path in ("/ui/../settings.py", "/ui/%2e%2e/guard.py", "/ui/web.py", "/ui/nothing.js"):
             assert client.get(path).status_code in (401, 404), path
+
+
+def test_an_answer_a_killed_run_was_streaming_shows_marked_interrupted(browser: Browser, tmp_path: Path) -> None:
+    """A run killed mid-answer left its saved stream (`tether.runtime.streaming`): opening the session on the
+    page journals it, and the page shows it, marked."""
+    with serve(tmp_path, agent) as served:
+        sid = create(served, "Killed mid-answer", [Message.user("explain the bug")])
+        saved = Message(role="assistant", parts=[TextPart(text="The bug is in the par")], metadata={"partial": True})
+        served.call(served.state.store.save_stream(sid, 1, saved))
+        with tab(browser) as page:
+            open_session(page, served, sid)
+            expect(page.locator("#entries")).to_contain_text("The bug is in the par", timeout=WAIT)
+            expect(page.locator("#entries .cut-note")).to_have_text(
+                "[interrupted: tether stopped while the model was answering]"
+            )
+            assert_matches_journal(page, served, sid)

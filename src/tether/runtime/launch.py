@@ -189,16 +189,22 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
     own = session.info.model
     profile_model = options.agent.model if options.agent is not None else None
     if not created and plan.request.model is None and profile_model is None and own and own != resolved.id:
-        # An existing session keeps its own model unless the request names one (`--model`).
+        # An existing session keeps its own model unless the request names one (`--model`). An imported one
+        # names its source tool's model ("claude-sonnet-4-20250514"), which may mean nothing here: it runs on
+        # the default then, as it always has.
         try:
-            resolved = plan.resolve(own, config=plan.config)
+            own_model: ResolvedModel | None = plan.resolve(own, config=plan.config)
         except ConfigError as exc:
-            raise ConfigError(
-                f"session {session.id} runs on {own}, which cannot be used now ({exc}); "
-                "name another with --model to run it there"
-            ) from exc
-        temperature = resolved.info.temperature if resolved.info.supports_temperature else None
-        options = replace(options, model=resolved.model, model_info=resolved.info, temperature=temperature)
+            if IMPORTED not in session.info.metadata:
+                raise ConfigError(
+                    f"session {session.id} runs on {own}, which cannot be used now ({exc}); "
+                    "name another with --model to run it there"
+                ) from exc
+            own_model = None
+        if own_model is not None:
+            resolved = own_model
+            temperature = resolved.info.temperature if resolved.info.supports_temperature else None
+            options = replace(options, model=resolved.model, model_info=resolved.info, temperature=temperature)
     directory = session.info.directory
     if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs
         request = plan.request

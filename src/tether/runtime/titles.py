@@ -17,8 +17,10 @@ from ..config import Config
 from ..errors import ConfigError, ProviderError
 from ..ids import new_id
 from ..messages import Entry, Message, TitleChange
+from ..providers.anthropic import AnthropicProvider
 from ..providers.base import ModelRequest, Provider, complete
-from ..providers.registry import BUILTIN_KINDS, ResolvedModel, resolve_provider
+from ..providers.openai import OpenAIProvider
+from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from .handle import SessionHandle
 from .lease import LeaseTerms, RunLease
@@ -48,11 +50,8 @@ def title_model(config: Config, provider: Provider, model: str) -> tuple[Provide
     spec = config.runtime.title_model
     if spec is not None and spec.strip().lower() in OFF:
         return None
-    if spec is None:  # the run's own model when it is served (OpenAI or Anthropic kind): not the embedded one
-        kind = (config.providers[provider.name].kind if provider.name in config.providers else None) or (
-            BUILTIN_KINDS.get(provider.name)
-        )
-        return (provider, model) if kind in ("openai", "anthropic") else None
+    if spec is None:  # the run's own model when a server serves it: not the embedded one, nor a test double
+        return (provider, model) if isinstance(provider, OpenAIProvider | AnthropicProvider) else None
     try:
         resolved = resolve_provider(spec, config=config)
     except ConfigError as exc:
