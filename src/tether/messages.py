@@ -246,6 +246,11 @@ whoever took the session next (`tether.runtime.streaming`). It ends where the la
 whose arguments were still coming is in ``metadata["cut_calls"]``, never among its parts."""
 
 
+USAGE_ESTIMATED = "usage_estimated"
+"""Session metadata: True once any of its counts is tether's own, a provider having reported none
+(`tether.runtime.usage`; `tether sessions` marks its tokens ~)."""
+
+
 def cut_reason(message: Message) -> str | None:
     """Why an assistant message stops short, in words for people (transcripts, `sessions show`, exports):
     interrupted by a crash or kill, cancelled, or cut at the output limit; None for a whole answer."""

@@ -24,6 +24,7 @@ from ..messages import (
     APPROVAL_DECISION_MARKER,
     APPROVAL_REQUEST_MARKER,
     INTERRUPTED_MARKER,
+    USAGE_ESTIMATED,
     Checkpoint,
     Compaction,
     Entry,
@@ -40,7 +41,6 @@ from ..messages import (
     cut_reason,
 )
 from ..paths import canonical_directory
-from ..runtime.usage import USAGE_ESTIMATED
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans

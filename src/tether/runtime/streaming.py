@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -33,7 +33,9 @@ from ..messages import INTERRUPTED_ANSWER, EntryBody, Message, ToolResultPart
 from ..store.protocols import Store
 from ..store.records import SessionInfo, StreamRecord
 from .lease import LeaseTerms, RunLease
-from .state import RunState
+
+if TYPE_CHECKING:  # `lookup` imports this room: naming a session must not load the loop's engines
+    from .state import RunState
 
 log = logging.getLogger("tether.runtime")
 

@@ -12,13 +12,10 @@ from decimal import Decimal
 import msgspec
 
 from ..context.tokens import MESSAGE_OVERHEAD, TokenCounter, count_fixed, count_message
-from ..messages import Message, Usage
+from ..messages import USAGE_ESTIMATED, Message, Usage
 from ..providers.base import TokenCounting
 from .prepare import PreparedStep
 from .state import RunState
-
-USAGE_ESTIMATED = "usage_estimated"
-"""Session metadata: True once any of its counts is tether's own (`tether sessions` marks its tokens ~)."""
 
 
 def counter_of(state: RunState) -> TokenCounter:
