@@ -476,3 +476,31 @@ async def test_kill_9_while_the_model_streams_keeps_what_was_saved(tmp_path: Pat
             assert len(noted) == sum(1 for text in kept[:k] if text)
     finally:
         model.close()
+
+
+async def test_the_recovered_history_fits_every_provider_s_message_shape(session: Session) -> None:
+    """What the model is sent after a kill, in OpenAI's and Anthropic's wire shapes: the cut answer with its
+    note, its complete call answered "not run", no call cut mid-arguments, the turns alternating."""
+    from tether.providers.anthropic import to_anthropic_messages
+    from tether.providers.openai import to_openai_messages
+
+    await session.store.append(session.id, [Message.user("fix it")])
+    read = ToolCallPart(id="c1", name="read", arguments={"path": "a.py"})
+    await session.store.save_stream(session.id, 1, left_answer("Reading first.", calls=[read], cut=True))
+    provider = ScriptedProvider(["Done."])
+    await drain(session.stream("go on", provider=provider, model="m", tools=ToolRegistry()))
+    sent = provider.requests[0].messages
+
+    wire = to_openai_messages(sent)
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "user"]
+    assert wire[1]["content"].startswith("Reading first.") and CUT_NOTE in wire[1]["content"]
+    assert [c["id"] for c in wire[1]["tool_calls"]] == ["c1"] and wire[2]["tool_call_id"] == "c1"
+
+    _, shaped = to_anthropic_messages(sent)
+    assert [m["role"] for m in shaped] == ["user", "assistant", "user"]  # the result rides the next user turn
+    blocks = shaped[1]["content"]
+    said = "".join(b["text"] for b in blocks if b["type"] == "text")
+    assert said.startswith("Reading first.") and CUT_NOTE in said
+    assert [b["id"] for b in blocks if b["type"] == "tool_use"] == ["c1"] and blocks[-1]["type"] == "tool_use"
+    assert [b["tool_use_id"] for b in shaped[2]["content"] if b["type"] == "tool_result"] == ["c1"]
+    assert all(b.get("name") != "write" for b in blocks)  # the call cut mid-arguments is not there
