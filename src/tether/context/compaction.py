@@ -606,7 +606,8 @@ async def compact_session(
         mechanical = msgspec.structs.replace(base, notes=_mechanical_notes(plan) or base.notes)
         candidate, after = build("deterministic", mechanical, result.usage)
         if reduction(after) < MIN_REDUCTION:
-            return await fail(refusal(result.tokens_before, after))
+            failed = f"; {fallback}" if fallback and fallback.startswith("the summarizer failed") else ""
+            return await fail(refusal(result.tokens_before, after) + failed)
         body, result.tokens_after, result.strategy = candidate, after, "deterministic"
         result.fallback = fallback
         if fallback:
