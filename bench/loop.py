@@ -17,12 +17,18 @@ SDK turns: one session of 200 turns (the data's user messages as prompts), each 
 provider=OpenAIProvider(...))` through the real `openai` client against bench/_openai_stub.py, which streams
 a short answer, or on every other turn a call to a no-op tool first. Everything but the model is real.
 
+Durable stream: one answer of 2,000 text deltas (8 characters each, back to back, as a fast local model
+sends them), each in a fresh session, with the streamed part saved as it comes (tether's default) and without
+(``durable_stream=False``), alternated in the same run; the whole turn is timed (run start to `Done`), and
+the ratio of the medians is stream_checkpoint_overhead_ratio.
+
     python bench/loop.py [--data PATH] [--steps N] [--runs N] [--turns N] [--opencode PATH] [--quick]
 
 Last line: JSON with step_ms_10, step_ms_10000, store_calls_per_step_10, store_calls_per_step_10000,
-sdk_turn_ms_10, sdk_turn_ms_200, sdk_turn_growth_ms and, when opencode ran, opencode_turn_ms_10,
+sdk_turn_ms_10, sdk_turn_ms_200, sdk_turn_growth_ms, stream_turn_ms, stream_turn_ms_undurable,
+stream_saves_per_answer, stream_checkpoint_overhead_ratio and, when opencode ran, opencode_turn_ms_10,
 opencode_turn_ms_200, opencode_turn_growth_ms. Targets: step_ms_10 <= 1, step_ms_10000 <= 5, store calls per
-step <= 2, sdk_turn_growth_ms <= 0.1.
+step <= 2, sdk_turn_growth_ms <= 0.1, stream_checkpoint_overhead_ratio <= 1.2.
 """
 
 from __future__ import annotations
@@ -65,7 +71,8 @@ from _common import (
 
 from tether import Message, Session, ToolCallPart
 from tether.events import CompactionStarted, Done, RunStarted
-from tether.providers.base import ModelRequest, StreamEvent
+from tether.messages import Usage
+from tether.providers.base import ModelRequest, StreamDone, StreamEvent, TextPartDelta
 from tether.providers.openai import OpenAIProvider
 from tether.providers.scripted import ScriptedProvider
 from tether.store import SqliteStore
@@ -203,6 +210,78 @@ async def count_store_calls(
     steady = marks[-1] - marks[0]
     per_step = Counter({name: n / (len(marks) - 1) for name, n in steady.items()})
     return per_step, Counter(counting.calls)
+
+
+# --- the durable stream ---------------------------------------------------------------------------------
+
+STREAM_DELTAS = 2000
+
+
+class DeltaProvider:
+    """Streams one answer of `STREAM_DELTAS` text deltas, yielding to the event loop between them (as a
+    read from the network does), and nothing else."""
+
+    name = "deltas"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        pieces = [f"w{i:05d} " for i in range(STREAM_DELTAS)]
+        for piece in pieces:
+            yield TextPartDelta(text=piece)
+            await asyncio.sleep(0)
+        yield StreamDone(
+            message=Message.assistant("".join(pieces)), usage=Usage(output_tokens=4000), finish_reason="stop"
+        )
+
+
+async def stream_turn(store: Any, directory: Path, durable: bool) -> tuple[float, int]:
+    """(ms, saves) of one turn that streams the answer, in a new session."""
+    session = await Session.create(store, directory=directory)
+    saves = 0
+    inner_save = store.save_stream
+
+    async def counted(*args: Any, **kwargs: Any) -> None:
+        nonlocal saves
+        saves += 1
+        await inner_save(*args, **kwargs)
+
+    store.save_stream = counted
+    try:
+        t0 = time.perf_counter_ns()
+        async for event in session.stream(
+            "go", provider=DeltaProvider(), model="bench", tools=ToolRegistry(), durable_stream=durable
+        ):
+            if isinstance(event, Done):
+                assert event.reason == "completed", event
+        return (time.perf_counter_ns() - t0) / 1e6, saves
+    finally:
+        del store.save_stream
+
+
+async def stream_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
+    report.section(f"durable stream: a {STREAM_DELTAS:,}-delta answer, saved as it streams against not (SQLite normal)")
+    runs = 5 if args.quick else 30
+    store = SqliteStore(scratch / "stream.db")
+    try:
+        await stream_turn(store, scratch, True)  # warm-up: imports, first statements
+        await stream_turn(store, scratch, False)
+        durable: list[float] = []
+        plain: list[float] = []
+        saves: list[int] = []
+        for _ in range(runs):
+            ms, n = await stream_turn(store, scratch, True)
+            durable.append(ms)
+            saves.append(n)
+            ms, n = await stream_turn(store, scratch, False)
+            assert n == 0
+            plain.append(ms)
+    finally:
+        await store.close()
+    report.note(f"{runs} turns each way, alternated; median of each")
+    report.row("turn with the durable stream", "stream_turn_ms", median(durable), "ms", digits=2)
+    report.row("turn without it", "stream_turn_ms_undurable", median(plain), "ms", digits=2)
+    report.row("saves per answer", "stream_saves_per_answer", median([float(n) for n in saves]), "", digits=1)
+    ratio = median(durable) / median(plain)
+    report.row("durable over not", "stream_checkpoint_overhead_ratio", ratio, "x", digits=3)
 
 
 # --- turns through the real SDK, and opencode's --------------------------------------------------------
@@ -599,6 +678,7 @@ async def main() -> None:
             Target("store_calls_per_step_10", "<=", 2),
             Target("store_calls_per_step_10000", "<=", 2),
             Target("sdk_turn_growth_ms", "<=", 0.1),
+            Target("stream_checkpoint_overhead_ratio", "<=", 1.2),
         ]
     )
     try:
@@ -614,6 +694,7 @@ async def main() -> None:
     with scratch_dir(args.dir) as scratch:
         await step_section(report, args, data, scratch)
         await sdk_section(report, args, prompts, scratch)
+        await stream_section(report, args, scratch)
     if args.quick:
         # --quick measures 1,000 messages and 30 turns: no figures for those targets.
         report.set("step_ms_10000", None)

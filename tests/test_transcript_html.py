@@ -287,3 +287,23 @@ async def test_sub_agents_nest_under_their_call_only_when_asked(store: Store) ->
     assert "grandchild words" not in flat and f"sub-agent session {child.id}" in flat
     shared = "".join([piece async for piece in html_chunks(store, parent, shared=True, children=True)])
     assert "child words" in shared and "look around" in shared and "deepest" not in shared  # a share never nests
+
+
+async def test_answers_that_stop_short_say_why(store: Store) -> None:
+    """An answer a kill cut (journaled from its saved stream), one the output limit cut, one a cancel cut."""
+    from tether import Session
+    from tether.messages import INTERRUPTED_ANSWER
+
+    session = await Session.create(store, directory="/w")
+    killed = Message(
+        role="assistant",
+        parts=[TextPart(text="The bug is in the par")],
+        finish_reason="interrupted",
+        metadata={"partial": True, INTERRUPTED_ANSWER: True, "cut_calls": [{"id": "c2", "name": "write"}]},
+    )
+    limited = Message(role="assistant", parts=[TextPart(text="one two thr")], finish_reason="length")
+    await session.append(Message.user("q"), killed, Message.user("again"), limited)
+    page = await render(store, session.id)
+    assert "[interrupted: tether stopped while the model was answering; a call to write was cut mid-arguments]" in page
+    assert "[cut off at the output limit]" in page
+    assert page.count('class="note err cut"') == 2

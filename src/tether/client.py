@@ -271,6 +271,10 @@ class TetherClient:
         body = _given(model=model, mechanical=mechanical, keep_tokens=keep_tokens)
         return await self._call("POST", f"/sessions/{session_id}/compact", CompactionResult, json=body)
 
+    async def retitle(self, session_id: str, *, model: str | None = None) -> SessionInfo:
+        """Have a model title the session again, from its first exchange."""
+        return await self._call("POST", f"/sessions/{session_id}/retitle", SessionInfo, json=_given(model=model))
+
     async def undo_compaction(self, session_id: str) -> Entry:
         return await self._call("POST", f"/sessions/{session_id}/compact/undo", Entry)
 

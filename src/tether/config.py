@@ -171,6 +171,10 @@ class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     """Sub-agent (`task`) calls of one step that run at once (default 4); the others wait for a place."""
     max_task_depth: Annotated[int, msgspec.Meta(ge=0, le=16)] | None = None
     """How deep sub-agents nest (default 3): a session at this depth is offered no `task` tool (0: none is)."""
+    title_model: str | None = None
+    """Who titles a session after its first exchange (``"provider/model"``; ``"off"``: nobody). Unset: the
+    session's own model, except the embedded local one (too small to title well), which titles only when
+    named here."""
 
 
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]

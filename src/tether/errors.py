@@ -189,9 +189,11 @@ class ContextOverflow(ProviderError):
 
 
 class TransientError(ProviderError):
-    """A failure that may pass: timeout, 5xx, dropped connection."""
+    """A failure that may pass: timeout, 5xx, dropped connection. `retry_after`: what an overloaded server
+    (503, 529) asked for, in seconds, when it said."""
 
     retryable = True
+    retry_after: float | None = None
 
 
 class BadRequest(ProviderError):

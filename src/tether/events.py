@@ -35,6 +35,7 @@ from .messages import (
     Message,
     ThinkingPart,
     Usage,
+    cut_reason,
 )
 
 EVENT_SPAN = 1_000_000
@@ -71,6 +72,8 @@ class TextComplete(_Event, tag="text_complete"):
     text: str
     seq: int
     """Where the assistant message holding it was journaled."""
+    cut: str | None = None
+    """Why the text stops short, in words (`messages.cut_reason`: the output limit, a cancel, a kill)."""
 
 
 class ThinkingComplete(_Event, tag="thinking_complete"):
@@ -296,7 +299,7 @@ def durable_events(entry: Entry, session_id: str) -> list[Event]:
                 if isinstance(part, ThinkingPart) and part.text:
                     out.append(ThinkingComplete(text=part.text))
             if body.text:
-                out.append(TextComplete(text=body.text, seq=seq))
+                out.append(TextComplete(text=body.text, seq=seq, cut=cut_reason(body)))
             usage = body.usage or Usage()
             out.append(UsageReport(model=body.model or "", step=usage, context_tokens=usage.input_tokens or None))
             for call in body.tool_calls:

@@ -102,6 +102,9 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost: Decimal | None = None
+    estimated: bool = False
+    """The counts are tether's own (its tokenizer over what was sent and what came back): the provider
+    reported none. A sum is estimated when any of its terms is."""
 
     def __add__(self, other: Usage) -> Usage:
         cost: Decimal | None
@@ -116,6 +119,7 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cost=cost,
+            estimated=self.estimated or other.estimated,
         )
 
     @property
@@ -239,6 +243,32 @@ run of the session asks again, and the call never runs before a yes."""
 APPROVAL_DECISION_MARKER = "approval_decision"
 """``Marker(name="approval_decision", data={"call_id", "approved", "by", "scope", "rules"?, "message"?})``:
 the answer to the request for `call_id`."""
+
+
+INTERRUPTED_ANSWER = "interrupted"
+"""``metadata["interrupted"] = True`` (and ``finish_reason="interrupted"``) on an assistant message: tether
+stopped (a crash, a kill) while the model streamed it; what had been made durable of it was journaled by
+whoever took the session next (`tether.runtime.streaming`). It ends where the last save did; a tool call
+whose arguments were still coming is in ``metadata["cut_calls"]``, never among its parts."""
+
+
+USAGE_ESTIMATED = "usage_estimated"
+"""Session metadata: True once any of its counts is tether's own, a provider having reported none
+(`tether.runtime.usage`; `tether sessions` marks its tokens ~)."""
+
+
+def cut_reason(message: Message) -> str | None:
+    """Why an assistant message stops short, in words for people (transcripts, `sessions show`, exports):
+    interrupted by a crash or kill, cancelled, or cut at the output limit; None for a whole answer."""
+    if message.role != "assistant":
+        return None
+    if message.metadata.get(INTERRUPTED_ANSWER) is True or message.finish_reason == "interrupted":
+        return "interrupted: tether stopped while the model was answering"
+    if message.finish_reason == "cancelled":
+        return "cancelled while the model was answering"
+    if message.finish_reason == "length":
+        return "cut off at the output limit"
+    return None
 
 
 EntryBody = Message | Revert | TitleChange | Checkpoint | Compaction | Marker

@@ -25,6 +25,7 @@ from .messages import (
     TitleChange,
     ToolCallPart,
     ToolResultPart,
+    cut_reason,
 )
 from .store.protocols import Store
 from .store.records import RevertSpan, SessionInfo
@@ -190,9 +191,18 @@ def _md_message(message: Message, call_names: dict[str, str], *, reverted: bool 
                 out += [f"*{note}*", ""]
         else:
             out += [attachment_label(part), ""]
+    cut = cut_reason(message)
+    if cut is not None:
+        out += [f"*[{cut}]*" + "".join(f" *(a call to `{c}` was cut mid-arguments)*" for c in cut_calls(message)), ""]
     if message.usage is not None and message.usage.total_tokens:
         out += [f"*{message.usage.input_tokens:,} in / {message.usage.output_tokens:,} out tokens*", ""]
     return out
+
+
+def cut_calls(message: Message) -> list[str]:
+    """The tools whose calls were still being written when an interrupted answer stopped."""
+    cut = message.metadata.get("cut_calls")
+    return [str(c.get("name") or "tool") for c in cut if isinstance(c, dict)] if isinstance(cut, list) else []
 
 
 def _md_marker(entry: Entry, spans: Sequence[RevertSpan]) -> list[str]:

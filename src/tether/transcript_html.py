@@ -34,11 +34,12 @@ from .messages import (
     TitleChange,
     ToolCallPart,
     ToolResultPart,
+    cut_reason,
 )
 from .store.protocols import Store
 from .store.records import RevertSpan, SessionInfo
 from .store.reverts import effective_reverts
-from .transcript import attachment_label, call_signature, error_text, revert_note, shown_as_hidden
+from .transcript import attachment_label, call_signature, cut_calls, error_text, revert_note, shown_as_hidden
 
 OUTPUT_CHARS = 50_000
 """The most characters of one tool output or argument list shown; the rest is counted in a note (the JSON
@@ -299,6 +300,10 @@ class _Writer:
                     out.append(self.result(part))
             elif isinstance(part, ImagePart | FilePart):
                 out.append(f'<p class="note">{_e(attachment_label(part))}</p>')
+        cut = cut_reason(message)
+        if cut is not None:
+            calls = "".join(f"; a call to {name} was cut mid-arguments" for name in cut_calls(message))
+            out.append(f'<p class="note err cut">[{_e(cut + calls)}]</p>')
         if message.usage is not None and message.usage.total_tokens:
             usage = f"{message.usage.input_tokens:,} in / {message.usage.output_tokens:,} out tokens"
             out.append(f'<p class="note">{_e(usage)}</p>')

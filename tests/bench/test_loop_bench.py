@@ -41,7 +41,11 @@ def test_quick_run_reports_the_step_store_and_sdk_figures(tmp_path: Path) -> Non
         "store_calls_per_step_10",
         "store_calls_per_step_10000",
         "sdk_turn_growth_ms",
+        "stream_checkpoint_overhead_ratio",
     }
+    # the durable stream against none, in the same run: saved by size (16,000 characters: 3 saves or more)
+    assert figures["stream_turn_ms"] > 0 and figures["stream_turn_ms_undurable"] > 0
+    assert figures["stream_saves_per_answer"] >= 3 and figures["stream_checkpoint_overhead_ratio"] > 0
     assert "per step, history of 10 messages" in proc.stdout
     assert "skipped (--quick)" in proc.stdout
 

@@ -6,6 +6,7 @@ with a line that says how to allow it; `--allow` does; a bad `--allow` or mode i
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import tether
 from tether.cli.approval import parse_answer
@@ -309,3 +311,27 @@ def test_what_a_typed_line_means(line: str, answer: Answer | None) -> None:
 def test_always_without_a_rule_to_keep_is_a_yes_once() -> None:
     request = ApprovalRequest("s", "c", "bash", {"command": "$CMD"}, "asks")
     assert parse_answer("always", request) == Answer(True)
+
+
+def test_a_write_or_edit_shows_the_change_it_would_make(tmp_path: Path) -> None:
+    from tether.cli.approval import DIFF_LINES, proposed_diff, show_diff
+
+    (tmp_path / "parser.py").write_text("def parse(text):\n    return text.splitlines()[:-1]\n")
+
+    def ask(tool: str, **arguments: object) -> ApprovalRequest:
+        return ApprovalRequest("ses_x", "c1", tool, arguments, "asks by default", workspace=str(tmp_path))
+
+    edit = proposed_diff(ask("edit", path="parser.py", old_string="splitlines()[:-1]", new_string="splitlines()"))
+    assert "-    return text.splitlines()[:-1]" in edit and "+    return text.splitlines()" in edit
+    assert " def parse(text):" in edit  # the file's own lines around it
+    rewrite = proposed_diff(ask("write", path="parser.py", content="def parse(text):\n    return text.split()\n"))
+    assert "+    return text.split()" in rewrite and "-    return text.splitlines()[:-1]" in rewrite
+    new = proposed_diff(ask("write", path="new.txt", content="one\ntwo\n"))
+    assert [line for line in new if line.startswith("+")] == ["+one", "+two"]
+    assert proposed_diff(ask("bash", command="ls")) == [] and proposed_diff(ask("write", path="x")) == []
+    # shown escaped and cut
+    out = io.StringIO()
+    big = proposed_diff(ask("write", path="big.txt", content="".join(f"line {i} \x1b[2J\n" for i in range(100))))
+    show_diff(Console(file=out, width=80), big)
+    assert "\x1b" not in out.getvalue() and "\\x1b[2J" in out.getvalue()
+    assert f"{len(big) - DIFF_LINES} more lines of the change" in out.getvalue()

@@ -178,3 +178,23 @@ def test_session_settings_show_in_context(db: Path, sid: str) -> None:
 
     with_db(db, bad)
     failed(tether(db, "context", sid), "reserved_output")
+
+
+@pytest.mark.slow
+def test_context_at_80_columns_keeps_every_column_and_says_it_was_never_compacted(
+    db: Path, sid: str, terminal80: Any
+) -> None:
+    screen = terminal80.run("--store", str(db), "context", sid, "--all")
+    lines = screen.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert f"session {sid}  model local/smollm2-135m  not compacted" in screen and "mode compacted" not in screen
+    header = next(line for line in lines if "content" in line)
+    for column in ("#", "entry", "role", "tokens", "content"):
+        assert column in header
+    data = context_json(db, sid, "--all")
+    rows = [line for line in lines if "│" in line and "content" not in line]
+    assert len(rows) == len(data["messages"])
+    for row, message in zip(rows, data["messages"], strict=True):
+        cells = [c.strip() for c in row.split("│")]
+        assert cells[1] == str(message["seq"]) and cells[2] == message["role"]
+        assert cells[3] and not cells[3].endswith("…")  # the token count whole

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from tether.cli.main import cli
@@ -62,3 +64,19 @@ def test_a_deprecated_default_is_called_out(tmp_path: Path) -> None:
     assert "the default model is deprecated (retired 2026-02-19)" in out
     code, out = invoke(tmp_path, "models", "--json")
     assert json.loads(out)["default_status"] == "retired 2026-02-19"
+
+
+@pytest.mark.slow
+def test_models_at_80_columns_drop_columns_and_never_cut_a_figure(terminal80: Any) -> None:
+    screen = terminal80.run("models")
+    lines = screen.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    rows = [line for line in lines if line.startswith("│")]
+    assert rows and not any("…" in row for row in rows)
+    header = next(line for line in lines if line.startswith("┃") and "model" in line)
+    assert "context" in header and "in $/M" in header and "out $/M" in header
+    assert "not shown at this width: max out, cache read, cache write" in screen
+    catalog = json.loads(CliRunner().invoke(cli, ["models", "--json"]).output)["models"]
+    table = "\n".join(rows)
+    for model in catalog:
+        assert f"{model['context_window']:,}" in table  # every window whole

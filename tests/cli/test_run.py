@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -426,3 +428,23 @@ def test_chat_as_an_agent(tmp_path: Path, scripted: ScriptedProvider) -> None:
     code, out, err = invoke(tmp_path, "chat", "--dir", str(tmp_path), "--agent", "plan", input="plan it\n/exit\n")
     assert code == 0, err
     assert "Planned." in out and "write" not in [t.name for t in scripted.requests[0].tools]
+
+
+@pytest.mark.slow
+def test_the_run_at_80_columns_marks_an_answer_cut_by_the_output_limit_and_keeps_the_summary_whole(
+    terminal80: Any, cut_model: Any
+) -> None:
+    """A real terminal, 80 columns: the answer streams, is marked as cut by the output limit, and the summary
+    says the tokens are tether's own count (the server sent none), each piece whole, the session id on a line."""
+    cut_model.configure(terminal80.home)
+    screen = terminal80.run("run", "--tools", "none", "why does the parser drop the last line?")
+    lines = screen.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "The parser drops the last line because the slice ends one short of" in screen
+    assert "[cut off at the output limit]" in screen
+    (sid,) = set(re.findall(r"ses_[0-9A-Z]{26}", screen))
+    assert any(line.strip() == f"session {sid}" or line.endswith(f"session {sid}") for line in lines)
+    summary = next(line for line in lines if line.startswith("── 1 step"))
+    assert "in / ~" in summary and "out tokens (estimated)" in summary and "cost unknown" in summary
+    shown = terminal80.run("sessions", "show", sid)
+    assert "[cut off at the output limit]" in shown

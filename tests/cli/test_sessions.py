@@ -492,3 +492,44 @@ def test_show_marks_approved_denied_and_pending_calls(tmp_path: Path) -> None:
     assert '→ bash(command="step 2")  ⏳ waiting for approval' in out
     assert "? approval asked for bash: asks by default" in out
     assert "✓ approved by user" in out and "✗ denied by user: not now" in out
+
+
+@pytest.mark.slow
+def test_sessions_at_80_columns_a_row_a_session_and_the_id_whole(db: Path, terminal80: Any) -> None:
+    long = "Please find out why the parser drops the last line of every file it reads, then fix it with a test"
+
+    async def make(store: Store) -> list[str]:
+        ids = []
+        for i in range(3):
+            session = await Session.create(store, directory="/work/a", title=f"{long} ({i})")
+            await session.append(Message.user("hi"), Message.assistant("hello"))
+            ids.append(session.id)
+        return ids
+
+    ids = with_db(db, make)
+    screen = terminal80.run("--store", str(db), "sessions", "--all")
+    lines = screen.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    for sid in ids:
+        (row,) = [line for line in lines if sid in line]  # one line each, its id whole
+        assert "Please find out why" in row and "…" in row  # the title cut to its line, not wrapped
+
+
+def test_sessions_retitle_asks_a_real_server_for_a_title(db: Path, cut_model: Any) -> None:
+    """`tether sessions retitle ID` against an OpenAI-compatible server on loopback, configured as the README
+    says: the session's own model writes the title from its first exchange."""
+    cut_model.configure(Path(os.environ["TETHER_HOME"]))
+
+    async def make(store: Store) -> str:
+        session = await Session.create(store, directory="/work/a", model="lab/m")
+        await store.append(session.id, [Message.user("fix the parser"), Message.assistant("Fixed.")])
+        return session.id
+
+    sid = with_db(db, make)
+    result = tether(db, "sessions", "retitle", sid[-8:], "--json")
+    assert result.exit_code == 0, result.output
+    title = "The parser drops the last line because the slice ends one short of"
+    assert json.loads(result.stdout) == {"session_id": sid, "title": title}
+    assert with_db(db, lambda store: store.get_session(sid)).title == title
+    nothing = tether(db, "sessions", "retitle", with_db(db, lambda store: Session.create(store, directory="/w")).id)
+    assert nothing.exit_code == 1 and "no exchange to title yet" in nothing.output

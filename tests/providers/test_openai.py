@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,6 +99,13 @@ def test_messages_to_the_wire() -> None:
     }
     assert out[6] == {"role": "user", "content": "[notes.txt]\nhello"}
     assert len(out) == 7  # the thoughts-only assistant turn is left out
+
+
+def test_tool_calls_without_text_go_with_an_empty_content_never_null() -> None:
+    """llama.cpp's server answers 500 to ``"content": null`` beside tool calls; every server takes ``""``."""
+    call = ToolCallPart(id="call_1", name="ls", arguments={"path": "."})
+    (entry,) = to_openai_messages([Message.assistant(tool_calls=[call])])
+    assert entry["content"] == "" and entry["tool_calls"][0]["id"] == "call_1"
 
 
 def test_messages_from_the_wire_round_trip() -> None:
@@ -386,3 +397,68 @@ async def test_the_request_goes_out_exactly_as_request_body_built_it(
         pass
     assert walked and server.requests[1].json() == body
     await provider.aclose()
+
+
+def _tether(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(TETHER_HOME=str(home), PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("TETHER_STORE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args], capture_output=True, text=True, env=env, cwd=home, timeout=300
+    )
+
+
+@pytest.mark.local_model
+@pytest.mark.slow
+async def test_llama_server_a_run_a_continue_over_a_tool_call_and_the_usage_estimate(
+    llama_server: str, tmp_path: Path
+) -> None:
+    """`tether run` against the real `python -m llama_cpp.server`, configured as the README says: it streams
+    no usage, so the summary, the events and the session carry tether's own count, marked estimated; then
+    `--continue` over a history that holds a tool call (an assistant message with no text beside it, which
+    the server refuses with a 500 when its content is null) runs on the session's own model although the
+    configuration's default is another."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'default_model = "local/smollm2-135m"\n[providers.llama]\nkind = "openai"\nbase_url = "{llama_server}"\n'
+        '[models."llama/smollm2-135m"]\ncontext_window = 2048\nmax_output_tokens = 64\n'
+    )
+    first = _tether(
+        home, "run", "--json", "--tools", "none", "-m", "llama/smollm2-135m", "What is the capital of France?"
+    )
+    assert first.returncode == 0, first.stderr
+    events = [json.loads(line) for line in first.stdout.splitlines()]
+    assert events[0]["type"] == "run_started" and events[0]["provider"] == "llama"
+    done = events[-1]
+    assert done["type"] == "done" and done["usage"]["estimated"] is True
+    assert done["usage"]["input_tokens"] > 10 and done["usage"]["output_tokens"] > 0
+    sid = done["session_id"]
+
+    # a tool call and its result in the history, as a run with tools would have left them
+    from tether.store import SqliteStore
+
+    async with SqliteStore(home / "tether.db") as store:
+        call = ToolCallPart(id="call_1", name="read", arguments={"path": "capitals.txt"})
+        await store.append(
+            sid,
+            [
+                Message.user("Check the file too."),
+                Message.assistant(tool_calls=[call]),
+                Message.tool(ToolResultPart(call_id="call_1", name="read", content="France: Paris\nGermany: Berlin")),
+                Message.assistant("The file agrees: Paris."),
+            ],
+        )
+    second = _tether(home, "run", "--tools", "read", "--session", sid, "And of Germany?")
+    assert second.returncode == 0, second.stderr
+    assert second.stderr.count("error") == 0
+    assert "(estimated)" in second.stderr and f"session {sid}" in second.stderr  # the summary line
+    shown = _tether(home, "sessions", "show", sid)
+    assert shown.returncode == 0 and "assistant · smollm2-135m" in shown.stdout
+    assert "tokens (estimated)" in shown.stdout
+    async with SqliteStore(home / "tether.db") as store:
+        info = await store.get_session(sid)
+        messages = [e.body for e in await store.read(sid) if isinstance(e.body, Message)]
+    assert info.model == "llama/smollm2-135m"  # kept: the default (local) was not taken
+    last = messages[-1]
+    assert last.role == "assistant" and last.provider == "llama" and last.usage is not None and last.usage.estimated

@@ -3,6 +3,7 @@ fallback. Keys are set with monkeypatch; the shared conftest removes every *_API
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,25 @@ def test_the_local_provider_runs_only_models_it_has(monkeypatch: pytest.MonkeyPa
     )
     monkeypatch.setenv("TETHER_LOCAL_MODEL", str(gguf))
     assert resolve_provider("local/other").model == "other"
+
+
+def test_a_missing_sdk_is_said_when_the_provider_is_made_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.errors import MissingExtra
+
+    config = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    monkeypatch.setitem(sys.modules, "openai", None)  # as if the SDK were not installed
+    with pytest.raises(MissingExtra) as caught:
+        resolve_provider("lab/m", config=config)
+    assert "\n" not in str(caught.value) and "pip install 'tether[openai]'" in str(caught.value)
+
+
+def test_keyless_providers_are_usable_and_hosted_ones_need_their_key() -> None:
+    from tether.providers.registry import key_required, usable
+
+    config = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    env: dict[str, str] = {}
+    assert usable("lab", config, env) and usable("local", config, env) and usable("ollama", config, env)
+    assert not key_required("llamacpp", config)
+    assert key_required("openai", config) and not usable("openai", config, env)
+    assert key_required("anthropic", config) and not usable("anthropic", config, env)
+    assert usable("openai", config, {"OPENAI_API_KEY": "sk-x"})

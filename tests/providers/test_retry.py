@@ -240,3 +240,29 @@ async def test_a_stream_that_breaks_after_a_token_is_not_retried(server: Any) ->
             seen.append(event)
     assert [e.text for e in seen if isinstance(e, TextPartDelta)] == ["partial"]
     assert len(server.requests) == 1 and sleeps.waits == []
+
+
+async def test_an_overloaded_server_s_retry_after_is_honoured(server: Any) -> None:
+    server.answer_json(
+        529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, {"retry-after": "7"}
+    )
+    server.answer_json(503, error_body("busy", "server_error"), {"retry-after": "2"})
+    server.answer_sse(chat_stream("ok"))
+    sleeps = Sleeps()
+    response = await complete(adapter(server, sleeps), request())
+    assert response.message.text == "ok"
+    assert sleeps.waits == [7.0, 2.0]
+
+
+async def test_each_retry_logs_one_short_line_and_the_dump_only_at_debug(
+    server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    dump = "validation failed:\n" + "\n".join(f"  field {i}: bad" for i in range(12))
+    for _ in range(2):
+        server.answer_json(500, error_body(dump, "server_error"))
+    server.answer_sse(chat_stream("ok"))
+    with caplog.at_level("WARNING", logger="tether.providers"):
+        await complete(adapter(server, Sleeps()), request())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and all("\n" not in w and "field 3" not in w for w in warnings)
+    assert all("validation failed:" in w and "retrying in" in w for w in warnings)

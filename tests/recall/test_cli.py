@@ -106,7 +106,8 @@ def test_backfill_of_an_older_file_shows_progress_then_finds(tmp_path: Path) -> 
     result = tether(path, "recall", "--backfill")
     assert result.exit_code == 0, result.stderr
     assert "indexed 2,100 entries of 3 sessions" in result.stdout
-    assert "entries to go" in result.stderr  # progress, on stderr
+    # not a terminal: no progress redrawn in place (no \r in a pipe or a log), only the summaries
+    assert "\r" not in result.stderr and "entries to go" not in result.stderr
     # recall's turn keys are built too, before any recall (one would catch up only SYNC_LIMIT entries)
     assert "turn keys: 2,100 entries read" in result.stderr
     keys = KeyIndex(str(path) + ".keys")
@@ -118,6 +119,22 @@ def test_backfill_of_an_older_file_shows_progress_then_finds(tmp_path: Path) -> 
     assert "nothing to backfill" in again.stdout and "turn keys" not in again.stderr
     data = json.loads(tether(path, "recall", "heron", "--all", "--json", "--limit", "1000").stdout)
     assert len(data["hits"]) == 1000 and data["backlog"] == 0
+
+
+def test_progress_is_redrawn_in_place_on_a_terminal_only(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from tether.cli import recall
+
+    recall._live("indexed 5 entries")
+    recall._end_live()
+    assert capsys.readouterr().err == ""  # a pipe
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    recall._live("indexed 5 entries")
+    recall._end_live()
+    assert capsys.readouterr().err == "\rindexed 5 entries   \n"
 
 
 def test_facts_are_built_with_progress_then_used_as_keys(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +156,8 @@ def test_facts_are_built_with_progress_then_used_as_keys(db: Path, monkeypatch: 
     assert json.loads(tether(db, "recall", "billing team", "--all", "--json").stdout)["hits"] == []
     built = tether(db, "recall", "--facts", "--all", "--facts-calls", "1")
     assert built.exit_code == 0, built.output
-    assert "1 model calls" in built.stdout and "run it again to go on" in built.stdout and "turns read" in built.stderr
+    assert "1 model calls" in built.stdout and "run it again to go on" in built.stdout
+    assert "turns read" not in built.stderr  # progress on a terminal only
     rest = tether(db, "recall", "--facts", "--all", "--json")
     assert json.loads(rest.stdout)["calls"] == 1 and not json.loads(rest.stdout)["left"]
     hits = json.loads(tether(db, "recall", "billing team", "--all", "--json").stdout)["hits"]

@@ -6,7 +6,11 @@ more tools or permission than its parent. A scripted model, a real SQLite store,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -235,24 +239,63 @@ def blocking_child(request: ModelRequest) -> Message | str:
     return "the child gave up"
 
 
-async def running_child(store: SqliteStore, parent: str) -> SessionInfo:
-    """The child of `parent` once it is inside its blocking call."""
-    for _ in range(1000):
+async def running_child(store: SqliteStore, parent: str, children: int = 1) -> SessionInfo:
+    """A child of `parent` once `children` of them are inside their blocking calls (their answer with the
+    call journaled). Waits up to a minute: a loaded machine is slow, never wrong."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         kids = await children_of(store, parent)
-        if kids and len(await store.read(kids[0].id)) >= 2:
+        if len(kids) >= children and all([len(await store.read(k.id)) >= 2 for k in kids]):
             return kids[0]
         await asyncio.sleep(0.01)
-    raise AssertionError("the child never started its call")
+    raise AssertionError("the children never started their calls")
 
 
 @pytest.mark.parametrize("how", ["here", "from another process"])
 async def test_cancelling_the_parent_cancels_its_children_and_keeps_their_work(
     store: SqliteStore, tmp_path: Path, how: str
 ) -> None:
+    await cancel_the_parent_of_two_children(store, tmp_path, how)
+
+
+@contextlib.contextmanager
+def busy_processes(n: int) -> Iterator[None]:
+    """`n` processes that keep a core busy each, for as long as the block lasts."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(10)
+
+
+@pytest.mark.slow
+async def test_cancel_is_whole_under_load(tmp_path: Path) -> None:
+    """The test above, 20 times (both ways of cancelling, in turn) beside 4 busy processes: on a loaded
+    machine a cancel used to land after a child's answer was journaled and before its calls counted as
+    pending, which left the child's `block` call with no result."""
+    with busy_processes(4):
+        for i in range(20):
+            workdir = tmp_path / f"try{i}"
+            workdir.mkdir()
+            async with SqliteStore(workdir / "t.db") as store:
+                await cancel_the_parent_of_two_children(store, workdir, ["here", "from another process"][i % 2])
+
+
+async def cancel_the_parent_of_two_children(store: SqliteStore, tmp_path: Path, how: str) -> None:
     provider = ScriptedProvider(delegating(lambda: [task("t1", "wait"), task("t2", "wait too")], blocking_child))
     mgr = manager(store, tmp_path, provider, tools(block))
+    try:
+        await _cancel_and_check(mgr, store, how)
+    finally:
+        await mgr.shutdown()
+
+
+async def _cancel_and_check(mgr: SessionManager, store: SqliteStore, how: str) -> None:
     run = await mgr.start(None, "go")
-    child = await running_child(store, run.session_id)
+    child = await running_child(store, run.session_id, children=2)
     if how == "here":
         assert await mgr.cancel(run.session_id)
     else:  # `tether sessions cancel` in another process asks through the store

@@ -127,7 +127,8 @@ def test_keys_are_named_never_shown(home: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret-value")
     findings = diagnose()
     checks = by_check(findings)
-    assert checks["providers"].detail.startswith("usable: local, openai; no key: anthropic")
+    # the local servers need no key: usable as the embedded model is
+    assert checks["providers"].detail.startswith("usable: local, openai, ollama, vllm, llamacpp; no key: anthropic")
     assert checks["default model"].detail == "openai/gpt-5.5"
     assert b"sk-very-secret-value" not in encode_json(findings)
 

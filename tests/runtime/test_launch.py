@@ -176,3 +176,34 @@ async def test_a_native_session_in_the_home_directory_runs_as_before(store: Stor
     info = await store.create_session(directory=str(Path.home()))
     launched = await launch(store, RunRequest("hi", session=info.id))
     assert launched.session.info.directory == str(Path.home())
+
+
+async def test_an_existing_session_keeps_its_own_model_unless_the_request_names_one(
+    store: Store, tmp_path: Path
+) -> None:
+    config = parse_config(
+        '[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[providers.other]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'default_model = "other/big"\n'
+    )
+    first = await launch(store, RunRequest("hi", directory=tmp_path, model="lab/qwen"), config=config)
+    assert first.session.info.model == "lab/qwen"
+    # continued without --model: its own model, not the configured default
+    again = await launch(store, RunRequest("and?", continue_last=True, directory=tmp_path), config=config)
+    assert again.resolved.id == "lab/qwen" and again.options.model == "qwen"
+    assert again.options.model_info is again.resolved.info
+    named = await launch(store, RunRequest("x", session=first.session.id), config=config)
+    assert named.resolved.id == "lab/qwen"
+    # with --model: that one, and the session takes it
+    moved = await launch(store, RunRequest("y", session=first.session.id, model="other/big"), config=config)
+    assert moved.resolved.id == "other/big" and moved.session.info.model == "other/big"
+    later = await launch(store, RunRequest(None, continue_last=True, directory=tmp_path), config=config)
+    assert later.resolved.id == "other/big"
+
+
+async def test_a_session_whose_model_cannot_be_used_says_so_and_how_to_go_on(store: Store, tmp_path: Path) -> None:
+    config = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    first = await launch(store, RunRequest("hi", directory=tmp_path, model="lab/qwen"), config=config)
+    gone = parse_config("")  # the provider was removed from the configuration since
+    with pytest.raises(ConfigError, match=r"runs on lab/qwen, which cannot be used now .*--model"):
+        await launch(store, RunRequest(None, session=first.session.id), config=gone)

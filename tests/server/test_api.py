@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from tether.client import TetherClient
-from tether.errors import ConfigError, ImportFormatError, InvalidInput, NotFound, SessionBusy, SessionNotFound
+from tether.errors import (
+    ConfigError,
+    ImportFormatError,
+    InvalidInput,
+    NotFound,
+    ProviderError,
+    SessionBusy,
+    SessionNotFound,
+)
 from tether.events import Done, Event, RunStarted
 from tether.messages import Message, Revert, TitleChange
 from tether.server import ServerSettings
@@ -324,3 +332,20 @@ async def test_a_sessions_own_rules_are_set_over_http_and_its_next_run_applies_t
             assert isinstance(events[-1], Done) and events[-1].text == "result: changed the config"
             cleared = await client.update_session(sid, rules={})
             assert "permissions" not in cleared.metadata
+
+
+async def test_the_server_titles_a_session_again(server: Served) -> None:
+    async with TetherClient(server.url) as client:
+        sid = (await client.create_session(str(server.workspace), title="hand-made")).session.id
+        with pytest.raises(ProviderError, match="no exchange to title yet"):
+            await client.retitle(sid)
+        await asyncio.to_thread(
+            server.call, server.state.store.append(sid, [Message.user("fix the parser"), Message.assistant("Fixed.")])
+        )
+        info = await client.retitle(sid)
+        # the test server's model answers "answer to <what it read>": its title, cleaned
+        assert info.title is not None and info.title.startswith("answer to User: fix the parser")
+        assert "\\n" not in info.title and len(info.title) <= 80
+        assert (await client.get_session(sid)).session.title == info.title
+        request = server.provider.requests[-1]
+        assert request.system is not None and "title" in request.system and request.max_output_tokens == 32

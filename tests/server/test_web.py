@@ -192,6 +192,11 @@ def test_list_open_watch_approve_cancel_fork(browser: Browser, tmp_path: Path, s
             expect(card).to_have_count(0)
             expect(page.locator("#entries")).to_contain_text("changed the config", timeout=WAIT)
             expect(page.locator("#entries")).to_contain_text("Allowed by user (once)")
+            # in its place: with the call it decided, not as a line below it
+            expect(page.locator("#entries details.tool .approval-note.allowed")).to_contain_text(
+                "Allowed by user (once)"
+            )
+            expect(page.locator("#entries details.tool summary .tool-approval")).to_have_text("allowed")
             expect(page.locator("#status")).to_have_text("idle", timeout=WAIT)
             assert_matches_journal(page, served, older)
 
@@ -371,7 +376,10 @@ def test_a_transcript_shows_calls_diffs_thinking_markers_and_sub_agents(
             page.locator('details.tool[data-call="t1"] summary').click()
             page.get_by_role("button", name="Show the sub-agent run").click()
             expect(page.locator('details.tool[data-call="t1"] .child')).to_contain_text("Only read_number had one.")
-            # the child in the list, under its parent
+            # the child in the list, under its parent; the chip beside the title, never over it
+            title = page.locator(".session-item.has-kids > .session-row .t").bounding_box()
+            chip = page.locator(".expander").bounding_box()
+            assert title is not None and chip is not None and title["x"] + title["width"] <= chip["x"]
             page.locator(".expander").click()
             expect(page.locator("#session-list ul .session-row")).to_contain_text("Look for other unbounded peeks")
             page.locator('details.tool[data-call="t1"] summary').click()  # fold it again for the picture
@@ -706,3 +714,19 @@ def test_the_cookie_is_checked_like_the_token(tmp_path: Path) -> None:
         assert client.get("/ui/vendor/marked.LICENSE.txt").status_code == 200
         for path in ("/ui/../settings.py", "/ui/%2e%2e/guard.py", "/ui/web.py", "/ui/nothing.js"):
             assert client.get(path).status_code in (401, 404), path
+
+
+def test_an_answer_a_killed_run_was_streaming_shows_marked_interrupted(browser: Browser, tmp_path: Path) -> None:
+    """A run killed mid-answer left its saved stream (`tether.runtime.streaming`): opening the session on the
+    page journals it, and the page shows it, marked."""
+    with serve(tmp_path, agent) as served:
+        sid = create(served, "Killed mid-answer", [Message.user("explain the bug")])
+        saved = Message(role="assistant", parts=[TextPart(text="The bug is in the par")], metadata={"partial": True})
+        served.call(served.state.store.save_stream(sid, 1, saved))
+        with tab(browser) as page:
+            open_session(page, served, sid)
+            expect(page.locator("#entries")).to_contain_text("The bug is in the par", timeout=WAIT)
+            expect(page.locator("#entries .cut-note")).to_have_text(
+                "[interrupted: tether stopped while the model was answering]"
+            )
+            assert_matches_journal(page, served, sid)

@@ -230,7 +230,9 @@ async def test_a_unix_socket_outside_is_out_of_reach(ws: Path, ctx_for: object, 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        probe = f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{path}'); s.send(b'run this')\""
+        probe = (
+            f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{path}'); s.send(b'run this')\""
+        )
         result = await run(ctx_for(sandbox(mechanism)), probe)  # type: ignore[operator]
         assert result.metadata["exit_code"] != 0 and "Permission denied" in result.content
         unconfined = await run(ctx_for(Sandbox(SandboxPolicy(mode="off"))), probe)  # type: ignore[operator]
@@ -248,7 +250,7 @@ async def test_udp_and_raw_sockets_are_refused_while_the_network_is_confined(
     ws: Path, ctx_for: object, mechanism: str
 ) -> None:
     probe = (
-        "python3 -c \"import socket\nfor t in (socket.SOCK_DGRAM, socket.SOCK_RAW):\n"
+        'python3 -c "import socket\nfor t in (socket.SOCK_DGRAM, socket.SOCK_RAW):\n'
         "    try: socket.socket(socket.AF_INET, t, 17 if t == socket.SOCK_RAW else 0); print('made', t)\n"
         "    except OSError as e: print('refused', t, e.errno)\n"
         "a, b = socket.socketpair(); print('pair')\""
@@ -271,7 +273,9 @@ async def test_a_protected_name_that_is_a_link_keeps_what_it_leads_to_read_only(
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-async def test_a_command_that_makes_a_protected_name_is_recorded(tmp_path: Path, ctx_for: object, mechanism: str) -> None:
+async def test_a_command_that_makes_a_protected_name_is_recorded(
+    tmp_path: Path, ctx_for: object, mechanism: str
+) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     ctx = ctx_for(sandbox(mechanism))  # type: ignore[operator]
@@ -284,7 +288,8 @@ async def test_a_command_that_makes_a_protected_name_is_recorded(tmp_path: Path,
 
 
 def test_landlock_too_old_for_the_policy_is_no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tether.tools import landlock, sandbox as sandbox_module
+    from tether.tools import landlock
+    from tether.tools import sandbox as sandbox_module
 
     monkeypatch.setattr(landlock, "abi", lambda: 3)
     found = Support("landlock", "Landlock ABI 3")

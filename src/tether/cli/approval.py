@@ -1,11 +1,14 @@
 """How `tether run` and `tether chat` ask the person at the terminal to approve a tool call: what the call
 would do and why it asks, then one line: y (once), a (always, in this session), p (always, saved to the
-project), n (no), or any other text (no, and the text is what the model reads)."""
+project), n (no), or any other text (no, and the text is what the model reads). A `write` or `edit` shows the
+change it would make first, as a diff."""
 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -55,6 +58,59 @@ def describe(request: ApprovalRequest) -> str:
     return f"{shown(request.tool)}({shown(text if len(text) <= 300 else text[:297] + '...')})"
 
 
+DIFF_LINES = 40
+"""The most lines of a proposed change shown before the question (the rest are counted)."""
+READ_LIMIT = 1 << 20
+"""A file larger than this is not read to show what a `write` would change (the new content is shown)."""
+
+
+def proposed_diff(request: ApprovalRequest) -> list[str]:
+    """What a `write` or `edit` would change, as unified diff lines (``+``, ``-``, ``@@``): against the file as
+    it is now when it can be read (a new file is all ``+``), else the edit's old text against its new one.
+    Empty for any other call, or arguments that are not a change."""
+    args: Any = request.arguments
+    if request.tool not in ("write", "edit") or not isinstance(args, dict) or not isinstance(args.get("path"), str):
+        return []
+    path = Path(request.workspace or ".") / args["path"]
+    current: str | None = None
+    try:
+        if path.is_file() and path.stat().st_size <= READ_LIMIT:
+            current = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        current = None
+    if request.tool == "write":
+        if not isinstance(args.get("content"), str):
+            return []
+        before, after = current or "", args["content"]
+    else:
+        old, new = args.get("old_string"), args.get("new_string")
+        if not isinstance(old, str) or not isinstance(new, str):
+            return []
+        if current is not None and old and old in current:
+            before = current
+            after = current.replace(old, new) if args.get("replace_all") is True else current.replace(old, new, 1)
+        else:
+            before, after = old, new
+    name = args["path"]
+    diff = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), f"{name} (now)", f"{name} (after)", n=2, lineterm=""
+    )
+    return list(diff)[2:]  # the two file lines say nothing the question does not
+
+
+def show_diff(console: Console, lines: list[str]) -> None:
+    """The change, coloured as diffs are, every line's controls escaped; cut at `DIFF_LINES`."""
+    from rich.text import Text
+
+    for line in lines[:DIFF_LINES]:
+        style = (
+            "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line[:2] == "@@" else ""
+        )
+        console.print(Text("  " + escape_controls(line), style=style), highlight=False, soft_wrap=True)
+    if len(lines) > DIFF_LINES:
+        console.print(f"  [dim]… {len(lines) - DIFF_LINES} more lines of the change[/dim]")
+
+
 async def read_line(console: Console, prompt: str) -> str | None:
     """One line from standard input without a thread (a timed-out approval must not leave a read behind);
     None at end of input."""
@@ -90,6 +146,7 @@ def terminal_approver(console: Console, renderer: TerminalRenderer | None = None
         own = renderer is None or not renderer.session or renderer.session == request.session_id
         who = "" if own else f" [dim](sub-agent …{shown(request.session_id[-6:])})[/dim]"
         console.print(f"\n[bold yellow]?[/bold yellow] approve {describe(request)}{who}", highlight=False)
+        show_diff(console, proposed_diff(request))
         console.print(f"  [dim]{shown(request.reason)}[/dim]", highlight=False)
         choices = "[y] yes  [n] no"
         if request.suggestion:

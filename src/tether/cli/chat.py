@@ -15,12 +15,30 @@ from ..events import Done
 from ..paths import canonical_directory
 from ..runtime.launch import RunRequest
 from .approval import terminal_approver
-from .render import TerminalRenderer, terminal_ask
+from .render import TerminalRenderer, shown, terminal_ask
 from .run import checked, launched_events, permission_options, project_confirmer, terminal_confirm
+from .sanitize import escape_controls
 from .state import cli_state
 
-HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
-Ctrl-C cancels the answer in progress; Ctrl-D or /exit quits; /session shows the session id."""
+HELP = """Type a message and press Enter; for several lines, end a line with \\ or wrap
+them in \"\"\" lines. Ctrl-C cancels the answer in progress; Ctrl-D or /exit
+quits; /help lists the commands."""
+
+COMMANDS: list[tuple[str, str]] = [
+    ("/help", "this list"),
+    ("/model [PROVIDER/MODEL]", "the next messages' model (alone: which it is)"),
+    ("/compact", "compact the session now (a summary of its start)"),
+    ("/session", "the session's id"),
+    ("/new", "start a new session with the next message"),
+    ("/exit, /quit", "leave (Ctrl-D too)"),
+    ("//TEXT", "send a message that starts with /"),
+]
+"""The chat's slash commands: read here, never sent to the model."""
+
+
+def command_help() -> str:
+    width = max(len(name) for name, _ in COMMANDS)
+    return "\n".join(f"  {name:<{width}}  {what}" for name, what in COMMANDS)
 
 
 def read_message(prompt: str = "› ") -> str | None:
@@ -87,15 +105,64 @@ def chat(
     if sys.stdin.isatty():
         err.print(f"[dim]{HELP}[/dim]")
 
+    chosen: dict[str, str | None] = {"model": model_spec}
+
+    async def command(store: Any, text: str, session_id: str | None) -> tuple[bool, str | None]:
+        """A slash command, done here: (whether to leave, the session from now on)."""
+        name, _, arg = text.strip().partition(" ")
+        arg = arg.strip()
+        if name in ("/exit", "/quit"):
+            return True, session_id
+        if name == "/help":
+            err.print(command_help(), markup=False)
+        elif name == "/session":
+            err.print(session_id or "(no session yet)")
+        elif name == "/new":
+            err.print("[dim]the next message starts a new session[/dim]")
+            return False, None
+        elif name == "/model":
+            if not arg:
+                err.print(escape_controls(chosen["model"] or "the session's own model (or the default)"), markup=False)
+            else:
+                from ..errors import ConfigError
+                from ..providers.registry import resolve_provider
+                from ..runtime.configuration import load_config
+
+                try:
+                    resolved = resolve_provider(arg, config=load_config())
+                except ConfigError as exc:
+                    err.print(f"[red]error:[/red] {shown(str(exc))}", highlight=False)
+                else:
+                    chosen["model"] = resolved.id
+                    err.print(f"[dim]the next messages go to {shown(resolved.id)}[/dim]")
+        elif name == "/compact":
+            if session_id is None:
+                err.print("[dim]nothing to compact yet: no message has been sent[/dim]")
+            else:
+                from ..runtime.configuration import load_config
+                from ..runtime.operations import compact_now
+
+                result = await compact_now(store, session_id, config=load_config())
+                if result.entry is None:
+                    err.print(f"not compacted: {shown(str(result.error))}", highlight=False)
+                else:
+                    err.print(
+                        f"[dim]compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens "
+                        f"(`tether compact {session_id} --undo` takes it back)[/dim]"
+                    )
+        else:
+            err.print(f"unknown command {shown(name)}: /help lists them (//{shown(text.strip()[1:])} sends it)")
+        return False, session_id
+
     async def turn(store: Any, text: str, session_id: str | None, first: bool) -> str | None:
-        renderer = TerminalRenderer(out, err)
+        renderer = TerminalRenderer(out, err, debug=cli_state().debug)
         current = session_id
         try:
             request = RunRequest(
                 text,
                 session=current,
                 continue_last=cont and first and current is None,
-                model=model_spec,
+                model=chosen["model"],
                 max_steps=max_steps,
                 directory=directory,
                 tools=tools,
@@ -140,12 +207,19 @@ def chat(
         try:
             while True:
                 text = await asyncio.to_thread(read_message)
-                if text is None or text.strip() in ("/exit", "/quit"):
+                if text is None:
                     break
                 if not text.strip():
                     continue
-                if text.strip() == "/session":
-                    err.print(session_id or "(no session yet)")
+                if text.lstrip().startswith("//"):
+                    text = text.lstrip()[1:]  # a message that starts with a slash
+                elif text.lstrip().startswith("/"):
+                    leave, now = await command(store, text, session_id)
+                    if leave:
+                        break
+                    if (now is None and session_id is not None) or text.split()[0] == "/new":
+                        first = False  # /new: a session of its own, not the directory's last one again
+                    session_id = now
                     continue
                 running = asyncio.create_task(turn(store, text, session_id, first))
                 try:

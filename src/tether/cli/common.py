@@ -21,11 +21,13 @@ from .state import CliState, cli_state, wants_json
 __all__ = [
     "MIN_REF",
     "CliState",
+    "Column",
     "ago",
     "cli_state",
     "console",
     "echo_json",
     "find_session",
+    "fitted_table",
     "human_count",
     "wants_json",
     "with_store",
@@ -91,3 +93,95 @@ def human_count(n: int) -> str:
     if round(value, 1) >= 1000:  # 999,999 is "1M", not "1000k"
         value, unit = n / 1_000_000, "M"
     return f"{value:.1f}".removesuffix(".0") + unit
+
+
+class Column:
+    """A column of a table laid out for the terminal's width (`fitted_table`). `keep`: the higher, the later
+    it is dropped when the table does not fit (100 and more: never); `fold`: its text may wrap onto more
+    lines (a name); `ellipsis`: its text stays on one line, cut with … where it is too long (a title: a list
+    reads better a line a row); every other column is kept whole on one line (a number is never cut)."""
+
+    def __init__(
+        self,
+        header: str,
+        *,
+        justify: str = "left",
+        keep: int = 100,
+        fold: bool = False,
+        ellipsis: bool = False,
+        style: str | None = None,
+        max_width: int | None = None,
+    ) -> None:
+        self.header = header
+        self.justify = justify
+        self.keep = keep
+        self.fold = fold or ellipsis
+        self.ellipsis = ellipsis
+        self.style = style
+        self.max_width = max_width
+
+
+FOLD_MIN = 16
+"""The narrowest a folding column is made while other columns are kept."""
+
+
+def fitted_table(
+    width: int, columns: list[Column], rows: list[list[str]], styles: list[str] | None = None, **table: Any
+) -> tuple[Any, list[str]]:
+    """A rich table of `rows` that fits `width` columns: the lowest-`keep` columns are dropped until the
+    whole ones fit beside the folding ones at `FOLD_MIN`; what stays is never cut (whole columns keep their
+    widest cell, folding ones wrap). Returns the table and the headers of the dropped columns."""
+    from rich.errors import MarkupError
+    from rich.table import Table
+    from rich.text import Text
+
+    def shown(cell: str) -> int:
+        try:
+            return Text.from_markup(cell).cell_len
+        except MarkupError:
+            return len(cell)
+
+    def need(i: int) -> int:
+        cells = [shown(row[i]) for row in rows]
+        words = [len(w) for w in columns[i].header.split()]
+        return max([*cells, *words, 1]) if not columns[i].fold else FOLD_MIN
+
+    kept = list(range(len(columns)))
+    while True:
+        total = sum(need(i) for i in kept) + 3 * len(kept) + 1  # "│ " and " " around each cell, and the last "│"
+        droppable = [i for i in kept if columns[i].keep < 100]
+        if total <= width or not droppable:
+            break
+        kept.remove(min(droppable, key=lambda i: (columns[i].keep, -i)))
+    # what is left beside the whole columns goes to the folding ones, each up to its longest cell
+    folding = [i for i in kept if columns[i].fold]
+    left = width - sum(need(i) for i in kept if not columns[i].fold) - 3 * len(kept) - 1
+    share = max(FOLD_MIN, left // max(len(folding), 1))
+
+    def fold_width(i: int) -> int:
+        longest = max([shown(row[i]) for row in rows] + [len(columns[i].header), 1])
+        return min(share, longest, columns[i].max_width or longest)
+
+    out = Table(**table)
+    for i in kept:
+        column = columns[i]
+        if column.fold:
+            out.add_column(
+                column.header,
+                justify=column.justify,  # type: ignore[arg-type]
+                overflow="ellipsis" if column.ellipsis else "fold",
+                no_wrap=column.ellipsis,
+                style=column.style,
+                width=fold_width(i),
+            )
+        else:
+            out.add_column(
+                column.header,
+                justify=column.justify,  # type: ignore[arg-type]
+                no_wrap=True,
+                min_width=need(i),
+                style=column.style,
+            )
+    for n, row in enumerate(rows):
+        out.add_row(*(row[i] for i in kept), style=styles[n] if styles else None)
+    return out, [columns[i].header for i in range(len(columns)) if i not in kept]

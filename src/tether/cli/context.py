@@ -13,7 +13,7 @@ from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResult
 from ..runtime.configuration import load_config
 from ..runtime.operations import ContextView, context_view
 from ..store import Store
-from .common import console, echo_json, find_session, human_count, wants_json, with_store
+from .common import Column, console, echo_json, find_session, fitted_table, human_count, wants_json, with_store
 from .sanitize import escape_controls
 
 
@@ -64,13 +64,13 @@ def _as_json(view: ContextView) -> dict[str, Any]:
 
 
 def _print(view: ContextView, limit: int | None) -> None:
-    from rich.table import Table
-
     out = console()
     d = view.derived
     b = view.budget
     threshold = b.threshold(view.settings.compact_threshold or 0.9)
-    out.print(escape_controls(f"session {view.info.id}  model {view.model}  mode {d.mode}"))
+    state = f"compacted at entry {d.compaction_seq}" if d.compaction_seq is not None else "not compacted"
+    policy = f"  mode {d.mode}" if d.mode != "compacted" else ""  # the default policy goes without saying
+    out.print(escape_controls(f"session {view.info.id}  model {view.model}  {state}{policy}"))
     out.print(
         f"budget: {b.context_window:,} window - {b.reserved_output:,} reserved for output - "
         f"{b.safety_margin:,} margin = {b.usable:,} usable; compaction at {threshold:,} "
@@ -85,23 +85,29 @@ def _print(view: ContextView, limit: int | None) -> None:
     )
     if d.compaction_seq is not None:
         out.print(f"compaction: entry {d.compaction_seq} summarizes entries before {d.first_kept_seq}")
-    table = Table(show_edge=False, pad_edge=False)
-    for header, justify in (("#", "right"), ("entry", "right"), ("role", "left"), ("tokens", "right")):
-        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    table.add_column("content", overflow="ellipsis", no_wrap=True)
+    columns = [
+        Column("#", justify="right"),
+        Column("entry", justify="right"),
+        Column("role"),
+        Column("tokens", justify="right"),
+        Column("content", ellipsis=True),
+    ]
     rows = list(zip(d.seqs, d.messages, view.tokens, strict=True))
     shown = rows if limit is None or len(rows) <= limit else rows[-limit:]
     first = len(rows) - len(shown)
     if first:
         out.print(f"({first} earlier messages not shown; --all shows them)")
-    for i, (seq, message, n) in enumerate(shown, start=first + 1):
-        table.add_row(
+    cells = [
+        [
             str(i),
             "summary" if seq is None and i == 1 and d.compaction_seq else ("-" if seq is None else str(seq)),
             message.role,
             human_count(n),
             preview(message),
-        )
+        ]
+        for i, (seq, message, n) in enumerate(shown, start=first + 1)
+    ]
+    table, _ = fitted_table(out.width, columns, cells, show_edge=False, pad_edge=False)
     out.print(table)
     if d.omissions:
         out.print("left out or changed:")

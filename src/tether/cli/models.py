@@ -9,10 +9,9 @@ from decimal import Decimal
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..messages import encode_json
-from .common import wants_json
+from .common import Column, fitted_table, wants_json
 from .sanitize import escape_controls, escape_json_controls
 
 
@@ -59,35 +58,41 @@ def models(only: str | None, json_flag: bool) -> None:
         click.echo(escape_json_controls(encode_json(overview)).decode())
         return
     console = Console(highlight=False)
-    table = Table(title="Models", title_justify="left")
-    for header, justify in [
-        ("model", "left"),
-        ("context", "right"),
-        ("max out", "right"),
-        ("in $/M", "right"),
-        ("out $/M", "right"),
-        ("cache read", "right"),
-        ("cache write", "right"),
-        ("status", "left"),
-    ]:
-        table.add_column(header, justify=justify, no_wrap=header == "model")  # type: ignore[arg-type]
+    # At 80 columns the cache prices, then the output limit, make way: every figure shown is whole.
+    columns = [
+        Column("model", fold=True),
+        Column("context", justify="right", keep=90),
+        Column("max out", justify="right", keep=40),
+        Column("in $/M", justify="right", keep=80),
+        Column("out $/M", justify="right", keep=80),
+        Column("cache read", justify="right", keep=30),
+        Column("cache write", justify="right", keep=20),
+        Column("status", keep=85),
+    ]
+    cells: list[list[str]] = []
+    styles: list[str] = []
     for m in rows:
         name = f"{m.provider}/{m.model}"
-        style = "bold" if name == default else ("" if status.get(m.provider) else "dim")
+        styles.append("bold" if name == default else ("" if status.get(m.provider) else "dim"))
         tiered = "*" if m.long_context is not None else ""
-        lifecycle = m.status(today)
-        table.add_row(
-            _shown(name),
-            f"{m.context_window:,}",
-            f"{m.max_output_tokens:,}",
-            _price(m.input_price) + tiered,
-            _price(m.output_price) + tiered,
-            _price(m.cache_read_price),
-            _price(m.cache_write_price),
-            _status(lifecycle),
-            style=style,
+        cells.append(
+            [
+                _shown(name),
+                f"{m.context_window:,}",
+                f"{m.max_output_tokens:,}",
+                _price(m.input_price) + tiered,
+                _price(m.output_price) + tiered,
+                _price(m.cache_read_price),
+                _price(m.cache_write_price),
+                _status(m.status(today)),
+            ]
         )
+    table, dropped = fitted_table(console.width, columns, cells, styles, title="Models", title_justify="left")
     console.print(table)
+    if dropped:
+        console.print(
+            f"[dim]not shown at this width: {', '.join(dropped)} (a wider terminal or --json shows them)[/dim]"
+        )
     configured = [n for n in names if status[n]]
     missing = [f"{n} ({key_envs[n]})" for n in names if not status[n] and n in key_envs]
     if any(m.long_context is not None for m in rows):

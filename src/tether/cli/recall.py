@@ -37,13 +37,23 @@ def _timestamp(value: str | None, option: str) -> float | None:
         ) from None
 
 
+def _live(text: str) -> None:
+    """A progress line redrawn in place, on a terminal only: a pipe or a log gets no progress (and no \\r),
+    only the summary that follows."""
+    if sys.stderr.isatty():
+        click.echo(f"\r{text}   ", err=True, nl=False)
+
+
+def _end_live() -> None:
+    if sys.stderr.isatty():
+        click.echo("", err=True)
+
+
 def _progress(step: BackfillProgress, elapsed: float) -> None:
     rate = step.entries_indexed / elapsed if elapsed > 0 else 0.0
-    click.echo(
-        f"\rindexed {step.entries_indexed:,} entries, {step.sessions_done:,} sessions done, "
-        f"{step.backlog:,} entries to go ({rate:,.0f}/s)   ",
-        err=True,
-        nl=False,
+    _live(
+        f"indexed {step.entries_indexed:,} entries, {step.sessions_done:,} sessions done, "
+        f"{step.backlog:,} entries to go ({rate:,.0f}/s)"
     )
 
 
@@ -106,7 +116,7 @@ def recall_command(
         if do_backfill:
             done = await backfill(store, progress=_progress)
             if done.entries_indexed:
-                click.echo("", err=True)
+                _end_live()
             keyed = await _build_keys(store)
             if not json_flag and keyed:
                 click.echo(f"turn keys: {keyed:,} entries read", err=True)
@@ -165,11 +175,11 @@ async def _build_keys(store: Store) -> int:
     def show(done: int) -> None:
         nonlocal read
         read = done
-        click.echo(f"\rturn keys: {done:,} entries read   ", err=True, nl=False)
+        _live(f"turn keys: {done:,} entries read")
 
     await default_keys(store).sync(store, limit=1 << 62, progress=show)
     if read:
-        click.echo("", err=True)
+        _end_live()
     return read
 
 
@@ -196,9 +206,7 @@ async def _build_facts(
         return (await complete(resolved.provider, request)).message.text
 
     def show(step: FactProgress) -> None:
-        click.echo(
-            f"\rfacts: {step.turns:,} turns read, {step.lines:,} lines, {step.calls:,} calls   ", err=True, nl=False
-        )
+        _live(f"facts: {step.turns:,} turns read, {step.lines:,} lines, {step.calls:,} calls")
 
     facts = FactIndex(store)
     try:
@@ -206,7 +214,7 @@ async def _build_facts(
     finally:
         facts.close()
     if done.calls:
-        click.echo("", err=True)
+        _end_live()
     return done
 
 

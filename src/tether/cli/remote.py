@@ -29,6 +29,7 @@ from ..events import (
 )
 from .render import BUSY_EXIT, TerminalRenderer, busy_line, shown
 from .sanitize import escape_json_controls
+from .state import cli_state
 
 
 def run_remote(
@@ -50,7 +51,7 @@ def run_remote(
 
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    renderer = None if as_json else TerminalRenderer(out, err)
+    renderer = None if as_json else TerminalRenderer(out, err, debug=cli_state().debug)
     workspace = os.path.abspath(directory or os.getcwd())
     interactive = not as_json and sys.stdin.isatty()
 

@@ -24,11 +24,13 @@ from ..events import (
     Progress,
     RlmFinished,
     RlmProgress,
+    RunStarted,
     TextComplete,
     TextDelta,
     ThinkingDelta,
     ToolCallComplete,
     ToolCallStart,
+    UsageReport,
 )
 from ..messages import Usage
 from ..tools.base import AskFn
@@ -83,12 +85,24 @@ def format_cost(cost: Decimal | None) -> str:
     return f"${cost:.4f}" if cost >= Decimal("0.0001") else f"${cost:.2e}"
 
 
+class Waiting:
+    """The spinner's label while the model works: the seconds since it began, redrawn as the spinner is."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+
+    def __rich__(self) -> str:
+        return f"[dim]thinking… {time.monotonic() - self.since:.0f}s[/dim]"
+
+
 class TerminalRenderer:
     """Events for people: text as it streams, a spinner per running tool, a summary line at the end."""
 
-    def __init__(self, console: Console, status_console: Console) -> None:
+    def __init__(self, console: Console, status_console: Console, *, debug: bool = False) -> None:
         self.out = console
         self.err = status_console
+        self.debug = debug
+        """Print an error whole (``--debug``); else its first line and what to do."""
         self.status: Status | None = None
         self.running: dict[str, str] = {}
         self.at_line_start = True
@@ -98,6 +112,8 @@ class TerminalRenderer:
         self.session = ""
         """The run's own session (its first event's); events of other sessions are its sub-agents'."""
         self.child_calls: dict[tuple[str, str], str] = {}
+        self.waiting: float | None = None
+        """Since when the run waits for the model (nothing shown yet): the spinner says for how long."""
 
     def _write(self, text: str) -> None:
         self.out.file.write(text)
@@ -129,9 +145,27 @@ class TerminalRenderer:
             self.status.update(label)
 
     def _stop_spin(self) -> None:
+        self.waiting = None
         if self.status is not None and not self.running:
             self.status.stop()
             self.status = None
+
+    def _wait_for_model(self) -> None:
+        """The model is at work and nothing shows yet (a local model may take a minute before its first
+        token): a spinner with the seconds so far, on a terminal only."""
+        if not self.err.is_terminal or self.running:
+            return
+        self.waiting = time.monotonic()
+        label = Waiting(self.waiting)
+        if self.status is None:
+            self.status = self.err.status(label, spinner="dots")
+            self.status.start()
+        else:
+            self.status.update(label)
+
+    def _model_spoke(self) -> None:
+        if self.waiting is not None:
+            self._stop_spin()
 
     def interrupt(self) -> None:
         """Make way for a question to the person: the streams end their line, the spinner stops (the next
@@ -143,8 +177,12 @@ class TerminalRenderer:
 
     def handle(self, event: Event) -> None:
         self.session = self.session or event.session_id
+        if event.session_id == self.session and not isinstance(event, RunStarted | UsageReport):
+            self._model_spoke()
         if event.session_id != self.session:
             self._child(event)
+        elif isinstance(event, RunStarted):
+            self._wait_for_model()
         elif isinstance(event, Progress) and event.what == "task":
             child = shown(str(event.data.get("child_id", "")))
             self.err.print(f"[dim]↳ sub-agent {child}: {shown(event.detail)}[/dim]", highlight=False)
@@ -162,6 +200,8 @@ class TerminalRenderer:
             self._write(self.text_stream.feed(event.text))
         elif isinstance(event, TextComplete):
             self._newline()
+            if event.cut is not None:
+                self.err.print(f"[yellow]{shown(f'[{event.cut}]')}[/yellow]", highlight=False)
         elif isinstance(event, ToolCallStart):
             self._newline()
             # escaped here once: the label is shown by the spinner and the completion line, both markup
@@ -182,6 +222,8 @@ class TerminalRenderer:
             self.err.print(f"{mark} {label}{detail}", highlight=False)
             if self.running:
                 self._spin()
+            else:
+                self._wait_for_model()  # the results go back to the model: it is at work again
         elif isinstance(event, CompactionStarted):
             self.err.print(
                 f"[dim]compacting the context ({shown(event.reason)}, {event.tokens_before:,} tokens)…[/dim]"
@@ -216,7 +258,8 @@ class TerminalRenderer:
             self._newline()
             self.running.clear()
             self._stop_spin()
-            self.err.print(f"[red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
+            message = event.message if self.debug else short_error(event.code, event.message)
+            self.err.print(f"[red]error ({shown(event.code)}):[/red] {shown(message)}", highlight=False)
 
     def _child(self, event: Event) -> None:
         """A sub-agent's event: a line per finished tool call and per error, marked with the end of its
@@ -231,21 +274,69 @@ class TerminalRenderer:
             done = "[green]✓[/green]" if event.success else "[red]✗[/red]"
             self.err.print(f"{mark} {done} [dim]{label}[/dim]", highlight=False)
         elif isinstance(event, Error):
-            self.err.print(f"{mark} [red]error ({shown(event.code)}):[/red] {shown(event.message)}", highlight=False)
+            message = event.message if self.debug else short_error(event.code, event.message)
+            self.err.print(f"{mark} [red]error ({shown(event.code)}):[/red] {shown(message)}", highlight=False)
 
     def summary(self, session_id: str, steps: int, usage: Usage) -> None:
         self._newline()
         self.running.clear()
         self._stop_spin()
-        self.err.print(
-            f"[dim]── {steps} step{'s' if steps != 1 else ''} · {usage.input_tokens:,} in / "
-            f"{usage.output_tokens:,} out tokens · {format_cost(usage.cost)} · session {session_id}[/dim]",
-            highlight=False,
-        )
+        line = summary_line(session_id, steps, usage, self.err.width if self.err.is_terminal else None)
+        self.err.print(f"[dim]{line}[/dim]", highlight=False)
 
     def close(self) -> None:
         self.running.clear()
         self._stop_spin()
+
+
+def token_counts(usage: Usage) -> str:
+    """``1,234 in / 56 out tokens``; counted by tether rather than reported: ``~1,234 in / ~56 out tokens
+    (estimated)``."""
+    mark = "~" if usage.estimated else ""
+    text = f"{mark}{usage.input_tokens:,} in / {mark}{usage.output_tokens:,} out tokens"
+    return text + (" (estimated)" if usage.estimated else "")
+
+
+def summary_line(session_id: str, steps: int, usage: Usage, width: int | None = None) -> str:
+    """The run's last line: steps, tokens, cost, and its session. Wider than `width`, the session goes on a
+    line of its own, whole (a terminal that folds a line would split the id, the one thing to copy)."""
+    cost = format_cost(usage.cost)
+    if usage.estimated and usage.cost is not None:
+        cost = f"~{cost} (estimated)"
+    pieces = [f"── {steps} step{'s' if steps != 1 else ''}", token_counts(usage), cost, f"session {session_id}"]
+    if width is None:
+        return " · ".join(pieces)
+    lines = [pieces[0]]
+    for piece in pieces[1:]:  # whole pieces, as many a line as fit; the next line starts indented
+        if len(lines[-1]) + 3 + len(piece) <= width:
+            lines[-1] += " · " + piece
+        else:
+            lines.append("   " + piece)
+    return "\n".join(lines)
+
+
+ERROR_LINE = 200
+"""The most characters of an error's first line printed without ``--debug``."""
+
+_NEXT_STEP = {
+    "provider_auth": "check the provider's key (`tether doctor` says which is missing)",
+    "rate_limited": "wait a little, then `tether run --continue`",
+    "provider_error": "`tether run --continue` tries the step again; `tether doctor` checks the provider",
+    "context_overflow": "`tether compact` shrinks the session's context; then `tether run --continue`",
+}
+
+
+def short_error(code: str, message: str) -> str:
+    """An error for a person, once: its first line (a server's validation dump can run to pages), and what
+    to do next; the whole of it with ``--debug``."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else message.strip()
+    more = len(lines) > 1 or len(first) > ERROR_LINE
+    if len(first) > ERROR_LINE:
+        first = first[: ERROR_LINE - 1].rstrip() + "…"
+    hint = _NEXT_STEP.get(code)
+    text = first + (f". Next: {hint}" if hint else "")
+    return text + (" (--debug prints the whole error)" if more else "")
 
 
 def rlm_progress_line(event: RlmProgress) -> str | None:

@@ -228,7 +228,7 @@ def run(
         sys.exit(code)
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    renderer = None if as_json else TerminalRenderer(out, err)
+    renderer = None if as_json else TerminalRenderer(out, err, debug=cli_state().debug)
 
     def notice(text: str) -> None:
         if not as_json:

@@ -25,6 +25,7 @@ from ..messages import (
     APPROVAL_REQUEST_MARKER,
     ERROR_MARKER,
     INTERRUPTED_MARKER,
+    USAGE_ESTIMATED,
     Checkpoint,
     Compaction,
     Entry,
@@ -38,6 +39,7 @@ from ..messages import (
     TitleChange,
     ToolCallPart,
     ToolResultPart,
+    cut_reason,
 )
 from ..paths import canonical_directory
 from ..store import UNSET, Store
@@ -46,13 +48,25 @@ from ..store.reverts import effective_reverts, hidden_spans
 from ..transcript import (
     attachment_label,
     call_signature,
+    cut_calls,
     error_text,
     export_markdown,
     result_outcome,
     revert_note,
     shown_as_hidden,
 )
-from .common import MIN_REF, ago, console, echo_json, find_session, human_count, wants_json, with_store
+from .common import (
+    MIN_REF,
+    Column,
+    ago,
+    console,
+    echo_json,
+    find_session,
+    fitted_table,
+    human_count,
+    wants_json,
+    with_store,
+)
 from .sanitize import escape_controls, escape_json_controls
 from .state import OptionError
 
@@ -123,27 +137,30 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         out.print(f"No sessions {scope}{hint}.")
         return
     from rich import box
-    from rich.table import Table
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table.add_column("id", no_wrap=True, style="cyan")
-    table.add_column("title", overflow="ellipsis", max_width=60)
-    table.add_column("updated", no_wrap=True)
-    table.add_column("messages", justify="right")
-    table.add_column("tokens", justify="right")
+    columns = [
+        Column("id", style="cyan"),
+        Column("title", ellipsis=True, max_width=60),
+        Column("updated", keep=60),
+        Column("messages", justify="right", keep=40),
+        Column("tokens", justify="right", keep=70),
+    ]
     if where is None:
-        table.add_column("directory", overflow="fold")
+        columns.append(Column("directory", fold=True, keep=50))
+    rows = []
     for s in items:
+        estimated = "~" if s.metadata.get(USAGE_ESTIMATED) is True else ""
         row = [
             s.id,
             ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),  # a sub-agent's (--children)
             ago(s.updated_at),
             str(s.message_count),
-            human_count(s.input_tokens + s.output_tokens),
+            estimated + human_count(s.input_tokens + s.output_tokens),
         ]
         if where is None:
             row.append(_home(s.directory))
-        table.add_row(*row)
+        rows.append(row)
+    table, _ = fitted_table(out.width, columns, rows, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     out.print(table)
     if more:
         out.print(f"Showing the {len(items)} most recent; --limit N shows more.", style="dim")
@@ -242,7 +259,9 @@ def _print_transcript(view: _View, indent: str = "") -> None:
     facts = [
         _home(info.directory) or "no directory",
         f"{info.message_count} messages",
-        f"{human_count(info.input_tokens + info.output_tokens)} tokens",
+        f"{'~' if info.metadata.get(USAGE_ESTIMATED) is True else ''}"
+        f"{human_count(info.input_tokens + info.output_tokens)} tokens"
+        f"{' (estimated)' if info.metadata.get(USAGE_ESTIMATED) is True else ''}",
     ]
     if info.agent:
         facts.insert(0, f"agent {info.agent}")
@@ -351,6 +370,10 @@ def _entry_lines(
                     lines.append(Text(line, style="dim"))
             elif isinstance(part, ImagePart | FilePart):
                 lines.append(Text("  " + escape_controls(attachment_label(part)), style="dim"))
+        cut = cut_reason(body)
+        if cut is not None:
+            cut += "".join(f"; a call to {name} was cut mid-arguments" for name in cut_calls(body))
+            lines.append(Text("  " + escape_controls(f"[{cut}]"), style="yellow"))
         return lines
     head = Text(f"#{entry.seq} ", style="dim")
     if isinstance(body, Revert):
@@ -478,6 +501,33 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
         echo_json(session_record(new))
         return
     click.echo(f"Forked {new.forked_from} at entry {new.forked_at}: {new.id}")
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    metavar="PROVIDER/MODEL",
+    help="Who writes it (default: title_model, else the session's).",
+)
+@click.option("--json", "json_flag", is_flag=True, help="Print the new title as a JSON object.")
+def retitle(session_ref: str, model_spec: str | None, json_flag: bool) -> None:
+    """Have a model title a session again, from its first prompt and answer (a new session gets its title
+    this way after its first exchange; see [runtime] title_model)."""
+    from ..runtime.configuration import load_config
+    from ..runtime.titles import retitle as write
+
+    async def run(store: Store) -> tuple[str, str]:
+        info = await find_session(store, session_ref)
+        return info.id, await write(store, info.id, config=load_config(), model=model_spec)
+
+    sid, title = with_store(run)
+    if wants_json(json_flag):
+        echo_json({"session_id": sid, "title": title})
+        return
+    click.echo(f"{sid}: {escape_controls(title)}")
 
 
 @sessions.command()

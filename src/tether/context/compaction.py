@@ -50,6 +50,18 @@ CompactionReason = Literal["auto", "overflow", "manual"]
 Strategy = Literal["model", "deterministic"]
 
 MIN_REDUCTION = 0.05
+
+
+def refusal(before: int, after: int) -> str:
+    """Why nothing was compacted, in one plain sentence: a summary would not have made the context smaller
+    by enough to be worth it (or would have made it bigger, as in a short session)."""
+    if after >= before:
+        how = f"{before:,} tokens now, {after:,} with one"
+    else:
+        how = f"it would save only {before - after:,} of its {before:,} tokens"
+    return f"the context is too short to gain from a summary ({how}), so nothing was appended"
+
+
 """A compaction that takes less than this share off the context is not worth an entry."""
 SUMMARY_MAX_TOKENS = 4_096
 DEFAULT_KEEP_RECENT = 20_000
@@ -594,10 +606,8 @@ async def compact_session(
         mechanical = msgspec.structs.replace(base, notes=_mechanical_notes(plan) or base.notes)
         candidate, after = build("deterministic", mechanical, result.usage)
         if reduction(after) < MIN_REDUCTION:
-            return await fail(
-                f"compaction would take only {reduction(after):.1%} off the context "
-                f"({result.tokens_before} -> {after} tokens); nothing appended" + (f" ({fallback})" if fallback else "")
-            )
+            failed = f"; {fallback}" if fallback and fallback.startswith("the summarizer failed") else ""
+            return await fail(refusal(result.tokens_before, after) + failed)
         body, result.tokens_after, result.strategy = candidate, after, "deterministic"
         result.fallback = fallback
         if fallback:

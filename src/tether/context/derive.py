@@ -16,6 +16,7 @@ import msgspec
 
 from ..errors import InvalidInput
 from ..messages import (
+    INTERRUPTED_ANSWER,
     INTERRUPTED_MARKER,
     Compaction,
     Entry,
@@ -61,6 +62,10 @@ CONDENSED_MARKER = "condensed"
 """``Marker(name="condensed", data={"seq": N, "text": ..., "call_id": ...})``: message N (a user message too
 large for the window, or with `call_id` one result of a bulk tool) is shown to the model as `text`, the RLM
 result with the original's head. The history keeps the original; this only changes what is derived."""
+CUT_NOTE = "[This answer was cut off here: tether stopped (a crash or kill) while it was being written.]"
+"""What the model reads at the end of its own answer that a kill cut (`messages.INTERRUPTED_ANSWER`), after its
+text and before any complete tool call (whose result says it never ran)."""
+
 INTERRUPTED_NOTE = "[No answer was given to the message above: the run stopped before the model replied.]"
 """What the model sees for an unanswered user message: the note keeps the turns alternating, which some
 providers require, and tells the model that the earlier request is still open."""
@@ -303,6 +308,10 @@ def derive_context(
                 body = _condense(body, stand_in)
                 items.append(_Item(entry.seq, body, part_counts(body, counter)))
                 continue
+            if body.role == "assistant" and body.metadata.get(INTERRUPTED_ANSWER) is True:
+                body = _marked_cut(body)
+                items.append(_Item(entry.seq, body, part_counts(body, counter)))
+                continue
             counts = table.counts(entry, body, counter) if table is not None else part_counts(body, counter)
             items.append(_Item(entry.seq, body, counts))
             if body.metadata.get("pinned") is True:
@@ -414,6 +423,13 @@ def derive_context(
         calibration=fit_ratio,
         needed_tokens=needed,
     )
+
+
+def _marked_cut(message: Message) -> Message:
+    """An interrupted answer as the model reads it: its text as it was saved, then `CUT_NOTE`."""
+    at = next((i for i, p in enumerate(message.parts) if isinstance(p, ToolCallPart)), len(message.parts))
+    parts = [*message.parts[:at], TextPart(text=CUT_NOTE), *message.parts[at:]]
+    return msgspec.structs.replace(message, parts=parts)
 
 
 def unit_starts(messages: Sequence[Entry]) -> list[int]:

@@ -84,6 +84,10 @@ class ContextEngine:
     def _counter(self, model: str | None) -> TokenCounter:
         return self.counter or get_counter(model=model)
 
+    def counter_for(self, model: str | None) -> TokenCounter:
+        """The counter this engine counts `model`'s tokens with (its own, else the model's estimate)."""
+        return self._counter(model)
+
     # --- history and derivation ------------------------------------------------------------------
 
     async def history(self, session_id: str, *, last_seq: int | None = None) -> list[Entry]:

@@ -364,7 +364,8 @@ def to_openai_messages(messages: list[Message], *, system: str | None = None) ->
         if message.role == "assistant":
             calls = [p for p in others if isinstance(p, ToolCallPart)]
             text = "".join(p.text for p in others if isinstance(p, TextPart))
-            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            # "" beside tool calls, never null: llama.cpp's server (and others) refuse a null content with 500
+            entry: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 entry["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}

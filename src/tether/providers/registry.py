@@ -8,13 +8,15 @@ configuration is passed in (the runtime reads it); None stands for an empty one.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config, ProviderConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingExtra
 from .base import Provider
 from .catalog import Catalog, ModelInfo, parse_model
 from .local import MODEL_ENV as LOCAL_MODEL_ENV
@@ -78,6 +80,32 @@ def has_key(name: str, config: Config, env: Mapping[str, str] | None = None) -> 
     return bool(variable and env.get(variable))
 
 
+def key_required(name: str, config: Config) -> bool:
+    """Whether provider `name` cannot run without a key: the hosted services. The embedded model, the local
+    servers (``ollama``, ``vllm``, ``llamacpp``) and a ``[providers.NAME]`` of kind ``openai`` of one's own (a
+    llama.cpp or vLLM server at its ``base_url``) need none."""
+    settings = config.providers.get(name, ProviderConfig())
+    kind = settings.kind or BUILTIN_KINDS.get(name)
+    if kind == "anthropic":
+        return True
+    if kind == "openai":
+        profile = PROFILES.get(name)
+        return profile.key_required if profile is not None else False
+    return False
+
+
+def usable(name: str, config: Config, env: Mapping[str, str] | None = None) -> bool:
+    """Whether provider `name` can run now: it has its key, or it needs none (`key_required`)."""
+    return not key_required(name, config) or has_key(name, config, env)
+
+
+def require_sdk(module: str) -> None:
+    """`MissingExtra` (one line: the pip command) when the SDK a provider speaks through is not installed:
+    said when the provider is made, before a run creates anything, never at its first model call."""
+    if sys.modules.get(module, module) is None or importlib.util.find_spec(module) is None:
+        raise MissingExtra(module, module)
+
+
 def make_provider(name: str, config: Config | None = None, catalog: Catalog | None = None) -> Provider:
     """Build provider `name` (a built-in or one declared in config) with its config applied."""
     config = config if config is not None else Config()
@@ -100,10 +128,12 @@ def make_provider(name: str, config: Config | None = None, catalog: Catalog | No
     if kind == "openai":
         from .openai import OpenAIProvider
 
+        require_sdk("openai")
         return OpenAIProvider(name, **http)
     if kind == "anthropic":
         from .anthropic import AnthropicProvider
 
+        require_sdk("anthropic")
         return AnthropicProvider(name, **http)
     if kind == "local":
         from .local import LocalProvider

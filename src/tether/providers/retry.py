@@ -58,7 +58,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, error: ProviderError) -> float:
         """Seconds to wait before retry number `retry` (1 for the first retry) after `error`."""
-        retry_after = error.retry_after if isinstance(error, RateLimited) else None
+        retry_after = error.retry_after if isinstance(error, RateLimited | TransientError) else None
         if retry_after is not None:
             return min(max(0.0, float(retry_after)), self.max_retry_after)
         ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
@@ -130,7 +130,9 @@ def classify_http_error(
             error.retryable = False
         return error
     if (status is not None and (status in (408, 409) or status >= 500)) or type in ("overloaded_error", "api_error"):
-        return TransientError(text, status=status, provider=provider)
+        transient = TransientError(text, status=status, provider=provider)
+        transient.retry_after = retry_after_from_headers(headers)  # an overloaded server may say when
+        return transient
     if status is not None and 400 <= status < 500:
         return BadRequest(text, status=status, provider=provider)
     return ProviderError(text, status=status, provider=provider)
@@ -162,7 +164,10 @@ async def retrying(
             if forwarded or not exc.retryable or attempt >= policy.max_attempts:
                 raise
             wait = policy.delay(attempt, exc)
-            log.warning("%s (attempt %d of %d); retrying in %.1fs", exc, attempt, policy.max_attempts, wait)
+            # one short line a retry (a server's error can be a page long); the whole of it at debug level
+            first = next((line for line in str(exc).splitlines() if line.strip()), "").strip()[:160]
+            log.warning("%s (attempt %d of %d); retrying in %.1fs", first, attempt, policy.max_attempts, wait)
+            log.debug("the whole error: %s", exc)
         finally:
             await aclose_quietly(stream)
         await sleep(wait)

@@ -15,7 +15,7 @@ from ..config import Config
 from ..errors import ConfigError, InvalidInput, MissingExtra, TetherError
 from ..paths import config_path, default_store_url, tether_home
 from ..providers.catalog import Catalog
-from ..providers.registry import BUILTIN_KINDS, choose_model, has_key, make_provider, provider_names
+from ..providers.registry import BUILTIN_KINDS, choose_model, make_provider, provider_names, usable
 from ..store import store_path
 from ..store.faults import ELSEWHERE, existing_ancestor, free_bytes, human_bytes, unwritable
 from ..store.health import Finding, failed
@@ -178,13 +178,13 @@ def _kind(name: str, config: Config) -> str | None:
 def provider_findings(config: Config, env: Mapping[str, str]) -> list[Finding]:
     """Which providers have a key (the key itself is never shown), and a key whose SDK is not installed."""
     names = provider_names(config)
-    usable = [n for n in names if _kind(n, config) == "local" or has_key(n, config, env)]
-    keyless = [n for n in names if n not in usable]
-    detail = f"usable: {', '.join(usable) or 'none'}"
+    ready = [n for n in names if usable(n, config, env)]
+    keyless = [n for n in names if n not in ready]
+    detail = f"usable: {', '.join(ready) or 'none'}"
     if keyless:
         detail += f"; no key: {', '.join(keyless)} (`tether models` names their variables)"
     findings = [Finding("providers", "ok", detail)]
-    for name in usable:
+    for name in ready:
         extra = SDK_EXTRAS.get(_kind(name, config) or "")
         if extra is None or extra == "local":
             continue

@@ -110,6 +110,8 @@ class LaunchPlan:
     workspace: str
     resolved: ResolvedModel
     options: RunOptions
+    resolve: Callable[..., ResolvedModel] = resolve_provider
+    """How the plan resolved its model: `open_run` resolves an existing session's own model with it."""
 
 
 def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOptions:
@@ -188,14 +190,33 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)
-    return LaunchPlan(request, config, workspace, resolved, options)
+    return LaunchPlan(request, config, workspace, resolved, options, resolve)
 
 
 async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
     """Open or create the session of a checked request (`SessionNotFound` when the one it names, or the
     last of its workspace, is not there)."""
     session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved)
-    options = plan.options
+    resolved, options = plan.resolved, plan.options
+    own = session.info.model
+    profile_model = options.agent.model if options.agent is not None else None
+    if not created and plan.request.model is None and profile_model is None and own and own != resolved.id:
+        # An existing session keeps its own model unless the request names one (`--model`). An imported one
+        # names its source tool's model ("claude-sonnet-4-20250514"), which may mean nothing here: it runs on
+        # the default then, as it always has.
+        try:
+            own_model: ResolvedModel | None = plan.resolve(own, config=plan.config)
+        except ConfigError as exc:
+            if IMPORTED not in session.info.metadata:
+                raise ConfigError(
+                    f"session {session.id} runs on {own}, which cannot be used now ({exc}); "
+                    "name another with --model to run it there"
+                ) from exc
+            own_model = None
+        if own_model is not None:
+            resolved = own_model
+            temperature = resolved.info.temperature if resolved.info.supports_temperature else None
+            options = replace(options, model=resolved.model, model_info=resolved.info, temperature=temperature)
     directory = session.info.directory
     if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs
         request = plan.request
@@ -210,7 +231,7 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
             confirm=request.confirm_project,
         )
         options = replace(options, rules=replace(rules, unconfined=options.rules.unconfined if options.rules else None))
-    return LaunchedRun(plan.request, session, created, plan.resolved, options)
+    return LaunchedRun(plan.request, session, created, resolved, options)
 
 
 async def launch(store: Store, request: RunRequest, *, config: Config | None = None) -> LaunchedRun:

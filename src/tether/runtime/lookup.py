@@ -1,5 +1,7 @@
 """Finding a session from what a person types: a full id, or a unique prefix or suffix of one (such as the
-last six characters that `tether sessions` shows). The CLI and the server name sessions the same way."""
+last six characters that `tether sessions` shows). The CLI and the server name sessions the same way, and
+every face reads a session it found here with the answer a killed run was streaming already journaled
+(`streaming.settle_stream`)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ import re
 
 from ..errors import InvalidId, InvalidInput, SessionNotFound
 from ..ids import is_valid_id
-from ..store.protocols import Journal
+from ..store.protocols import Store
 from ..store.records import SessionInfo
+from .streaming import settle_stream
 
 MIN_REF = 6
 """The fewest characters of an id that `find_session` accepts as a prefix or suffix."""
@@ -19,10 +22,14 @@ MAX_REF = 35
 _REF_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
 
 
-async def find_session(store: Journal, ref: str) -> SessionInfo:
+async def find_session(store: Store, ref: str) -> SessionInfo:
     """The session that `ref` names: a full id, or a unique prefix or suffix of one (at least `MIN_REF`
     characters, any case). A full id is one lookup; a piece of one scans the session rows (not their
-    entries) once."""
+    entries) once. A streamed answer that a killed run left is journaled first (`settle_stream`)."""
+    return await settle_stream(store, await _find(store, ref))
+
+
+async def _find(store: Store, ref: str) -> SessionInfo:
     ref = ref.strip()
     if is_valid_id(ref):
         return await store.get_session(ref)

@@ -8,6 +8,8 @@ run streams numbered events (`tether.events`). Cancellation and crashes leave a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 
 from ..config import Config
@@ -21,10 +23,20 @@ from ..errors import (
     ProviderError,
     RateLimited,
     SeqConflict,
+    TetherError,
 )
 from ..events import Done, Error, Event, Progress, RunStarted
 from ..ids import new_id
-from ..messages import INTERRUPTED_MARKER, Checkpoint, EntryBody, Marker, Message, ToolCallPart, ToolResultPart
+from ..messages import (
+    INTERRUPTED_MARKER,
+    Checkpoint,
+    EntryBody,
+    Marker,
+    Message,
+    TitleChange,
+    ToolCallPart,
+    ToolResultPart,
+)
 from ..providers.base import Provider
 from ..providers.catalog import unknown_model
 from ..providers.registry import ResolvedModel, resolve_provider
@@ -39,8 +51,13 @@ from .journal import RunJournal
 from .lease import RunLease
 from .model_call import ModelCall, PartialAnswer
 from .state import RunOptions, RunState, Summarizer
+from .streaming import recover_stream
+from .titles import TITLE_WAIT, first_exchange, title_model, titled_by_a_person, write_title
 from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
 from .toolset import with_recall_answers
+from .usage import USAGE_ESTIMATED, counted_usage, needs_count
+
+log = logging.getLogger("tether.runtime")
 
 INTERRUPTED = (
     "interrupted: this tool call was started, but tether stopped (crash or kill) before its result was "
@@ -64,6 +81,7 @@ class AgentRun:
         self._stopped: str | None = None  # why another process stopped the run (its lease says)
         self._pause_requested = False
         self._inbox: list[Message] = []  # prompts steered into the run, for its next step
+        self._titling: asyncio.Future[str | None] | None = None  # the title of the first exchange, coming
 
     def pause(self) -> None:
         """Stop at the next step boundary (a checkpoint, the session marked paused)."""
@@ -138,6 +156,8 @@ class AgentRun:
         try:
             async for event in self._run(prompt):
                 yield event
+            async for event in self._journal_title(TITLE_WAIT):  # after the run said it is done
+                yield event
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self._stopped is None or task is None:
@@ -151,8 +171,40 @@ class AgentRun:
                 message=self._stopped,
             )
         finally:
+            if self._titling is not None and not self._titling.done():
+                self._titling.cancel()
             if lease is not None:
                 await lease.release()
+
+    def _start_title(self, answer: Message) -> None:
+        """After the session's first exchange: its title model writes a title, while the run goes on."""
+        state = self.state
+        if self._titling is not None or state is None or not answer.text or state.session.info.parent_id:
+            return
+        if state.session.info.entry_count > len(state.entries) or titled_by_a_person(state.entries):
+            return  # not the session's whole history in hand (so not its first exchange), or titled by a person
+        exchange = first_exchange(state.entries)
+        if exchange is None or exchange[1] != answer.text:
+            return
+        who = title_model(self.options.config or Config(), self.provider, self.options.model)
+        if who is not None:
+            self._titling = asyncio.ensure_future(write_title(*who, *exchange))
+
+    async def _journal_title(self, wait: float = 0.0) -> AsyncIterator[Event]:
+        """The title, journaled once it is written (waiting up to `wait` seconds); a failed one is logged."""
+        titling, state = self._titling, self.state
+        if titling is None or state is None or (not titling.done() and wait <= 0):
+            return
+        self._titling = None
+        try:
+            title = await asyncio.wait_for(titling, wait) if not titling.done() else titling.result()
+        except (TetherError, TimeoutError, OSError) as exc:
+            log.warning("no title for session %s: %s", state.session_id, exc)
+            return
+        if title:
+            await state.append(TitleChange(title=title))
+            for event in state.journal.drain():
+                yield event
 
     async def _pace(self) -> None:
         """A stretch of work begins: with many runs on this loop, wait for a turn (see `pacing`)."""
@@ -205,6 +257,8 @@ class AgentRun:
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:
+            # A run killed while the model streamed left what it had saved of the answer: journal it first.
+            await recover_stream(state)
             # A run killed between a tool call and its result left calls without results: say so, never re-run;
             # those that waited for an approval never started: they are decided on (asked about) again.
             unanswered_calls = state.unanswered_calls()
@@ -242,6 +296,8 @@ class AgentRun:
 
             last_text = ""
             while True:
+                async for event in self._journal_title():  # a title written since the last step
+                    yield event
                 if self._inbox:  # prompts steered in since the last step: the model reads them now
                     steered, self._inbox = self._inbox, []
                     await state.append(*steered)
@@ -266,12 +322,21 @@ class AgentRun:
                 # what the journal and its events say about the answer: the model that gave it, what it cost
                 message.model = message.model or opts.model
                 message.usage = message.usage or call.done.usage
+                if needs_count(message.usage):  # the provider reported none: tether's own count, marked so
+                    message.usage = counted_usage(state, call.prepared, message)
+                    await self._mark_estimated()
                 if call.prepared.derived is not None:
                     # our count of what was sent, next to the provider's: the calibration of the next estimate
                     message.metadata["context_tokens"] = call.prepared.derived.estimate.counted
                 await state.append(message)
+                # From here the answer's calls are journaled without results: a cancel at any await below
+                # (a pacer's turn, the yields, dropping the stream record) must answer them "aborted".
                 call.partial = None
-                state.usage = state.usage + call.done.usage
+                pending = list(message.tool_calls)
+                self._start_title(message)
+                if call.saver is not None:
+                    await call.saver.forget()
+                state.usage = state.usage + (message.usage or call.done.usage)
                 for event in journal.drain():
                     yield event
                 # after the answer is in the journal: a cancel while waiting must not make it a partial one
@@ -303,6 +368,9 @@ class AgentRun:
                 pending = []
         except (asyncio.CancelledError, GeneratorExit):
             await self._record_interruption(call.partial if call is not None else None, pending)
+            if call is not None and call.saver is not None:
+                with contextlib.suppress(Exception):
+                    await call.saver.forget()
             raise
         except SeqConflict as exc:
             yield Error(
@@ -319,6 +387,12 @@ class AgentRun:
                 message=str(exc),
                 retryable=exc.retryable,
             )
+
+    async def _mark_estimated(self) -> None:
+        """Say once in the session's metadata that some of its counts are tether's own."""
+        session = self.session
+        if session.info.metadata.get(USAGE_ESTIMATED) is not True:
+            await session.update(metadata={**session.info.metadata, USAGE_ESTIMATED: True})
 
     def _done(self, text: str, reason: str) -> Done:
         state = self.state
@@ -367,10 +441,13 @@ class AgentRun:
         await state.append(body)
 
     async def _record_interruption(self, partial: PartialAnswer | None, pending: list[ToolCallPart]) -> None:
-        """On cancel: keep the partial answer, and mark the calls that never finished as aborted."""
+        """On cancel: keep the partial answer, and mark the calls that never finished as aborted, but those
+        that wait for a person's decision (and the calls decided with them): the next run asks again."""
         state = self.state
         if state is None:
             return
+        waiting = awaiting(state, pending)
+        pending = [call for call in pending if call not in waiting]
         try:
             if partial is not None:
                 message = partial.message(self.options.model, self.provider.name)

@@ -20,7 +20,7 @@ from ..context.tokens import count_message, get_counter
 from ..errors import ConfigError
 from ..messages import Entry, EntryBody
 from ..providers.catalog import Catalog, ModelInfo
-from ..providers.registry import KEY_ENVS, choose_model, has_key, provider_names, resolve_provider
+from ..providers.registry import KEY_ENVS, choose_model, provider_names, resolve_provider, usable
 from ..store.protocols import Store
 from ..store.records import Lease, LeaseRequest, SessionInfo
 from .configuration import context_settings
@@ -137,7 +137,7 @@ async def search_sessions(
 class ProviderStatus(msgspec.Struct, kw_only=True):
     name: str
     configured: bool
-    """A key is set (or the provider needs none: the local model)."""
+    """It can run: a key is set, or it needs none (the embedded model, a local server: `key_required`)."""
     key_env: str | None = None
 
 
@@ -160,9 +160,6 @@ def models_overview(config: Config, *, provider: str | None = None, today: date 
     return ModelsOverview(
         default=f"{default_provider}/{default_model}",
         default_status=status,
-        providers=[
-            ProviderStatus(name=n, configured=n == "local" or has_key(n, config), key_env=KEY_ENVS.get(n))
-            for n in names
-        ],
+        providers=[ProviderStatus(name=n, configured=usable(n, config), key_env=KEY_ENVS.get(n)) for n in names],
         models=[m for m in catalog if provider is None or m.provider == provider],
     )

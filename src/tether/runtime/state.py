@@ -90,6 +90,9 @@ class RunOptions:
     """How the run holds its session against other runs (see `lease`); None: it takes no lease."""
     on_lease_wait: Callable[[SessionBusy], None] | None = None
     """Told who holds the session when the run waits for it (`LeaseTerms.wait`)."""
+    durable_stream: bool = True
+    """Save the answer as it streams (`streaming`), so that a kill loses at most its last half second;
+    False: only the whole answer is journaled (what a kill loses is the step's streamed part)."""
     secrets: SecretPolicy | None = None
     """Which environment variables are kept from commands and whose values are kept out of the journal;
     None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""

@@ -101,9 +101,9 @@ async def run_tool_calls(
     for batch in _batches(state, calls):
         contexts = {call.id: replace(ctx, call_id=call.id) for call in batch}
         decisions: dict[str, Decision] = {}
-        # Nothing of this batch or after it has started while it is decided on: a cancel (a person away
-        # from a pending approval) leaves these calls without results, for the next run to decide again.
-        held, pending[:] = list(pending), []
+        # Nothing of this batch or after it has started while it is decided on. A cancel here answers them
+        # "aborted", except from a call that waits for a person on (`approvals.awaiting`): those are left
+        # without results, for the next run to decide again (the loop's cancel path sorts them).
         for call in batch:
             deciding = asyncio.ensure_future(decide(state, call, contexts[call.id]))
             try:
@@ -114,7 +114,6 @@ async def run_tool_calls(
                     deciding.cancel()
                     await asyncio.gather(deciding, return_exceptions=True)
             decisions[call.id] = deciding.result()
-        pending[:] = held
         tasks = [
             asyncio.ensure_future(_run_decided(state, call, contexts[call.id], decisions[call.id])) for call in batch
         ]

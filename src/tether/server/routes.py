@@ -22,6 +22,7 @@ from ..importers.codex_export import export_codex
 from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
+from ..providers.registry import resolve_provider
 from ..recall import RecallResult, recall
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
@@ -30,6 +31,7 @@ from ..runtime.operations import ModelsOverview, compact_now, context_view, mode
 from ..runtime.permission import Answer as PersonAnswer
 from ..runtime.permission import ApprovalRequest
 from ..runtime.rules import with_session_rules
+from ..runtime.titles import retitle
 from ..store import UNSET
 from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
@@ -53,6 +55,7 @@ from .schemas import (
     Outcome,
     PromptRequest,
     ResumeRequest,
+    RetitleRequest,
     RevertRequest,
     RunAccepted,
     RunSettings,
@@ -307,6 +310,25 @@ async def compact(state: State, session_id: Ref, body: Annotated[CompactRequest 
     return answer(result)
 
 
+async def retitle_session(
+    state: State, session_id: Ref, body: Annotated[RetitleRequest | None, Body()] = None
+) -> Response:
+    info = await find_session(state.store, session_id)
+    body = body or RetitleRequest()
+    async with state.manager.exclusive(info.id):
+        await retitle(
+            state.store,
+            info.id,
+            config=state.config,
+            model=body.model,
+            resolve=state.manager.resolve or resolve_provider,
+            lease=False,
+        )
+    info = await state.store.get_session(info.id)
+    state.manager.activity.publish(SessionUpdated(session=info))
+    return answer(info)
+
+
 async def undo_compact(state: State, session_id: Ref) -> Response:
     info = await find_session(state.store, session_id)
     async with state.manager.exclusive(info.id):
@@ -532,6 +554,8 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
         errors=(400, 404, 409), summary="Revert: hide the entries after one from the active history", tag=s)  # fmt: skip
     add(app, "POST", "/sessions/{session_id}/compact", compact, answers=ok(CompactionResult, "What was done"),
         errors=(400, 404, 409, 422, 502), summary="Compact a session now", tag=s)  # fmt: skip
+    add(app, "POST", "/sessions/{session_id}/retitle", retitle_session, answers=ok(SessionInfo, "The session, titled"),
+        errors=(400, 404, 409, 502), summary="Have a model title a session again (from its first exchange)", tag=s)  # fmt: skip
     add(app, "POST", "/sessions/{session_id}/compact/undo", undo_compact, answers=ok(Entry, "The revert entry", 201),
         errors=(400, 404, 409), summary="Undo the latest compaction", tag=s)  # fmt: skip
     add(app, "GET", "/sessions/{session_id}/context", context, answers=ok(ContextReport, "What the model would see"),

@@ -105,6 +105,10 @@ class CompactRequest(_Body):
     keep_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="newest tokens kept verbatim")
 
 
+class RetitleRequest(_Body):
+    model: str | None = Field(default=None, min_length=1, max_length=200, description="who writes the title")
+
+
 class AnswerApproval(_Body):
     """A person's answer to an approval request: yes (how far it reaches) or no, with a message for the model."""
 

@@ -10,8 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, MissingExtra
 from ..paths import default_store_url
-from .protocols import Artifacts, Journal, Leases, SearchIndex, Shares, Store
-from .records import UNSET, Durability, Lease, Page, RevertSpan, SearchHit, SessionInfo, SessionState, Share
+from .protocols import Artifacts, Journal, Leases, SearchIndex, Shares, Store, Streams
+from .records import (
+    UNSET,
+    Durability,
+    Lease,
+    Page,
+    RevertSpan,
+    SearchHit,
+    SessionInfo,
+    SessionState,
+    Share,
+    StreamRecord,
+)
 from .reverts import active_entries, active_tail, hidden_spans, is_hidden
 
 if TYPE_CHECKING:
@@ -36,6 +47,8 @@ __all__ = [
     "Shares",
     "SqliteStore",
     "Store",
+    "StreamRecord",
+    "Streams",
     "active_entries",
     "active_tail",
     "hidden_spans",

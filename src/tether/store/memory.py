@@ -13,7 +13,7 @@ import msgspec
 
 from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
 from ..ids import check_id, new_id, new_session_id
-from ..messages import Entry, EntryBody, Revert, TitleChange, decode_body, encode_body
+from ..messages import Entry, EntryBody, Message, Revert, TitleChange, decode_body, encode_body
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .records import (
     UNSET,
@@ -27,6 +27,7 @@ from .records import (
     SessionInfo,
     SessionState,
     Share,
+    StreamRecord,
     decode_cursor,
     encode_cursor,
     lease_lost,
@@ -42,11 +43,14 @@ from .validate import (
     check_new_session,
     check_search_filters,
     check_share,
+    check_stream,
     check_token_hash,
     check_update,
     validate_bodies,
     validate_import,
 )
+
+_message_decoder = msgspec.json.Decoder(Message)
 
 
 def _copy(info: SessionInfo) -> SessionInfo:
@@ -65,6 +69,7 @@ class MemoryStore:
         self._artifacts: dict[str, bytes] = {}
         self._leases: dict[str, Lease] = {}
         self._shares: dict[str, tuple[bytes, Share]] = {}  # share id -> (token hash, share), oldest first
+        self._streams: dict[str, tuple[int, float, bytes]] = {}  # session -> (after_seq, updated_at, message)
         self._closed = False
         self._clock = 0.0
         # (session, seq) -> (role, text, stemmed terms) of indexed entries, filled lazily by search
@@ -156,6 +161,7 @@ class MemoryStore:
         for sid in doomed:
             self._sessions.pop(sid, None)
             self._leases.pop(sid, None)
+            self._streams.pop(sid, None)
             for share_id in [k for k, (_, share) in self._shares.items() if share.session_id == sid]:
                 del self._shares[share_id]
             rows = self._entries.pop(sid, [])
@@ -483,6 +489,28 @@ class MemoryStore:
     async def get_lease(self, session_id: str) -> Lease | None:
         self._get(session_id)
         return self._live_lease(session_id)
+
+    # --- streams ---------------------------------------------------------------------------------------------
+
+    async def save_stream(self, session_id: str, after_seq: int, message: Message) -> None:
+        data = check_stream(session_id, after_seq, message)
+        self._get(session_id)
+        self._streams[session_id] = (after_seq, time.time(), data)
+
+    async def get_stream(self, session_id: str) -> StreamRecord | None:
+        self._get(session_id)
+        kept = self._streams.get(session_id)
+        if kept is None:
+            return None
+        after_seq, updated_at, data = kept
+        return StreamRecord(
+            session_id=session_id, after_seq=after_seq, updated_at=updated_at, message=_message_decoder.decode(data)
+        )
+
+    async def drop_stream(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
+        self._check()
+        return self._streams.pop(session_id, None) is not None
 
     # --- shares ----------------------------------------------------------------------------------------------
 

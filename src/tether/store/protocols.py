@@ -1,6 +1,6 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
-them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, and `Shares`, read-only links to a
-transcript. `Store` is all five; a backend implements it and passes one conformance suite
+them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Streams`, the answer a run is streaming
+now, and `Shares`, read-only links to a transcript. `Store` is all six; a backend implements it and passes one conformance suite
 (tests/store/test_conformance.py, tests/store/test_shares.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..messages import Entry, EntryBody
+from ..messages import Entry, EntryBody, Message
 from .records import (
     UNSET,
     BackfillProgress,
@@ -21,6 +21,7 @@ from .records import (
     SessionInfo,
     SessionState,
     Share,
+    StreamRecord,
 )
 
 
@@ -209,6 +210,27 @@ class Leases(Protocol):
 
 
 @runtime_checkable
+class Streams(Protocol):
+    """The answer being streamed in each session, made durable as it comes (`StreamRecord`): one record per
+    session, replaced in place at each write, never a journal entry. The journal stays append-only; what a
+    killed run was streaming is journaled from here by whoever next takes the session
+    (`tether.runtime.streaming`)."""
+
+    async def save_stream(self, session_id: str, after_seq: int, message: Message) -> None:
+        """Replace the session's record with `message`, streamed in the step after entry `after_seq`.
+        Raises `SessionNotFound`, `InvalidInput` (text that is not valid Unicode, a negative seq)."""
+        ...
+
+    async def get_stream(self, session_id: str) -> StreamRecord | None:
+        """The session's record, stale or not, or None. Raises `SessionNotFound`."""
+        ...
+
+    async def drop_stream(self, session_id: str) -> bool:
+        """Delete the session's record; False when it had none."""
+        ...
+
+
+@runtime_checkable
 class Shares(Protocol):
     """Read-only links to one session's transcript (`Share`). A backend keeps the sha256 of each link's token,
     never the token, and finds a link by that hash (an indexed equality lookup: nothing compares secrets
@@ -238,8 +260,8 @@ class Shares(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Shares, Protocol):
-    """What every backend provides: the five roles, its durability, and closing."""
+class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Protocol):
+    """What every backend provides: the six roles, its durability, and closing."""
 
     durability: Durability
 

@@ -12,6 +12,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 import msgspec
 
 from ..errors import CorruptEntry, InvalidInput, LeaseLost, SessionBusy
+from ..messages import Message
 
 T = TypeVar("T")
 SessionState = Literal["active", "paused"]
@@ -163,6 +164,19 @@ class Lease(msgspec.Struct, kw_only=True, frozen=True):
         return SessionBusy(
             self.session_id, self.holder, pid=self.pid, host=self.host, since=self.since, expires_at=self.expires_at
         )
+
+
+class StreamRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """The answer a run's model is streaming now, as far as it was made durable (`Streams`): the partial
+    assistant message (thinking, text, the tool calls complete so far; the one whose arguments were still
+    coming in `metadata["cut_calls"]`), for the step that began when the session had `after_seq` entries.
+    A record whose `after_seq` is no longer the session's last seq is stale: the step's answer (or the
+    partial a cancel kept) was journaled after it."""
+
+    session_id: str
+    after_seq: int
+    updated_at: float
+    message: Message
 
 
 def lease_lost(session_id: str, holder: str, current: Lease | None) -> LeaseLost:

@@ -64,6 +64,7 @@ from .records import (
     SessionInfo,
     SessionState,
     Share,
+    StreamRecord,
     decode_cursor,
     encode_cursor,
     lease_lost,
@@ -78,6 +79,7 @@ from .validate import (
     check_new_session,
     check_search_filters,
     check_share,
+    check_stream,
     check_token_hash,
     check_update,
     validate_bodies,
@@ -85,11 +87,12 @@ from .validate import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
-links (a new table, nothing else changes)."""
+links (a new table, nothing else changes); 7: streamed answers, one row per session replaced in place (a new
+table)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -149,6 +152,12 @@ CREATE TABLE IF NOT EXISTS shares (
     revoked_at REAL
 );
 CREATE INDEX IF NOT EXISTS shares_session ON shares (session_id, created_at);
+CREATE TABLE IF NOT EXISTS streams (
+    session_id TEXT PRIMARY KEY,
+    after_seq INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    payload TEXT NOT NULL
+);
 """
 
 _SESSION_COLS = (
@@ -156,6 +165,7 @@ _SESSION_COLS = (
     "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost_pico, metadata"
 )
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
+_message_decoder = msgspec.json.Decoder(Message)
 _KINDS: dict[type, str] = {
     t: str(t.__struct_config__.tag) for t in (Message, Revert, TitleChange, Checkpoint, Compaction, Marker)
 }
@@ -193,6 +203,11 @@ _LEASE_INSERT_SQL = (
     "INSERT INTO leases (holder, pid, host, since, expires_at, request, session_id) VALUES (?,?,?,?,?,?,?)"
 )
 _LEASE_RELEASE_SQL = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND holder = ? AND expires_at > 0"
+_STREAM_SQL = (
+    "INSERT INTO streams (session_id, after_seq, updated_at, payload) SELECT ?, ?, ?, ? WHERE EXISTS"
+    " (SELECT 1 FROM sessions WHERE id = ?) ON CONFLICT (session_id) DO UPDATE SET after_seq = excluded.after_seq,"
+    " updated_at = excluded.updated_at, payload = excluded.payload"
+)
 _INSERT_SQL = "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)"
 CHECKPOINT_EVERY = 256
 """Commits of a store between its background checkpoints (see _Checkpointer)."""
@@ -536,6 +551,7 @@ class SqliteStore:
         conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM shares WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     async def list_sessions(
@@ -1041,6 +1057,46 @@ class SqliteStore:
         with self._reading() as conn:
             lease = self._lease_row(conn, session_id)
         return lease if lease is not None and lease.expires_at > time.time() else None
+
+    # --- streams -------------------------------------------------------------------------------------------
+    # One row per session, replaced in place by a single UPSERT (one small write transaction per save: the
+    # cost of a durable stream is bounded by how often a run saves, see `tether.runtime.streaming`).
+
+    async def save_stream(self, session_id: str, after_seq: int, message: Message) -> None:
+        payload = check_stream(session_id, after_seq, message).decode()
+
+        def tx(conn: sqlite3.Connection) -> int:
+            return conn.execute(_STREAM_SQL, (session_id, after_seq, time.time(), payload, session_id)).rowcount
+
+        if not await self._write(tx):
+            raise SessionNotFound(session_id)
+
+    async def get_stream(self, session_id: str) -> StreamRecord | None:
+        check_id(session_id, "session id")
+        with self._reading() as conn:
+            row = conn.execute(
+                "SELECT s.id, t.after_seq, t.updated_at, CAST(t.payload AS BLOB) FROM sessions s"
+                " LEFT JOIN streams t ON t.session_id = s.id WHERE s.id = ?",
+                (session_id,),
+            ).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        if row[1] is None:
+            return None
+        try:
+            message = _message_decoder.decode(row[3])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log_corrupt(CorruptEntry(session_id, row[1] + 1, "its streamed answer could not be read; it is left out"))
+            return None
+        return StreamRecord(session_id=session_id, after_seq=row[1], updated_at=row[2], message=message)
+
+    async def drop_stream(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
+        return bool(
+            await self._write(
+                lambda conn: conn.execute("DELETE FROM streams WHERE session_id = ?", (session_id,)).rowcount
+            )
+        )
 
     # --- shares --------------------------------------------------------------------------------------------
 

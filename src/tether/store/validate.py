@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..ids import check_id
-from ..messages import Entry, EntryBody, Revert, encode_json
+from ..messages import Entry, EntryBody, Message, Revert, encode_body, encode_json
 from .records import LEASE_REQUESTS, SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo
 
 MAX_LEASE_TTL = 24 * 3600.0
@@ -166,3 +166,14 @@ def check_share(session_id: str, token_hash: object, expires_at: object, share_i
 def check_token_hash(token_hash: object) -> None:
     if not isinstance(token_hash, bytes) or len(token_hash) != SHARE_HASH_BYTES:
         raise InvalidInput("a share is stored by the sha256 of its token: 32 bytes")
+
+
+def check_stream(session_id: str, after_seq: int, message: Message) -> bytes:
+    """A streamed answer's record: a session, a seq at or after 0, an assistant message that encodes (its
+    texts valid Unicode). Returns the message's JSON."""
+    check_id(session_id, "session id")
+    if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
+        raise InvalidInput(f"a streamed answer follows an entry seq of 0 or more, not {after_seq!r}")
+    if not isinstance(message, Message) or message.role != "assistant":
+        raise InvalidInput("a streamed answer is an assistant message")
+    return encode_body(message)

@@ -200,6 +200,7 @@ function renderSessions() {
         document.querySelector(`[data-toggle="${s.id}"]`)?.focus();
       });
       li.append(toggle);
+      li.classList.add('has-kids'); // the row keeps room for the chip: it never covers the title
       if (shown) li.append(el('ul', { role: 'list' }, kids.map(item)));
     }
     return li;

@@ -120,6 +120,8 @@ export class Transcript {
         }
       }
     }
+    const cut = cutReason(m);
+    if (cut) item.append(el('div', { class: 'cut-note', text: `[${cut}]` }));
     return item;
   }
 
@@ -145,6 +147,17 @@ export class Transcript {
     if (!call.done && args && typeof args === 'object' && 'old_string' in args && 'new_string' in args) {
       call.output.replaceChildren(el('div', { class: 'label', text: 'Change' }), argumentDiff(args));
     }
+  }
+
+  /** What a person was asked about a call, and what they answered, in the call's own element: a word in its
+   * line (asked, allowed, denied) and the whole sentence in its body. */
+  noteApproval(call, text, kind) {
+    let box = call.body.querySelector(':scope > .approval-notes');
+    if (!box) { box = el('div', { class: 'approval-notes' }); call.body.prepend(box); }
+    box.append(el('div', { class: `approval-note ${kind}`, text }));
+    let chip = call.details.querySelector('summary .tool-approval');
+    if (!chip) { chip = el('span', { class: 'tool-approval' }); call.details.querySelector('summary').append(chip); }
+    chip.textContent = kind;
   }
 
   /** Mark a call as asking a person (an approval request waits on it). */
@@ -210,12 +223,22 @@ export class Transcript {
       extra = el('details', { class: 'summary' }, el('summary', {}, 'Summary'), el('div', { class: 'tool-body' }, markdown(b.summary)));
     } else if (b.kind === 'marker') {
       const d = b.data || {};
-      if (b.name === APPROVAL_REQUEST) {
-        text = `Asked before ${d.tool ?? 'a tool'}${d.reason ? `: ${oneLine(d.reason, 100)}` : ''}`;
-        if (typeof d.call_id === 'string') this.asking(d.call_id);
-      } else if (b.name === APPROVAL_DECISION) {
-        const who = d.by ? ` by ${d.by}` : '';
-        text = d.approved ? `Allowed${who} (${d.scope ?? 'once'})` : `Denied${who}${d.message ? `: ${oneLine(d.message, 100)}` : ''}`;
+      if (b.name === APPROVAL_REQUEST || b.name === APPROVAL_DECISION) {
+        let kind = 'asked';
+        if (b.name === APPROVAL_REQUEST) {
+          text = `Asked before ${d.tool ?? 'a tool'}${d.reason ? `: ${oneLine(d.reason, 100)}` : ''}`;
+          if (typeof d.call_id === 'string') this.asking(d.call_id);
+        } else {
+          const who = d.by ? ` by ${d.by}` : '';
+          text = d.approved ? `Allowed${who} (${d.scope ?? 'once'})` : `Denied${who}${d.message ? `: ${oneLine(d.message, 100)}` : ''}`;
+          kind = d.approved ? 'allowed' : 'denied';
+        }
+        // in its place: with the call it decided on, when that call is on the page
+        const call = typeof d.call_id === 'string' ? this.calls.get(d.call_id) : undefined;
+        if (call) {
+          this.noteApproval(call, text, kind);
+          return el('li', { class: 'entry', hidden: true });
+        }
       } else if (b.name === 'interrupted') {
         text = 'The run stopped before it answered';
       } else {
@@ -227,4 +250,16 @@ export class Transcript {
     if (!extra) return el('li', { class: cls }, el('span', { class: 'what', text }));
     return el('li', { class: 'entry' }, el('div', { class: cls.replace('entry ', '') }, el('span', { class: 'what', text })), extra);
   }
+}
+
+/** Why an assistant message stops short (as `tether.messages.cut_reason` says it), or null. */
+function cutReason(m) {
+  const meta = m.metadata || {};
+  let why = null;
+  if (meta.interrupted === true || m.finish_reason === 'interrupted') why = 'interrupted: tether stopped while the model was answering';
+  else if (m.finish_reason === 'cancelled') why = 'cancelled while the model was answering';
+  else if (m.finish_reason === 'length') why = 'cut off at the output limit';
+  if (!why) return null;
+  for (const c of Array.isArray(meta.cut_calls) ? meta.cut_calls : []) why += `; a call to ${c && c.name ? c.name : 'tool'} was cut mid-arguments`;
+  return why;
 }
