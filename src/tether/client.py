@@ -27,6 +27,7 @@ from .events import Done, Error, Event
 from .messages import Entry
 from .recall import RecallResult
 from .runtime.activity import Activity
+from .runtime.mcp import McpOverview, McpServerView
 from .runtime.operations import ModelsOverview
 from .store.records import SessionInfo, Share
 
@@ -327,6 +328,25 @@ class TetherClient:
 
     async def models(self, *, provider: str | None = None) -> ModelsOverview:
         return await self._call("GET", "/models", ModelsOverview, params={"provider": provider})
+
+    # --- MCP servers ---------------------------------------------------------------------------------------
+
+    async def mcp_status(self) -> McpOverview:
+        """The server's MCP servers: state, tools, last error."""
+        return await self._call("GET", "/mcp", McpOverview)
+
+    async def add_mcp_server(self, name: str, *, start: bool = True, **table: Any) -> McpServerView:
+        """Add (or replace) an MCP server: ``command=``/``args=``/``env=`` or ``url=``/``headers=``, as a
+        ``[mcp.NAME]`` table; started now unless `start` is False."""
+        return await self._call(
+            "POST", "/mcp/servers", McpServerView, json=_given({"name": name, "start": start, **table})
+        )
+
+    async def remove_mcp_server(self, name: str) -> None:
+        await self._call("DELETE", f"/mcp/servers/{name}", dict[str, list[str]])
+
+    async def start_mcp_server(self, name: str) -> McpServerView:
+        return await self._call("POST", f"/mcp/servers/{name}/start", McpServerView)
 
     # --- events --------------------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from .configuration import context_settings
 from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import RunLease
+from .mcp import bind_mcp
 from .model_call import ModelCall, PartialAnswer
 from .state import RunOptions, RunState, Summarizer
 from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
@@ -193,6 +194,10 @@ class AgentRun:
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:
+            for warning in await bind_mcp(state):  # the MCP servers' tools, started now if need be
+                journal.note(warning)
+            for event in journal.drain():
+                yield event
             # A run killed between a tool call and its result left calls without results: say so, never re-run;
             # those that waited for an approval never started: they are decided on (asked about) again.
             unanswered_calls = state.unanswered_calls()

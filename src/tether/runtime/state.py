@@ -30,6 +30,7 @@ from .rules import Rules, session_rules
 from .toolset import default_registry
 
 if TYPE_CHECKING:
+    from ..mcp.manager import McpManager
     from ..providers.registry import ResolvedModel
 
 DEFAULT_MAX_STEPS = 50
@@ -92,6 +93,9 @@ class RunOptions:
     secrets: SecretPolicy | None = None
     """Which environment variables are kept from commands and whose values are kept out of the journal;
     None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""
+    mcp: McpManager | None = None
+    """The MCP servers whose tools the run adds to `tools` as it starts (`runtime.mcp.bind_mcp`); shared by
+    the runs of a process, ended by whoever made it. None: no MCP tools."""
     agent: AgentProfile | None = None
     """The agent profile the run works as (its tools, prompt and model are already applied to these
     options); None: ``build``. Sub-agents that name none work as it too."""
