@@ -28,6 +28,9 @@ which passes the parsed `Config` to whatever needs it.
     allow_env = ["GITHUB_TOKEN"]       # secrets a command may still see (their values are never journaled)
     deny_env = ["DATABASE_URL", "CORP_*"]  # more variables to keep from commands and out of the journal
 
+    [tools]
+    search_share = 0.10                # past this share of the window in tool definitions: tool_search
+
     [runtime]
     max_parallel_tasks = 4             # sub-agent (`task`) calls of one step that run at once; the others wait
     max_task_depth = 3                 # how deep sub-agents nest: a sub-agent at this depth has no `task` tool

@@ -24,6 +24,7 @@ from tether.messages import Marker
 from tether.providers.base import ModelRequest
 from tether.providers.scripted import ScriptedProvider
 from tether.runtime.mcp import MCP_MARKER, SESSION_KEY, configured_servers, open_mcp
+from tether.runtime.operations import context_view
 from tether.runtime.rules import Rules, layered
 from tether.store import SqliteStore
 from tether.tools.base import ToolRegistry
@@ -192,3 +193,75 @@ def test_mcp_config_hides_its_secrets() -> None:
 
     secrets = config_secrets(config)
     assert "Bearer abcdefgh12345" in secrets.values() and "abcdefgh12345" in secrets.values()
+
+
+def searching(request: ModelRequest) -> Message | str:
+    """A model that looks for a tool with `tool_search`, then calls what it found (offered only then)."""
+    start = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    results = [r for m in request.messages[start:] for r in m.tool_results]
+    offered = {t.name for t in request.tools}
+    if not results:
+        assert "tool_search" in offered and "mcp__many__t137" not in offered
+        return Message.assistant(
+            tool_calls=[ToolCallPart(id="s1", name="tool_search", arguments={"query": "select:mcp__many__t137"})]
+        )
+    if len(results) == 1:
+        assert "mcp__many__t137" in offered  # loaded by the search, for this step on
+        return Message.assistant(tool_calls=[ToolCallPart(id="s2", name="mcp__many__t137", arguments={"value": "x"})])
+    return "found: " + results[-1].content
+
+
+async def test_two_hundred_tools_go_behind_tool_search(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    manager = McpManager([spec("many", "--tools", "200")])
+    try:
+        session = await Session.create(store, directory=str(tmp_path))
+        provider = ScriptedProvider([searching] * 3)
+        rules = layered([("test", {"allow": ["mcp__many__*"]})])
+        events = [
+            e
+            async for e in session.stream(
+                "go",
+                provider=provider,
+                model="m",
+                tools=ToolRegistry(),
+                mcp=manager,
+                rules=rules,
+                config=parse_config(""),
+            )
+        ]
+        assert [e for e in events if isinstance(e, Done)][-1].text == "found: tool 137: x"
+        marker = next(
+            e.body for e in await session.entries() if isinstance(e.body, Marker) and e.body.name == MCP_MARKER
+        )
+        search = marker.data["tool_search"]
+        assert search["deferred"] >= 200 and search["tokens_saved"] > 0.8 * search["tokens_all"]
+        first = provider.requests[0]
+        assert len(first.tools) == 1  # tool_search alone: the 212 definitions stayed out
+        view = await context_view(store, session.id, config=parse_config(""), model="openai/gpt-4.1")
+        assert view.tool_tokens > 500  # the built-in tools' definitions
+        # every definition was MCP's (the run had no built-in tool): all of them are the server's cost
+        assert view.mcp_tools["many"]["tools"] >= 200 and view.mcp_tools["many"]["tokens"] == search["tokens_all"]
+        assert view.mcp_tools["tool_search"]["tokens_saved"] == search["tokens_saved"]
+    finally:
+        await manager.close()
+        await store.close()
+
+
+async def test_tools_that_fit_are_all_offered(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    manager = McpManager([spec("t")])
+    try:
+        session = await Session.create(store, directory=str(tmp_path))
+        provider = ScriptedProvider(["fine"])
+        _ = [
+            e
+            async for e in session.stream(
+                "go", provider=provider, model="m", tools=ToolRegistry(), mcp=manager, rules=Rules(), config=None
+            )
+        ]
+        names = {t.name for t in provider.requests[0].tools}
+        assert "mcp__t__echo" in names and "tool_search" not in names
+    finally:
+        await manager.close()
+        await store.close()

@@ -52,6 +52,8 @@ def _as_json(view: ContextView) -> dict[str, Any]:
         "estimate": to_builtins(d.estimate),
         "needed_tokens": d.needed_tokens,
         "fixed_tokens": d.fixed_tokens,
+        "tool_tokens": view.tool_tokens,
+        "mcp_tools": view.mcp_tools,
         "fits": d.fits,
         "compaction_seq": d.compaction_seq,
         "first_kept_seq": d.first_kept_seq,
@@ -83,6 +85,19 @@ def _print(view: ContextView, limit: int | None) -> None:
         f"next step: {d.estimate.tokens:,} tokens ({source}; {d.fixed_tokens:,} of them system prompt and tools), "
         f"{d.estimate.tokens / b.usable:.0%} of usable" + ("" if d.fits else "  [DOES NOT FIT]")
     )
+    out.print(f"tools: {view.tool_tokens:,} tokens of built-in tool definitions")
+    servers = {k: v for k, v in view.mcp_tools.items() if k != "tool_search"}
+    for name, cost in servers.items():
+        tokens = cost.get("tokens")
+        cost_text = f"{tokens:,} tokens" if isinstance(tokens, int) else "tokens not recorded"
+        out.print(escape_controls(f"  MCP server {name}: {cost['tools']} tools, {cost_text} (at the last run)"))
+    search = view.mcp_tools.get("tool_search")
+    if isinstance(search, dict):
+        out.print(
+            f"  tool_search: {search.get('deferred', 0)} MCP tools offered on demand, "
+            f"{search.get('tokens_offered', 0):,} of {search.get('tokens_all', 0):,} definition tokens sent "
+            f"({search.get('tokens_saved', 0):,} saved)"
+        )
     if d.compaction_seq is not None:
         out.print(f"compaction: entry {d.compaction_seq} summarizes entries before {d.first_kept_seq}")
     table = Table(show_edge=False, pad_edge=False)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..config import Config, McpServerConfig, parse_config
+from ..context.tokens import count_tools, get_counter
 from ..errors import ConfigError, NotFound
 from ..events import Event, Progress
 from ..mcp.servers import ServerSpec, read_mcp_json, spec_from_config
-from ..messages import Marker
+from ..messages import Marker, Message, ToolSpec
 from ..paths import config_path
 from ..redaction import config_secrets
+from ..tools.deferred import DEFAULT_SHARE, ToolSearchTool, defer
 from .configuration import project_config_path
 
 if TYPE_CHECKING:
@@ -39,7 +42,9 @@ MCP_MARKER = "mcp_tools"
 """``Marker(name="mcp_tools", data={"servers": {NAME: {"tools": [...], "digest"}}, "changed": {...},
 "failed": {NAME: why}})``: the MCP servers and tools a run had, journaled as it starts."""
 SESSION_KEY = "mcp_tools"
-"""Where a session keeps the digest of each server's tools its last run saw: ``metadata["mcp_tools"]``."""
+"""Where a session keeps what its last run saw of each server: ``metadata["mcp_tools"][NAME] = {"digest",
+"tools", "tokens"}``, and ``["tool_search"]`` when the tools were offered through it."""
+SEARCH_KEY = "tool_search"
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,7 @@ async def bind_mcp(state: RunState) -> list[Event]:
     profile = state.options.agent
     tools = state.tools.subset(state.tools.names())
     described: dict[str, list[dict[str, Any]]] = {}
+    mcp_names: list[str] = []
     for tool in found.tools:
         if profile is not None and (
             profile.read_only
@@ -133,11 +139,12 @@ async def bind_mcp(state: RunState) -> list[Event]:
         if tool.name in tools:
             continue  # a built-in of the same name wins (never happens with the mcp__ prefix)
         tools.register(tool)
+        mcp_names.append(tool.name)
         described.setdefault(tool.server, []).append(
             {"name": tool.remote, "description": tool.description, "parameters": tool.parameters}
         )
     state.tools = tools
-    state.specs = tools.specs()
+    search = _offer(state, mcp_names)
     # values read from {env:VAR} references never reach the journal
     extra = {
         f"mcp.{manager.spec(n).name}.{i}": v
@@ -177,11 +184,85 @@ async def bind_mcp(state: RunState) -> list[Event]:
         data["changed"] = changed
     if found.failed:
         data["failed"] = dict(found.failed)
+    if search is not None:
+        data["tool_search"] = search
     await state.append(Marker(name=MCP_MARKER, data=data))
-    remembered = {**before, **{s: {"digest": now[s], "tools": data["servers"][s]["tools"]} for s in now}}
+    counter = get_counter(model=state.options.model)
+    offered = set(mcp_names)
+    costs = {
+        s: count_tools(
+            [
+                ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+                for t in found.tools
+                if t.server == s and t.name in offered
+            ],
+            counter,
+        )
+        for s in now
+    }
+    for s in now:
+        data["servers"][s]["tokens"] = costs[s]
+    remembered: dict[str, Any] = {
+        **{k: v for k, v in before.items() if k != SEARCH_KEY},
+        **{s: {"digest": now[s], "tools": data["servers"][s]["tools"], "tokens": costs[s]} for s in now},
+    }
+    if search is not None:
+        remembered[SEARCH_KEY] = search
     if remembered != before:
         await state.session.update(metadata={**state.session.info.metadata, SESSION_KEY: remembered})
     return events
+
+
+def _offer(state: RunState, mcp_names: list[str]) -> dict[str, Any] | None:
+    """Set the definitions the model is sent: every tool when they fit in ``[tools] search_share`` of the
+    window (default 10%); else the MCP tools go behind `tool_search` (those the session's history called stay
+    offered) and what that saves is returned, for the journal."""
+    tools = state.tools
+    specs = tools.specs()
+    config = state.options.config or Config()
+    share = config.tools.search_share if config.tools.search_share is not None else DEFAULT_SHARE
+    counter = get_counter(model=state.options.model)
+
+    def count(items: Sequence[ToolSpec]) -> int:
+        return count_tools(items, counter)
+
+    plan = defer(specs, mcp_names, int(share * state.model_info.context_window), count)
+    if plan is None:
+        state.specs = specs
+        return None
+    kept, deferred = plan
+    called = {c.name for e in state.entries if isinstance(e.body, Message) for c in e.body.tool_calls}
+    loaded = {s.name for s in deferred if s.name in called}
+
+    def offered() -> list[ToolSpec]:
+        return [*kept, *(s for s in deferred if s.name in loaded)]
+
+    def on_load(names: list[str]) -> None:
+        loaded.update(names)
+        state.specs = offered()
+
+    finder = ToolSearchTool(deferred, on_load)
+    tools.register(finder, replace=True)
+    kept.append(ToolSpec(name=finder.name, description=finder.description, parameters=finder.parameters))
+    state.specs = offered()
+    every = count(specs)
+    sent = count(state.specs)
+    return {"deferred": len(deferred), "tokens_all": every, "tokens_offered": sent, "tokens_saved": every - sent}
+
+
+def mcp_costs(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What the MCP tools cost at a session's last run (`SESSION_KEY`): server -> ``{"tools": N, "tokens":
+    T}``, and ``"tool_search"``: what going through `tool_search` saved."""
+    kept = metadata.get(SESSION_KEY)
+    out: dict[str, Any] = {}
+    if not isinstance(kept, dict):
+        return out
+    for name, value in kept.items():
+        if name == SEARCH_KEY and isinstance(value, dict):
+            out[SEARCH_KEY] = value
+        elif isinstance(value, dict):
+            out[name] = {"tools": len(value.get("tools") or []), "tokens": value.get("tokens")}
+    return out
 
 
 def _delta(change: dict[str, list[str]]) -> str:
