@@ -209,3 +209,35 @@ def _spec(tool: Any) -> Any:
     from ..messages import ToolSpec
 
     return ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
+
+
+@mcp.command("serve")
+@click.option(
+    "--http", "port", type=int, metavar="PORT", help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Where --http listens: loopback only.")
+def serve(port: int | None, host: str) -> None:
+    """tether itself as an MCP server: read-only tools over every session the store holds (recall,
+    list_sessions, show_session), for Claude Code, Codex, opencode or any MCP client. Nothing it offers
+    writes; what it shows is redacted of the secrets tether knows.
+
+    Claude Code: claude mcp add tether -- tether mcp serve"""
+    from ..integrations.mcp_server import Sessions, default_redactor, serve_http, serve_stdio
+    from ..runtime.configuration import load_config
+    from ..store import Store
+    from .common import with_store
+
+    config = load_config()
+
+    async def go(store: Store) -> None:
+        sessions = Sessions(store, default_redactor(config))
+        if port is None:
+            await serve_stdio(sessions)
+        else:
+            click.echo(f"tether MCP server at http://{host}:{port}/mcp (read-only; Ctrl-C stops it)", err=True)
+            await serve_http(sessions, host, port)
+
+    try:
+        with_store(go)
+    except KeyboardInterrupt:
+        pass
