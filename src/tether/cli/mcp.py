@@ -1,6 +1,6 @@
 """`tether mcp`: the MCP servers whose tools runs get. `list` shows them (the user's config, the workspace's
 `.mcp.json` and `.tether/config.toml`), `add` and `remove` edit the config, `test` starts one and lists its
-tools and what their definitions cost in tokens. `serve` is tether itself as an MCP server (`tether.cli.mcp_serve`)."""
+tools and what their definitions cost in tokens. `serve` is tether itself as an MCP server (`mcp_serve`)."""
 
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def serve(port: int | None, host: str) -> None:
     writes; what it shows is redacted of the secrets tether knows.
 
     Claude Code: claude mcp add tether -- tether mcp serve"""
-    from ..integrations.mcp_server import Sessions, default_redactor, serve_http, serve_stdio
+    from .mcp_serve import Sessions, default_redactor, serve_http, serve_stdio
     from ..runtime.configuration import load_config
     from ..store import Store
     from .common import with_store
