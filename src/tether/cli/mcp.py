@@ -222,10 +222,10 @@ def serve(port: int | None, host: str) -> None:
     writes; what it shows is redacted of the secrets tether knows.
 
     Claude Code: claude mcp add tether -- tether mcp serve"""
-    from .mcp_serve import Sessions, default_redactor, serve_http, serve_stdio
     from ..runtime.configuration import load_config
     from ..store import Store
     from .common import with_store
+    from .mcp_serve import Sessions, default_redactor, serve_http, serve_stdio
 
     config = load_config()
 
