@@ -28,6 +28,7 @@ from .messages import Entry
 from .recall import RecallResult
 from .runtime.activity import Activity
 from .runtime.mcp import McpOverview, McpServerView
+from .runtime.memory import Note
 from .runtime.operations import ModelsOverview
 from .store.records import SessionInfo, Share
 
@@ -328,6 +329,20 @@ class TetherClient:
 
     async def models(self, *, provider: str | None = None) -> ModelsOverview:
         return await self._call("GET", "/models", ModelsOverview, params={"provider": provider})
+
+    # --- memory notes ----------------------------------------------------------------------------------------
+
+    async def memory_notes(self, directory: str | None = None) -> list[Note]:
+        """The notes of the project at `directory` (absolute) and the user's, newest first."""
+        return (await self._call("GET", "/memory", dict[str, list[Note]], params={"directory": directory}))["notes"]
+
+    async def remember(self, text: str, *, directory: str | None = None, scope: str = "project") -> Note:
+        return await self._call(
+            "POST", "/memory", Note, json=_given({"text": text, "scope": scope, "directory": directory})
+        )
+
+    async def forget(self, note_id: str, *, directory: str | None = None) -> Note:
+        return await self._call("DELETE", f"/memory/{note_id}", Note, params={"directory": directory})
 
     # --- MCP servers ---------------------------------------------------------------------------------------
 

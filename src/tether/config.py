@@ -52,6 +52,12 @@ which passes the parsed `Config` to whatever needs it.
     url = "https://mcp.example.com/mcp"
     headers = { Authorization = "Bearer {env:DOCS_TOKEN}" }  # read when it starts; never journaled
 
+    [instructions]                     # AGENTS.md / CLAUDE.md in the system prompt
+    max_chars = 40000                  # past it the farthest file is cut first
+
+    [memory]                           # the memory tool's notes in the system prompt
+    max_tokens = 2000
+
     [permissions]                      # approval rules (see `tether.runtime.rules`); a workspace's own
     allow = ["bash(git status*)", "bash(pytest*)"]  # .tether/config.toml may hold this table too
     ask = ["edit(migrations/**)"]
@@ -202,6 +208,23 @@ class McpServerConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_u
         return "McpServerConfig(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
 
+class InstructionsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[instructions]``: the project instructions added to every run's system prompt (`AGENTS.md`, else
+    `CLAUDE.md`, from the workspace up to its repository root, and your own `AGENTS.md` in the tether home)."""
+
+    enabled: bool | None = None
+    max_chars: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] | None = None
+    """Characters of instructions at most (default 40,000); past it the farthest file is cut first."""
+
+
+class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[memory]``: the notes the `memory` tool keeps, shown in every run's system prompt."""
+
+    enabled: bool | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None = None
+    """Tokens of notes in the system prompt at most (default 2,000), newest first."""
+
+
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
@@ -233,6 +256,8 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     permissions: PermissionsConfig = msgspec.field(default_factory=PermissionsConfig)
     mcp: dict[McpServerName, McpServerConfig] = msgspec.field(default_factory=dict)
     """``[mcp.NAME]``: MCP servers (see `McpServerConfig`)."""
+    instructions: InstructionsConfig = msgspec.field(default_factory=InstructionsConfig)
+    memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

@@ -196,6 +196,8 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         approval_timeout=request.approval_timeout or config.permissions.timeout,
         on_lease_wait=request.on_lease_wait,
         pacer=request.pacer,
+        project=True,
+        project_tools=request.tools is None and len(tools) > 0,
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)

@@ -39,6 +39,7 @@ from .journal import RunJournal
 from .lease import RunLease
 from .mcp import bind_mcp
 from .model_call import ModelCall, PartialAnswer
+from .project import bind_project
 from .state import RunOptions, RunState, Summarizer
 from .tool_calls import REPEAT_LIMIT, repeated_call, run_tool_calls
 from .toolset import with_recall_answers
@@ -194,6 +195,8 @@ class AgentRun:
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:
+            for warning in await bind_project(state):  # AGENTS.md, skills, memory notes: read fresh each run
+                journal.note(warning)
             for warning in await bind_mcp(state):  # the MCP servers' tools, started now if need be
                 journal.note(warning)
             for event in journal.drain():

@@ -28,6 +28,7 @@ from .configuration import context_settings
 from .handle import SessionHandle
 from .launch import Resolver
 from .mcp import mcp_costs
+from .project import project_context
 from .toolset import default_registry
 
 
@@ -44,6 +45,9 @@ class ContextView:
     tokens: list[int]
     tool_tokens: int = 0
     """Tokens of the built-in tools' definitions (in `derived.fixed_tokens`)."""
+    project: dict[str, Any] = field(default_factory=dict)
+    """What the project adds to a run's system prompt (`runtime.project`): its instruction files with their
+    tokens, its skills, its memory notes, and the tokens of it all (not counted in `derived`)."""
     mcp_tools: dict[str, Any] = field(default_factory=dict)
     """What the MCP servers' tools cost at the session's last run: server -> ``{"tools", "tokens"}``, and
     ``"tool_search"`` when they were offered through it (`runtime.mcp`)."""
@@ -85,6 +89,7 @@ async def context_view(store: Store, session_id: str, *, config: Config, model: 
         derived,
         [count_message(m, counter) for m in derived.messages],
         count_tools(tools, counter),
+        (await project_context(store, info.directory, config)).report if info.directory else {},
         mcp_costs(info.metadata),
     )
 

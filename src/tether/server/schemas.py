@@ -70,6 +70,16 @@ class AddMcpServer(_Body):
     start: bool = Field(default=True, description="start it now, so that the answer says whether it works")
 
 
+class AddNote(_Body):
+    """A memory note for a project (`directory`) or for the user everywhere (scope user)."""
+
+    text: str = Field(..., min_length=1, max_length=4000)
+    scope: Literal["project", "user"] = "project"
+    directory: str | None = Field(
+        default=None, min_length=1, max_length=4096, description="the project's absolute path"
+    )
+
+
 class CreateSession(RunSettings):
     """A new session in `directory`; with a `prompt`, its first run starts at once (every option is checked
     before the session is created: a bad one leaves nothing behind)."""
