@@ -78,6 +78,8 @@ def chat(
 
     A call that the approval rules ask about is asked here: y (once), a (always, in this session), p (always,
     saved to the project's .tether/config.toml), n (no), or type what the agent should do instead."""
+    from ..runtime.configuration import load_config
+    from ..runtime.mcp import open_mcp
     from ..store import open_store
 
     workspace = canonical_directory(directory)
@@ -85,6 +87,9 @@ def chat(
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if sys.stdin.isatty():
         err.print(f"[dim]{HELP}[/dim]")
+
+    # the MCP servers are started once, by the first message that needs them, and serve the whole chat
+    servers = None if tools == "none" else open_mcp(load_config(), workspace)
 
     async def turn(store: Any, text: str, session_id: str | None, first: bool) -> str | None:
         renderer = TerminalRenderer(out, err)
@@ -105,6 +110,7 @@ def chat(
                 deny=deny,
                 approver=terminal_approver(err, renderer) if sys.stdin.isatty() else None,
                 confirmed=yes,
+                mcp=servers,
             )
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
             confirm = terminal_confirm(err) if sys.stdin.isatty() else None
@@ -158,6 +164,8 @@ def chat(
                 first = False
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+            if servers is not None:
+                await servers.close()
             await store.close()
         if session_id:
             err.print(f"[dim]session {session_id} — resume with `tether chat --session {session_id}`[/dim]")

@@ -15,7 +15,7 @@ from ..config import McpServerConfig
 from ..errors import ConfigError
 from ..paths import config_path
 from .common import console, echo_json, wants_json
-from .render import shown
+from .sanitize import escape_controls as shown
 from .state import OptionError
 
 
@@ -64,10 +64,10 @@ def list_command(directory: str | None, json_flag: bool) -> None:
         )
         return
     for c in servers:
-        state = "[green]enabled[/green]" if c.enabled else f"[yellow]off[/yellow] [dim]({shown(c.why)})[/dim]"
+        state = "enabled" if c.enabled else f"off ({shown(c.why)})"
         out.print(
-            f"[bold]{shown(c.spec.name)}[/bold]  {c.spec.transport}  {shown(c.spec.describe())}  {state}\n"
-            f"  [dim]from {shown(c.spec.source)}[/dim]",
+            f"{shown(c.spec.name)}  {c.spec.transport}  {shown(c.spec.describe())}  {state}\n"
+            f"  from {shown(c.spec.source)}",
             highlight=False,
         )
 
@@ -201,8 +201,8 @@ def test(name: str, directory: str | None, json_flag: bool) -> None:
         highlight=False,
     )
     for tool in report["tools"]:
-        hint = " [dim](says read-only)[/dim]" if tool["hints"].get("read_only") else ""
-        out.print(f"  {shown(tool['name'])}  [dim]{tool['tokens']:,} tokens[/dim]{hint}", highlight=False)
+        hint = " (says read-only)" if tool["hints"].get("read_only") else ""
+        out.print(f"  {shown(tool['name'])}  {tool['tokens']:,} tokens{hint}", highlight=False)
 
 
 def _spec(tool: Any) -> Any:

@@ -10,7 +10,7 @@ import click
 
 from ..store import Store
 from .common import console, echo_json, wants_json, with_store
-from .render import shown
+from .sanitize import escape_controls as shown
 
 
 def _workspace(directory: str | None) -> str:
@@ -45,7 +45,7 @@ def list_command(directory: str | None, json_flag: bool) -> None:
     for n in found:
         day = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(n["at"])))  # type: ignore[arg-type]
         out.print(
-            f"[bold]{n['id']}[/bold] [dim]{n['scope']}, by {n['by']}, {day}[/dim]\n  {shown(str(n['text']))}",
+            f"{n['id']} {n['scope']}, by {n['by']}, {day}\n  {shown(str(n['text']))}",
             highlight=False,
         )
 

@@ -273,7 +273,7 @@ class Connection:
     def _set_failed(self, why: str) -> None:
         self.state = "failed"
         self.error = why
-        log.warning("MCP server %s: %s", self.spec.name, why)
+        log.info("MCP server %s: %s", self.spec.name, why)  # the run says it (a warning event, a tool error)
 
     async def _answers_ping(self, client: Client) -> bool:
         try:
