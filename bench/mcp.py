@@ -49,7 +49,6 @@ TARGETS = (Target("mcp_overhead_ratio", "<=", 1.2),)
 async def overhead(calls: int, batch: int) -> tuple[float, float]:
     """Median wall time (µs) of a no-op call: the bare SDK client, and tether's run_tool_call."""
     from mcp import Client, StdioServerParameters
-
     from tether.mcp.manager import McpManager
     from tether.mcp.servers import ServerSpec
     from tether.messages import ToolCallPart
@@ -93,7 +92,6 @@ async def overhead(calls: int, batch: int) -> tuple[float, float]:
 async def cold_starts(starts: int) -> tuple[float, float]:
     """Median ms to a ready server: tether's McpManager, and the bare SDK client (spawn, initialize, list)."""
     from mcp import Client, StdioServerParameters
-
     from tether.mcp.manager import McpManager
     from tether.mcp.servers import ServerSpec
 
