@@ -184,6 +184,11 @@ def test_bad_workspace_files_are_config_errors_naming_them(tmp_path: Path) -> No
         configured_servers(parse_config(""), tmp_path)
     with pytest.raises(ConfigError):
         parse_config('[mcp.x]\ncommand = "a"\nunknown = 1\n')
+    # for a run, a broken workspace file leaves its servers out and says why; the user's servers still run
+    (tmp_path / ".mcp.json").write_text("{not json")
+    manager = open_mcp(parse_config('[mcp.time]\ncommand = "mcp-server-time"\n'), tmp_path)
+    assert manager is not None and manager.names() == ["time"]
+    assert len(manager.notices) == 1 and "not valid JSON" in manager.notices[0]
 
 
 def test_mcp_config_hides_its_secrets() -> None:

@@ -37,6 +37,9 @@ class McpManager:
 
     def __init__(self, specs: Iterable[ServerSpec] = ()) -> None:
         self._connections: dict[str, Connection] = {}
+        self.notices: list[str] = []
+        """What was wrong with the configuration the servers came from (a workspace's broken `.mcp.json`): each
+        run that uses them says it."""
         for spec in specs:
             self.add(spec)
 

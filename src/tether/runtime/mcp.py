@@ -56,10 +56,13 @@ class ConfiguredServer:
     why: str = ""
 
 
-def configured_servers(config: Config, workspace: str | os.PathLike[str] | None) -> list[ConfiguredServer]:
+def configured_servers(
+    config: Config, workspace: str | os.PathLike[str] | None, *, problems: list[str] | None = None
+) -> list[ConfiguredServer]:
     """Every MCP server the user's config and the workspace name, the workspace's over the user's of the
     same name; a workspace's server is enabled by the user's ``[mcp.NAME] enabled = true``. A bad entry is a
-    `ConfigError` naming its file."""
+    `ConfigError` naming its file; with `problems`, a bad workspace file is said there instead, and its
+    servers left out (a cloned repository's broken `.mcp.json` must not stop a run)."""
     user_source = str(config_path())
     user = dict(config.mcp)
     out: dict[str, ConfiguredServer] = {}
@@ -70,7 +73,14 @@ def configured_servers(config: Config, workspace: str | os.PathLike[str] | None)
         if table.enabled is False:
             out[name] = ConfiguredServer(out[name].spec, False, f"enabled = false in {user_source}")
     if workspace is not None:
-        for name, table, source in _workspace_tables(Path(workspace)):
+        try:
+            tables = _workspace_tables(Path(workspace))
+        except ConfigError as exc:
+            if problems is None:
+                raise
+            problems.append(f"the workspace's MCP servers are left out: {exc}")
+            tables = []
+        for name, table, source in tables:
             mine = user.get(name)
             enabled = mine is not None and mine.enabled is True
             why = "" if enabled else f"a workspace's server: add [mcp.{name}] enabled = true to {user_source} to run it"
@@ -98,10 +108,13 @@ def _workspace_tables(workspace: Path) -> list[tuple[str, McpServerConfig, str]]
 def open_mcp(config: Config, workspace: str | os.PathLike[str] | None) -> McpManager | None:
     """A manager of the enabled servers of `workspace` (nothing started yet), or None when there are none.
     A `ConfigError` when there are some and the ``mcp`` extra is not installed."""
-    specs = [c.spec for c in configured_servers(config, workspace) if c.enabled]
+    problems: list[str] = []
+    specs = [c.spec for c in configured_servers(config, workspace, problems=problems) if c.enabled]
     if not specs:
         return None
-    return new_manager(specs)
+    manager = new_manager(specs)
+    manager.notices.extend(problems)
+    return manager
 
 
 def new_manager(specs: list[ServerSpec] | None = None) -> McpManager:
@@ -177,6 +190,7 @@ async def bind_mcp(state: RunState) -> list[Event]:
             )
     for problem in found.failed.values():
         events.append(_warning(problem + " (its tools are not offered in this run)"))
+    events.extend(_warning(notice) for notice in manager.notices)
     data: dict[str, Any] = {
         "servers": {s: {"tools": [t["name"] for t in items], "digest": now[s]} for s, items in described.items()},
     }
