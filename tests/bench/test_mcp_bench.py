@@ -1,4 +1,4 @@
-"""Keeps bench/mcp.py from rotting: a quick run reports every figure in its JSON line. Speed is never
+"""Keeps bench/mcp_client.py from rotting: a quick run reports every figure in its JSON line. Speed is never
 asserted here; only that each figure was measured and is in range."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def test_mcp_bench_reports_every_figure() -> None:
     env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src")}
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "mcp.py"), "--quick"],
+        [sys.executable, str(BENCH / "mcp_client.py"), "--quick"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -13,7 +13,10 @@ saves with 200 tools. The server is the SDK-written test server (`tests/mcp/sdk_
   of every definition (o200k) less the tokens of what a run sends instead (`tool_search` alone), as
   `runtime.mcp` counts them.
 
-    python bench/mcp.py [--calls N] [--starts N] [--quick]
+    python bench/mcp_client.py [--calls N] [--starts N] [--quick]
+
+(Not `bench/mcp.py`: a file of that name in this folder, which is on the path of every script here, would
+be imported as the SDK's `mcp` package by the others, openai-agents' included.)
 
 Last line: JSON with every figure and the machine (cpus, load average at the start and the end).
 """
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import platform
 import sys
@@ -30,16 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# This file is named mcp.py, as the SDK's package is: its folder must not be on the path, or `import mcp`
-# would find this file. `_common` is loaded by its path instead.
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("_common", HERE / "_common.py")
-assert _spec is not None and _spec.loader is not None
-_common = importlib.util.module_from_spec(_spec)
-sys.modules["_common"] = _common
-_spec.loader.exec_module(_common)
-Report, Target, median = _common.Report, _common.Target, _common.median
+sys.path.insert(0, str(HERE))
+
+from _common import Report, Target, median  # noqa: E402
 
 REPO = HERE.parent
 SERVER = REPO / "tests" / "mcp" / "sdk_server.py"
