@@ -73,9 +73,9 @@ def test_a_command_s_environment_loses_secrets_by_name_by_policy_and_by_value() 
     assert policy.child_environment(env) == {
         "PATH": "/usr/bin",
         "GITHUB_TOKEN": TOKEN,  # allowed
-        "HOMEPAGE_URL": "https://example.com/docs",
     }
-    assert policy.hidden(env) == ["CORP_VAULT_ADDR", "DATABASE_URL", "LAB_KEY", "OPENAI_API_KEY"]
+    # HOMEPAGE_URL is no secret, but no command needs it either: only the allow-list passes
+    assert policy.hidden(env) == ["CORP_VAULT_ADDR", "DATABASE_URL", "HOMEPAGE_URL", "LAB_KEY", "OPENAI_API_KEY"]
     # the default policy still knows secrets by their names
     assert "OPENAI_API_KEY" not in SecretPolicy().child_environment(env)
 
@@ -159,3 +159,29 @@ def test_what_holds_no_secret_is_returned_as_it_is() -> None:
     body = Message.assistant("nothing here", tool_calls=[ToolCallPart(id="c", name="x", arguments={"a": [1]})])
     assert redactor.value(body) is body
     assert Redactor().value(Message.user(KEY)).text == KEY
+
+
+def test_a_command_gets_an_allow_list_so_secrets_under_unknown_names_stay_out() -> None:
+    env = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "GITHUB_PAT": "ghp_0123456789abcdefghijklmnopqrstuvwxyz",
+        "SENTRY_DSN": "https://0123456789abcdef@o1.ingest.sentry.io/42",
+        "MYAPP_KEY": "myapp-secret-0123456789",
+        "HTTPS_PROXY": "http://user:hunter2hunter2@proxy.corp:3128",  # allow-listed name, credentials in it
+        "MY_TOOL_HOME": "/opt/tool",
+    }
+    policy = SecretPolicy()
+    assert policy.child_environment(env) == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
+    # what a project needs, the user names: allow_env passes it whatever it holds
+    more = SecretPolicy(allow=frozenset({"MY_TOOL_*", "SENTRY_DSN"}))
+    assert more.child_environment(env)["MY_TOOL_HOME"] == "/opt/tool"
+    assert more.child_environment(env)["SENTRY_DSN"] == env["SENTRY_DSN"]
+    assert "GITHUB_PAT" not in more.child_environment(env)

@@ -31,6 +31,11 @@ which passes the parsed `Config` to whatever needs it.
     [tools]
     search_share = 0.10                # past this share of the window in tool definitions: tool_search
 
+    [sandbox]                          # where commands run (see `tether.tools.sandbox`)
+    mode = "workspace-write"           # read-only, workspace-write (the default) or off
+    network = ["pypi.org", "files.pythonhosted.org"]  # "off" (the default), "on", or the hosts to reach
+    writable = ["~/.cache"]            # more paths commands may write
+
     [runtime]
     max_parallel_tasks = 4             # sub-agent (`task`) calls of one step that run at once; the others wait
     max_task_depth = 3                 # how deep sub-agents nest: a sub-agent at this depth has no `task` tool
@@ -141,6 +146,23 @@ class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     """When the tools' definitions would take more than this share of the model's context window (default
     0.10), the MCP tools are not offered whole: the model gets `tool_search` and loads those it needs
     (0: always; 1: never)."""
+
+
+HostName = Annotated[
+    str, msgspec.Meta(pattern=r"^(\*\.)?[A-Za-z0-9_.-]+(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
+]
+
+
+class SandboxConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[sandbox]``: where commands run (see `tether.tools.sandbox`). Unset: ``workspace-write``, the
+    network off, the best mechanism found (bubblewrap, else Landlock)."""
+
+    mode: Literal["read-only", "workspace-write", "off"] | None = None
+    network: Literal["off", "on"] | list[HostName] | None = None
+    """``"off"``, ``"on"``, or the hosts commands may reach (``["pypi.org", "*.pythonhosted.org"]``)."""
+    writable: list[str] = msgspec.field(default_factory=list)
+    """More paths commands may write (``["~/.cache"]``); relative ones are in the workspace."""
+    mechanism: Literal["auto", "bwrap", "landlock"] | None = None
 
 
 PermissionMode = Literal["default", "accept-edits", "plan", "never-ask", "bypass"]
@@ -258,6 +280,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     """``[mcp.NAME]``: MCP servers (see `McpServerConfig`)."""
     instructions: InstructionsConfig = msgspec.field(default_factory=InstructionsConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

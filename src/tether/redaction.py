@@ -53,6 +53,27 @@ it says where one is (``DB_PASSWORD_FILE``), and commands need it to find it."""
 
 LOCATION_SUFFIXES: tuple[str, ...] = ("_FILE", "_PATH", "_DIR", "_SOCK", "_SOCKET")
 
+COMMAND_ENV: tuple[str, ...] = (
+    # who and where: the shell, the user, the terminal, the language
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "COLORTERM",
+    "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "EDITOR", "VISUAL", "TMPDIR", "CI",
+    "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+    # certificates and proxies (a proxy URL with a password in it is still kept out, by its value)
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    # toolchains: where they live and how they build
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYENV_ROOT", "PYENV_VERSION", "PYTHONPATH",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+    "UV_INDEX_URL", "JAVA_HOME", "GOPATH", "GOROOT", "GOPROXY", "GOFLAGS", "CARGO_HOME", "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN", "NVM_DIR", "NODE_PATH", "NPM_CONFIG_REGISTRY", "PKG_CONFIG_PATH", "LD_LIBRARY_PATH",
+    "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "MAKEFLAGS", "CMAKE_ARGS", "OPENBLAS_*", "OMP_NUM_THREADS",
+)  # fmt: skip
+"""The variables a command gets from tether's environment (``*`` patterns): what shells, compilers and
+package managers need to work, and nothing an application of the user's may have put there (``SENTRY_DSN``,
+``MYAPP_KEY``, ``GITHUB_PAT``: a secret under a name tether does not know never reaches a command). More with
+``[tools.bash] allow_env``; a secret among these (by name or by value) is still left out unless named there."""
+_COMMAND_ENV = frozenset(COMMAND_ENV)
+
 MIN_SECRET_CHARS = 8
 """Values shorter than this are never redacted: they would mangle ordinary text (``true``, ``1234``)."""
 
@@ -83,8 +104,8 @@ def _matches(name: str, patterns: frozenset[str]) -> bool:
 class SecretPolicy:
     """Which environment variables are secrets: those in `names` (exact, or ``*`` patterns: the provider key
     variables, the ``api_key_env`` of configured providers, ``[tools.bash] deny_env``), those whose name
-    `is_secret_name`, and those whose value `holds_credentials`. Commands get the environment without them,
-    except the variables in `allow` (``[tools.bash] allow_env``); the journal never gets their values,
+    `is_secret_name`, and those whose value `holds_credentials`. Commands get `COMMAND_ENV` without them,
+    and the variables in `allow` (``[tools.bash] allow_env``); the journal never gets a secret's value,
     allowed or not."""
 
     names: frozenset[str] = frozenset()
@@ -103,12 +124,18 @@ class SecretPolicy:
         return _matches(name, self.names) or is_secret_name(name) or holds_credentials(value)
 
     def child_environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """`env` without its secrets, but with the allowed ones."""
-        return {k: v for k, v in env.items() if _matches(k, self.allow) or not self.is_secret(k, v)}
+        """What a command gets of `env`: the variables of `COMMAND_ENV` that are not secrets, and those the
+        policy allows (``[tools.bash] allow_env``) whatever they hold."""
+        return {k: v for k, v in env.items() if self._passes(k, v)}
 
     def hidden(self, env: Mapping[str, str]) -> list[str]:
         """The names of `env` that `child_environment` leaves out."""
-        return sorted(k for k, v in env.items() if not _matches(k, self.allow) and self.is_secret(k, v))
+        return sorted(k for k, v in env.items() if not self._passes(k, v))
+
+    def _passes(self, name: str, value: str) -> bool:
+        if _matches(name, self.allow):
+            return True
+        return _matches(name, _COMMAND_ENV) and not self.is_secret(name, value)
 
     def redactor(self, env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> Redactor:
         """A `Redactor` for the values of every secret in `env` (allowed ones too: a command may use a key,

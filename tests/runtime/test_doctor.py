@@ -163,3 +163,27 @@ def test_a_nearly_full_disk_is_a_warning(home: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(doctor, "LOW_DISK", 1 << 62)
     disk = by_check(diagnose())["disk"]
     assert disk.status == "warn" and "free disk space" in (disk.fix or "")
+
+
+def test_doctor_says_which_sandbox_commands_run_in(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.tools import sandbox
+
+    found = by_check(diagnose())["sandbox"]
+    assert found.status == "ok" and "workspace-write with bubblewrap" in found.detail and "network off" in found.detail
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[sandbox]\nmode = "off"\n')
+    off = by_check(diagnose())["sandbox"]
+    assert off.status == "warn" and "full permissions" in off.detail
+
+    (home / "config.toml").write_text('[sandbox]\nnetwork = ["pypi.org"]\n')
+    none = sandbox.Support(None, "bubblewrap (bwrap) is not installed")
+    monkeypatch.setattr(sandbox, "bwrap_support", lambda: none)
+    landlock_only = by_check(diagnose())["sandbox"]
+    assert (
+        landlock_only.status == "ok" and "Landlock" in landlock_only.detail and "only pypi.org" in landlock_only.detail
+    )
+    monkeypatch.setattr(sandbox, "landlock_support", lambda: sandbox.Support(None, "no Landlock here"))
+    missing = by_check(diagnose())["sandbox"]
+    assert missing.status == "warn" and "every command asks" in missing.detail
+    assert missing.fix is not None and "bubblewrap" in missing.fix

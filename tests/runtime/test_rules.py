@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tether.config import Config, PermissionsConfig, RulesConfig, parse_config
 from tether.errors import ConfigError, InvalidInput
@@ -223,8 +225,8 @@ def test_the_order_holds_across_layers_whichever_is_written_later(
     (ws / ".tether").mkdir()
     (ws / ".tether" / "config.toml").write_text('[permissions]\nallow = ["bash(git *)"]\ndeny = ["bash(make *)"]\n')
     user = Config(permissions=PermissionsConfig(ask=["bash(git push*)"], allow=["bash(make *)"]))
-    layered_rules = permission_rules(user, ws, allow=["bash(git push*)"])
-    assert bash(layered_rules, "git log", ws) == "allow"  # the project's allow
+    layered_rules = permission_rules(user, ws, allow=["bash(git push*)"], confirm=lambda change: True)
+    assert bash(layered_rules, "git log", ws) == "allow"  # the project's allow (its user said yes)
     assert bash(layered_rules, "git push", ws) == "ask"  # the user's ask beats the project's and the flag's allow
     assert bash(layered_rules, "make all", ws) == "deny"  # the project's deny beats the user's allow
     decision = layered_rules.decide("bash", {"command": "make all"}, read_only=False, workspace=ws)
@@ -360,3 +362,130 @@ def test_a_bad_flag_rule_or_mode_names_the_flag(ws: Path, tmp_path: Path, monkey
 def test_a_decision_is_a_permission(ws: Path) -> None:
     decision = rules(allow=["read"]).decide("read", {"path": "a"}, read_only=True, workspace=ws)
     assert isinstance(decision, Permission) and decision.allowed and not decision.ask
+
+
+# --- what a parser cannot know: expansions evaluated at run time, assignments that change later commands ---
+
+BYPASSES = [
+    # (the rule that would wrongly allow it, the line; each runs `touch SENTINEL` when bash runs it)
+    ("bash(git status*)", "x='a[$(touch SENTINEL)]'; git status $[x]"),
+    ("bash(git status*)", "x='a[$(touch SENTINEL)]'; git status ${a[x]}"),
+    ("bash(git status*)", "x='a[$(touch SENTINEL)]'; git status ${x:x}"),
+    ("bash(git status*)", "x='$(touch SENTINEL)'; git status ${x@P}"),
+    ("bash(echo *)", "x='a[$(touch SENTINEL)]'; echo $[x]"),
+    ("bash(echo *)", "x='a[$(touch SENTINEL)]'; echo $((x))"),
+    ("bash(echo *)", "x='a[$(touch SENTINEL)]'; echo ${x:0:x}"),
+    ("bash(echo *)", "y=x; x='$(touch SENTINEL)'; echo ${!y@P}"),
+]
+
+
+def _sentinel_runs(line: str, where: Path, env: dict[str, str] | None = None) -> bool:
+    """Whether bash really runs the hidden `touch` of `line` (in a fresh directory)."""
+    import shutil
+    import subprocess
+
+    where.mkdir(parents=True, exist_ok=True)
+    sentinel = where / "SENTINEL"
+    sentinel.unlink(missing_ok=True)
+    text = line.replace("SENTINEL", str(sentinel))
+    subprocess.run(["bash", "-c", text], cwd=where, env={"PATH": os.environ["PATH"], **(env or {})},
+                   capture_output=True, timeout=20, check=False)  # fmt: skip
+    found = sentinel.exists()
+    shutil.rmtree(where, ignore_errors=True)
+    return found
+
+
+@pytest.mark.parametrize(("rule", "line"), BYPASSES)
+def test_expansions_known_only_at_run_time_ask_whatever_allows_the_command(
+    ws: Path, tmp_path: Path, rule: str, line: str
+) -> None:
+    assert _sentinel_runs(line, tmp_path / "real")  # the trick is real: bash runs the hidden command
+    assert bash(rules(allow=[rule]), line, ws) == "ask"
+    # the command alone, its variable set elsewhere (the environment, an earlier call): still asked
+    assert bash(rules(allow=[rule]), line.rsplit("; ", 1)[1], ws) == "ask"
+
+
+@pytest.mark.parametrize(
+    "form", ["$[x]", "${a[x]}", "${x:x}", "${x@P}", "${x:0:x}", "${!x}", "${x/a/b}", "${x:-y}", "${#a[x]}", "$((x))"]
+)
+def test_each_expansion_form_that_evaluates_asks_on_its_own(ws: Path, form: str) -> None:
+    assert bash(rules(allow=["bash(echo *)"]), f"echo {form}", ws) == "ask"
+    assert bash(rules(allow=["bash(echo *)"]), f'echo "{form}"', ws) == "ask"
+
+
+def test_plain_variables_are_still_read(ws: Path) -> None:
+    allowed = rules(allow=["bash(echo *)"])
+    assert bash(allowed, "echo $HOME ${HOME} ${#HOME} $1", ws) == "allow"
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["PATH=./evil:$PATH; git status", "HOME=.; git status", "GIT_DIR=x; git status", "x=1 y=2; git status"],
+)
+def test_an_assignment_standing_alone_makes_the_line_ask(ws: Path, line: str) -> None:
+    assert bash(rules(allow=["bash(git status*)"]), line, ws) == "ask"
+
+
+def test_a_path_assignment_really_changes_what_an_allowed_command_runs(tmp_path: Path) -> None:
+    # why the line asks: ./evil/git is what `git status` runs after it
+    line = "PATH=./evil:$PATH; git status"
+    setup = "mkdir -p evil && printf '#!/bin/sh\\ntouch SENTINEL\\n' > evil/git && chmod +x evil/git; "
+    assert _sentinel_runs(setup + line, tmp_path / "real")
+
+
+def test_under_bypass_a_line_that_cannot_be_read_is_asked_when_a_deny_rule_may_forbid_it(ws: Path) -> None:
+    line = "x='a[$(rm -f v)]'; echo $[x]"
+    guarded = rules("bypass", deny=["bash(rm *)"])
+    decision = guarded.decide("bash", {"command": line}, read_only=False, workspace=ws)
+    assert decision.ask and "bash(rm *)" in decision.reason
+    assert bash(rules("bypass"), line, ws) == "allow"  # no deny rule: bypass is bypass
+    assert bash(rules("never-ask", deny=["bash(rm *)"]), line, ws) == "deny"
+
+
+def test_a_rm_hidden_in_arithmetic_really_runs(tmp_path: Path) -> None:
+    where = tmp_path / "real"
+    where.mkdir()
+    (where / "v").write_text("keep")
+    import subprocess
+
+    subprocess.run(["bash", "-c", "x='a[$(rm -f v)]'; echo $[x]"], cwd=where, capture_output=True, check=False)
+    assert not (where / "v").exists()  # what the rule above keeps from running under bypass
+
+
+# --- generated: `touch SENTINEL` hidden in bash's expansion forms, run for real -------------------------
+
+_CARRIERS = [
+    "x='{v}'; ",
+    "export x='{v}'; ",
+    "declare x='{v}'; ",
+    "read -r x <<< '{v}'; ",
+    "printf -v x '%s' '{v}'; ",
+    "",  # the value comes from the environment
+]
+_FORMS = ["$[x]", "$((x))", "$((x+1))", "${a[x]}", "${x:x}", "${x:0:x}", "${x@P}", "${x[x]}", "${#a[x]}", "${x:x:1}"]
+_COMMANDS = ["echo", "git status", "echo ok &&  echo", "timeout 5 echo"]
+
+
+@given(
+    carrier=st.sampled_from(_CARRIERS),
+    form=st.sampled_from(_FORMS),
+    command=st.sampled_from(_COMMANDS),
+    quoted=st.booleans(),
+    payload=st.sampled_from(["$(touch SENTINEL)", "`touch SENTINEL`"]),
+    tail=st.sampled_from(["", " ; echo done", " | cat"]),
+)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_generated_lines_hiding_a_command_never_run_under_an_allow_rule(
+    tmp_path: Path, carrier: str, form: str, command: str, quoted: bool, payload: str, tail: str
+) -> None:
+    value = payload if form == "${x@P}" else f"a[{payload}]"
+    expansion = f'"{form}"' if quoted else form
+    line = carrier.format(v=value) + f"{command} {expansion}{tail}"
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    allowed = rules(allow=["bash(echo *)", "bash(git status*)", "bash(timeout 5 echo*)", "bash(cat)"])
+    decision = allowed.decide("bash", {"command": line}, read_only=False, workspace=workspace.resolve())
+    env = {} if carrier else {"x": value.replace("SENTINEL", str(tmp_path / "run" / "SENTINEL"))}
+    ran = _sentinel_runs(line, tmp_path / "run", env)
+    assert not (decision.allowed and ran), f"{line!r} ran its hidden command under an allow rule"
+    assert decision.ask or not ran, line

@@ -16,7 +16,7 @@ from ..paths import canonical_directory
 from ..runtime.launch import RunRequest
 from .approval import terminal_approver
 from .render import TerminalRenderer, terminal_ask
-from .run import checked, launched_events, permission_options, terminal_confirm
+from .run import checked, launched_events, permission_options, project_confirmer, terminal_confirm
 from .state import cli_state
 
 HELP = """Type a message and press Enter. For several lines, end a line with \\ or wrap the text in \"\"\" lines.
@@ -72,6 +72,7 @@ def chat(
     permission_mode: str | None,
     allow: tuple[str, ...],
     deny: tuple[str, ...],
+    sandbox: str | None,
     yes: bool,
 ) -> None:
     """Talk with the agent, one run per message, all in one session.
@@ -108,6 +109,8 @@ def chat(
                 permission_mode=permission_mode,
                 allow=allow,
                 deny=deny,
+                sandbox=sandbox,
+                confirm_project=project_confirmer(err, sys.stdin.isatty()) if first else None,
                 approver=terminal_approver(err, renderer) if sys.stdin.isatty() else None,
                 confirmed=yes,
                 mcp=servers,

@@ -18,7 +18,9 @@ from ..config import PermissionMode
 from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound, SessionBusy
 from ..events import Done, Error, Event, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
+from ..runtime.trust import ConfirmProject, ProjectChange
 from ..store import Store
+from ..tools.sandbox import SANDBOX_MODES
 from .approval import terminal_approver
 from .render import BUSY_EXIT, LOCAL_NOTICE, TerminalRenderer, busy_line, shown, terminal_ask
 from .sanitize import escape_json_controls
@@ -44,7 +46,16 @@ def terminal_confirm(console: Console) -> Confirm:
 
 
 def permission_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``--permission-mode``, ``--allow RULE`` and ``--deny RULE``, as `run` and `chat` take them."""
+    """``--permission-mode``, ``--allow RULE``, ``--deny RULE`` and ``--sandbox MODE``, as `run` and `chat`
+    take them."""
+    command = click.option(
+        "--sandbox",
+        "sandbox",
+        type=click.Choice(SANDBOX_MODES),
+        help="Where commands run: workspace-write (the default: only the workspace and a private /tmp are "
+        "writable, .git and .tether stay read-only, no network), read-only, or off (your full permissions). "
+        "[sandbox] in config.toml sets the default, the network allow-list and more writable paths.",
+    )(command)
     command = click.option(
         "--deny", "deny", multiple=True, metavar="RULE", help="Deny what RULE matches, in this run. Repeatable."
     )(command)
@@ -64,6 +75,23 @@ def permission_options(command: Callable[..., None]) -> Callable[..., None]:
         "without asking; plan: read-only tools only; never-ask: deny what would ask (for CI); bypass: ask "
         "nothing (deny rules still hold).",
     )(command)
+
+
+def project_confirmer(err: Console, interactive: bool) -> ConfirmProject:
+    """How a run at a terminal accepts a workspace's new permissions: the change, then yes or no. With no
+    terminal: one line saying how to accept them, and no."""
+
+    def confirm(change: ProjectChange) -> bool:
+        if not interactive:
+            err.print(f"[yellow]{shown(change.describe())}: not applied; `tether trust` accepts them[/yellow]")
+            return False
+        err.print(f"[yellow]{shown(str(change.path))} grants more than you last accepted in this workspace:[/yellow]")
+        for line in change.diff():
+            err.print(f"  {shown(line)}")
+        answer = input("Apply these permissions (and remember that you did)? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    return confirm
 
 
 def checked(request: RunRequest) -> LaunchPlan:
@@ -139,6 +167,7 @@ def run(
     permission_mode: str | None,
     allow: tuple[str, ...],
     deny: tuple[str, ...],
+    sandbox: str | None,
     yes: bool,
     wait: bool,
     json_flag: bool,
@@ -169,6 +198,9 @@ def run(
     as_json = wants_json(json_flag)
     if server:
         from .remote import run_remote
+
+        if sandbox is not None:
+            raise click.UsageError("--sandbox is the server's to set: its [sandbox] configuration applies")
 
         fields = {
             "model": model_spec,
@@ -219,6 +251,8 @@ def run(
             permission_mode=permission_mode,
             allow=allow,
             deny=deny,
+            sandbox=sandbox,
+            confirm_project=project_confirmer(err, sys.stdin.isatty() and not as_json),
             approver=terminal_approver(err, renderer) if sys.stdin.isatty() and renderer is not None else None,
             confirmed=yes,
             wait=math.inf if wait else None,

@@ -15,6 +15,8 @@ RESERVED_PREFIXES = frozenset({"!", "then", "do", "else", "elif", "if", "while",
 CLOSERS = frozenset({"fi", "done", "esac", "{", "}"})
 """Words that end a compound command and run nothing themselves."""
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
+_PLAIN_PARAMETER = re.compile(r"\$\{#?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])\}")
+"""``${NAME}`` and ``${#NAME}``: the value or its length, evaluating nothing."""
 
 
 class Unparseable(ValueError):
@@ -194,8 +196,10 @@ class _Parser:
         """`$(...)` runs a command list; `$VAR`, `${...}` are values known only at run time."""
         word.started = True
         two = self.peek(2)
-        if self.peek(3) == "$((":
-            raise Unparseable("arithmetic expansion")
+        if self.peek(3) == "$((" or two == "$[":
+            # an arithmetic expression evaluates the subscripts of the variables it names, and a subscript
+            # may hold a command: `x='a[$(touch p)]'; echo $[x]` runs touch
+            raise Unparseable("arithmetic expansion (its value, and what it runs, are known only at run time)")
         if two == "$(":
             self.pos += 2
             self.parse_list(")")
@@ -205,6 +209,10 @@ class _Parser:
             end = self.text.find("}", self.pos)
             if end < 0 or "$(" in self.text[self.pos : end] or "`" in self.text[self.pos : end]:
                 raise Unparseable("a parameter expansion with commands inside")
+            if not _PLAIN_PARAMETER.fullmatch(self.text[self.pos : end + 1]):
+                # operators, subscripts, indirection and transformations evaluate what a variable holds
+                # (`${x:x}` and `${a[x]}` as arithmetic, `${x@P}` as a prompt, `${!x}` as another name)
+                raise Unparseable("a parameter expansion with an operator, a subscript or indirection")
             word.text += self.text[self.pos : end + 1]
             word.dynamic = True
             self.pos = end + 1
@@ -422,8 +430,10 @@ def split_command(text: str, *, depth: int = 0) -> list[SimpleCommand]:
         if any(d for _, d in raw.writes + raw.reads):
             raise Unparseable("a redirection into a file named only at run time")
         writes = [w for w in writes if w not in HARMLESS_TARGETS]
-        if all(ASSIGNMENT.match(w) for w in words):  # `X=1` alone runs nothing (a `$(...)` in it is its own)
-            words, dynamic = [], []
+        if words and all(ASSIGNMENT.match(w) for w in words):
+            # `X=1` alone runs nothing, but it changes what every later command of the line does
+            # (`PATH=./evil:$PATH; git status`, `HOME=.; git status`, a variable an expansion evaluates)
+            raise Unparseable("an assignment that stands as a command of its own (it changes what later commands do)")
         if not words:
             if writes or reads:  # `> file` alone truncates it
                 out.append(SimpleCommand(words=[], forms=[Form(":")], writes=writes, reads=reads))

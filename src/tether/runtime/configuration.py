@@ -6,6 +6,7 @@ and passes what it found down; nothing below the runtime reads configuration."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -19,7 +20,11 @@ from ..config import Config, PermissionsConfig, RulesConfig, parse_config
 from ..context.budget import ContextSettings
 from ..errors import ConfigError, InvalidInput
 from ..paths import config_path
+from ..tools.sandbox import Sandbox, SandboxPolicy
 from .rules import Rules, layered
+from .trust import ConfirmProject, accept, accept_rules, pending_change, without_grants
+
+log = logging.getLogger("tether.runtime")
 
 PROJECT_CONFIG = Path(".tether") / "config.toml"
 """A workspace's own configuration, relative to the workspace: its approval rules, shared with whoever works
@@ -88,13 +93,26 @@ def permission_rules(
     ask: Sequence[str] = (),
     deny: Sequence[str] = (),
     agent: tuple[str, RulesConfig | None] | None = None,
+    confirm: ConfirmProject | None = None,
 ) -> Rules:
     """The rules of a run in `workspace`: the user's ``[permissions]``, the workspace's, the agent profile's
     (`agent`: its name and ``[agents.NAME.permissions]``), then the run's own (``--allow``, ``--deny``,
     ``--permission-mode``). Every rule of every layer counts (the strictest wins); the mode is the last one
-    set. A bad rule is a `ConfigError` naming its file, or an `InvalidInput` for a flag."""
+    set. A bad rule is a `ConfigError` naming its file, or an `InvalidInput` for a flag.
+
+    What the workspace's file grants (allow rules, ``accept-edits``) counts only once this user accepted it
+    (`trust`): a change since then is put to `confirm`, and left out unless it says yes."""
     user = config.permissions
     project = load_project_permissions(workspace)
+    if project is not None:
+        change = pending_change(os.fspath(workspace), project_config_path(workspace), project)
+        if change is not None:
+            if confirm is not None and confirm(change):
+                accept(os.fspath(workspace), project)
+            else:
+                if confirm is None:
+                    log.warning("%s; not applied until accepted (tether trust %s)", change.describe(), workspace)
+                project = without_grants(project)
     # (where a rule was written, as a rule's source; as an error names it; the rules; the error's type)
     layers: list[tuple[str, str, RulesConfig | dict[str, Sequence[str]], type[Exception]]] = [
         (str(config_path()), f"[permissions] in {config_path()}", user, ConfigError)
@@ -125,6 +143,25 @@ def rule_lists(lists: RulesConfig | Mapping[str, Sequence[str]]) -> dict[str, Se
     if isinstance(lists, RulesConfig):
         return {"allow": lists.allow, "ask": lists.ask, "deny": lists.deny}
     return dict(lists)
+
+
+def run_sandbox(config: Config, mode: str | None = None) -> Sandbox:
+    """The sandbox of a run: ``[sandbox]`` of the user's config, its mode replaced by `mode` (``--sandbox``)
+    when given. A bad value is an `InvalidInput` naming the flag, or a `ConfigError` naming the file."""
+    table = config.sandbox
+    network = table.network if table.network is not None else "off"
+    try:
+        policy = SandboxPolicy(
+            mode=(table.mode or "workspace-write") if mode is None else mode,  # type: ignore[arg-type]
+            network=network if isinstance(network, str) else tuple(network),
+            writable=tuple(table.writable),
+            mechanism=table.mechanism or "auto",
+        )
+    except InvalidInput as exc:
+        if mode is not None:
+            raise InvalidInput(f"--sandbox: {exc}") from None
+        raise ConfigError(f"[sandbox] in {config_path()}: {exc}") from None
+    return Sandbox(policy)
 
 
 def approval_timeout(config: Config) -> float | None:
@@ -190,6 +227,7 @@ def save_project_rules(workspace: str | os.PathLike[str], rules: Sequence[str]) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    accept_rules(os.fspath(workspace), new)  # a person's answer wrote them: they need no second yes
     return path
 
 

@@ -19,7 +19,7 @@ from ..providers.registry import BUILTIN_KINDS, choose_model, has_key, make_prov
 from ..store import store_path
 from ..store.faults import ELSEWHERE, existing_ancestor, free_bytes, human_bytes, unwritable
 from ..store.health import Finding, failed
-from .configuration import load_config
+from .configuration import load_config, run_sandbox
 
 __all__ = ["EXTRAS", "FULL_CHECK_BELOW", "Finding", "diagnose", "failed"]
 
@@ -59,8 +59,26 @@ def diagnose(
     if config is not None:
         findings.extend(provider_findings(config, env))
         findings.append(default_model_finding(config, env))
+        findings.append(sandbox_finding(config))
     findings.extend(extra_findings())
     return findings
+
+
+def sandbox_finding(config: Config) -> Finding:
+    """Which sandbox commands run in: its mode, the mechanism found here, the network; a warning when the
+    configuration asks for one and none can be had (every command then asks), or when it is off."""
+    try:
+        sandbox = run_sandbox(config)
+    except (ConfigError, InvalidInput) as e:
+        return Finding("sandbox", "fail", str(e), f"fix [sandbox] in {config_path()}")
+    if sandbox.policy.mode == "off":
+        return Finding("sandbox", "warn", sandbox.summary(), f'[sandbox] mode = "workspace-write" in {config_path()}')
+    if sandbox.mechanism is None:
+        return Finding("sandbox", "warn", sandbox.summary(), "install bubblewrap (apt-get install bubblewrap)")
+    detail = sandbox.summary()
+    if sandbox.mechanism == "landlock":
+        detail += " (bubblewrap is missing: .git and .tether inside the workspace stay writable, and so does UDP)"
+    return Finding("sandbox", "ok", detail)
 
 
 def directory_finding(check: str, directory: Path) -> Finding:

@@ -19,7 +19,7 @@ from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from ..store.records import IMPORTED
 from ..tools.base import AskFn, ToolRegistry
-from .configuration import context_settings, load_config, permission_rules
+from .configuration import context_settings, load_config, permission_rules, run_sandbox
 from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
 from .lookup import find_session
@@ -30,6 +30,7 @@ from .permission import Approver, PermissionCheck
 from .profiles import find_profile, narrowed
 from .state import DEFAULT_MAX_STEPS, RunOptions
 from .toolset import select_tools
+from .trust import ConfirmProject
 
 if TYPE_CHECKING:
     from ..mcp.manager import McpManager
@@ -81,6 +82,12 @@ class RunRequest:
     """The agent profile to work as (``plan``, one of ``[agents.*]``; None: ``build``): its tools (which
     `tools` may narrow further), its system prompt and model unless these are given; recorded with the
     session."""
+    confirm_project: ConfirmProject | None = None
+    """Asked when the workspace's ``.tether/config.toml`` grants more than this user last accepted (`trust`):
+    yes applies and records it; None (or no): its new grants are left out, its deny and ask rules apply."""
+    sandbox: str | None = None
+    """Where commands run: ``workspace-write``, ``read-only`` or ``off`` (``--sandbox``); None: ``[sandbox]
+    mode`` of the configuration, else ``workspace-write``."""
 
 
 @dataclass
@@ -171,7 +178,11 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         allow=request.allow,
         deny=request.deny,
         agent=(profile.name, profile.rules),
+        confirm=request.confirm_project,
     )
+    sandbox = run_sandbox(config, request.sandbox)
+    if sandbox.unavailable is not None:
+        rules = replace(rules, unconfined=sandbox.unavailable)
     settings = context_settings(config)
     resolve = resolve or resolve_provider
     resolved = resolve(request.model or profile.model, config=config)
@@ -198,6 +209,7 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         pacer=request.pacer,
         project=True,
         project_tools=request.tools is None and len(tools) > 0,
+        sandbox=sandbox,
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)
@@ -226,8 +238,9 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
             allow=request.allow,
             deny=request.deny,
             agent=(profile.name, profile.rules) if profile is not None else None,
+            confirm=request.confirm_project,
         )
-        options = replace(options, rules=rules)
+        options = replace(options, rules=replace(rules, unconfined=options.rules.unconfined if options.rules else None))
     return LaunchedRun(plan.request, session, created, plan.resolved, options, plan.owns_mcp)
 
 

@@ -22,7 +22,7 @@ from ..errors import (
     RateLimited,
     SeqConflict,
 )
-from ..events import Done, Error, Event, RunStarted
+from ..events import Done, Error, Event, Progress, RunStarted
 from ..ids import new_id
 from ..messages import INTERRUPTED_MARKER, Checkpoint, EntryBody, Marker, Message, ToolCallPart, ToolResultPart
 from ..providers.base import Provider
@@ -192,6 +192,18 @@ class AgentRun:
             provider=self.provider.name,
             resumed=prompt is None,
         )
+        sandbox = opts.sandbox
+        if sandbox is not None and sandbox.unavailable is not None and "bash" in state.tools:
+            yield Progress(
+                session_id=sid,
+                n=journal.next_number(),
+                what="sandbox",
+                detail=(
+                    f"no sandbox for commands here ({sandbox.unavailable}): every command will be asked about; "
+                    "install bubblewrap, or run with --sandbox off to run them unconfined"
+                ),
+                data={"mode": sandbox.policy.mode, "available": False},
+            )
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..errors import InvalidInput
+from ..paths import config_path, tether_home
+from ..tools.sandbox import PROTECTED
 from .commands import SimpleCommand, Unparseable, split_command
 from .permission import Permission, strictest
 
@@ -151,6 +153,16 @@ class _Check:
 
 
 @dataclass(frozen=True)
+class _Decided:
+    """The decision on one check. A `firm` ask stays an ask in ``bypass`` mode: a person must see it."""
+
+    action: Action
+    why: str
+    rule: Rule | None
+    firm: bool = False
+
+
+@dataclass(frozen=True)
 class Rules:
     """The rules a run decides by: the explicit ones of every layer (user config, project config, the
     session's own, the run's flags) and the mode. Built-in defaults are not in `rules`: they decide only
@@ -162,14 +174,17 @@ class Rules:
     ceiling: Rules | None = None
     """A parent run's rules, for a sub-agent's: a call gets the stricter of the two decisions, so that no
     rule of the child's own (its agent profile's) lets it do what its parent may not."""
+    unconfined: str | None = None
+    """Why no sandbox can confine commands here, when one was asked for: every ``bash`` call then asks a
+    person, in every mode (rather than run with the user's full reach unseen)."""
 
     def adding(self, rules: Iterable[Rule]) -> Rules:
-        return Rules((*self.rules, *rules), self.mode, self.defaults, self.ceiling)
+        return replace(self, rules=(*self.rules, *rules))
 
     def for_child(self, rules: Iterable[Rule]) -> Rules:
         """The rules of a sub-agent of a run that has these: these, in their mode, with `rules` (its agent
         profile's) added, and never more than these."""
-        return Rules((*self.rules, *rules), self.mode, self.defaults, self)
+        return replace(self, rules=(*self.rules, *rules), ceiling=self)
 
     def decide(self, tool: str, arguments: Any, *, read_only: bool, workspace: Path) -> Permission:
         """The decision on one call, in one order:
@@ -196,17 +211,18 @@ class Rules:
         if self.mode == "plan" and not (read_only or tool in HARMLESS_TOOLS):
             return Permission(False, f"plan mode runs read-only tools only, and {tool} is not one")
         workspace = workspace.expanduser().resolve()
-        worst: tuple[Action, str, Rule | None] | None = None
-        for check in self._checks(tool, arguments, read_only, workspace):
-            action, why, rule = self._decide_check(check, workspace)
-            if worst is None or STRICTNESS[action] > STRICTNESS[worst[0]]:
-                worst = (action, why, rule)
-        assert worst is not None  # every call is at least one check
-        action, why, rule = worst
+        decided = [
+            self._decide_check(check, workspace) for check in self._checks(tool, arguments, read_only, workspace)
+        ]
+        if tool == "bash" and self.unconfined is not None:
+            why = f"no sandbox can confine commands here ({self.unconfined}), so every command is asked about"
+            decided.append(_Decided("ask", why, None, firm=True))
+        worst = max(decided, key=lambda d: (STRICTNESS[d.action], d.firm))  # every call is at least one check
+        action, why, rule = worst.action, worst.why, worst.rule
         text = rule.text if rule is not None else ""
         if action == "deny":
             return Permission(False, why, rule=text)
-        if action == "ask" and self.mode == "bypass":
+        if action == "ask" and self.mode == "bypass" and not worst.firm:
             return Permission(True, "bypass mode", rule=text)
         if action == "ask" and self.mode == "never-ask":
             hint = allow_hint(self.suggestion(tool, arguments, read_only=read_only, workspace=workspace))
@@ -220,7 +236,31 @@ class Rules:
             return []
         return [Rule("allow", name, f"{workspace}/**", "accept-edits mode") for name in sorted(EDIT_TOOLS)]
 
-    def _decide_check(self, check: _Check, workspace: Path) -> tuple[Action, str, Rule | None]:
+    def _decide_check(self, check: _Check, workspace: Path) -> _Decided:
+        decided = self._decide_rules(check, workspace)
+        guarded = _guarded(check, workspace)
+        if guarded is None or decided.action == "deny":
+            return decided
+        explicit = [
+            r
+            for r in self.rules
+            if r.action == "allow"
+            and r.names(check.tool)
+            and _names_path(r, guarded, workspace)
+            and any(_matches(r, check.tool, s, workspace) for s in check.allow_subjects)
+        ]
+        if decided.action == "allow" and explicit:
+            return _Decided(
+                "allow", f"{check.label}: allowed by the rule {explicit[0].text}{_from(explicit[0])}", explicit[0]
+            )
+        why = (
+            f"{check.label} changes {guarded}, which holds tether's or the agent's own configuration or "
+            f"instructions: asked about in every mode (a rule that names it, such as {check.tool}"
+            f"({_shown_path(guarded, workspace)}), allows it)"
+        )
+        return _Decided("ask", why, None, firm=True)
+
+    def _decide_rules(self, check: _Check, workspace: Path) -> _Decided:
         matched: list[Rule] = []
         for rule in (*self.rules, *self._mode_rules(workspace)):
             if not rule.names(check.tool):
@@ -237,23 +277,28 @@ class Rules:
             # only a rule for every command of the tool speaks to it, and an allow does not make it safe
             strictest = max(matched, key=lambda r: STRICTNESS[r.action], default=None)
             if strictest is not None and strictest.action == "deny":
-                return "deny", f"denied by the rule {strictest.text}{_from(strictest)}", strictest
-            return "ask", f"{check.label} could not be read with certainty", None
+                return _Decided("deny", f"denied by the rule {strictest.text}{_from(strictest)}", strictest)
+            # what it runs may be what a deny rule forbids: even bypass asks then, rather than run it
+            denied = next((r for r in self.rules if r.action == "deny" and r.names(check.tool)), None)
+            if denied is not None:
+                why = f"{check.label} could not be read with certainty, and the rule {denied.text} may forbid it"
+                return _Decided("ask", why, None, firm=True)
+            return _Decided("ask", f"{check.label} could not be read with certainty", None)
         if matched:
             rule = max(matched, key=lambda r: STRICTNESS[r.action])
             verb = {"deny": "denied", "ask": "asked about", "allow": "allowed"}[rule.action]
-            return rule.action, f"{check.label}: {verb} by the rule {rule.text}{_from(rule)}", rule
+            return _Decided(rule.action, f"{check.label}: {verb} by the rule {rule.text}{_from(rule)}", rule)
         for rule in self.defaults:
             if rule.names(check.tool) and (
                 rule.pattern is None or any(_matches(rule, check.tool, s, workspace) for s in check.subjects)
             ):
                 verb = {"deny": "denied", "ask": "asked about", "allow": "allowed"}[rule.action]
-                return rule.action, f"{check.label}: {verb} by default ({rule.text})", rule
+                return _Decided(rule.action, f"{check.label}: {verb} by default ({rule.text})", rule)
         if check.redirection and all(_inside(s, workspace) for s in check.subjects):
-            return "allow", f"{check.label} stays in the workspace", None
+            return _Decided("allow", f"{check.label} stays in the workspace", None)
         if check.read_only or check.tool in HARMLESS_TOOLS:
-            return "allow", f"{check.tool} is read-only", None
-        return "ask", f"{check.label} asks by default", None
+            return _Decided("allow", f"{check.tool} is read-only", None)
+        return _Decided("ask", f"{check.label} asks by default", None)
 
     def _checks(self, tool: str, arguments: Any, read_only: bool, workspace: Path) -> list[_Check]:
         args = arguments if isinstance(arguments, Mapping) else {}
@@ -287,7 +332,7 @@ class Rules:
         workspace = workspace.expanduser().resolve()
         out: list[str] = []
         for check in self._checks(tool, arguments, read_only, workspace):
-            if self._decide_check(check, workspace)[0] == "allow":
+            if self._decide_check(check, workspace).action == "allow":
                 continue
             rule = _suggest(check, workspace)
             if rule is not None and rule not in out:
@@ -312,6 +357,49 @@ def _matches(rule: Rule, tool: str, subject: str, workspace: Path) -> bool:
     if tool in PATH_TOOLS:
         return path_matches(rule.pattern, subject, workspace)
     return _glob(rule.pattern, "command").fullmatch(subject) is not None
+
+
+def _guarded(check: _Check, workspace: Path) -> Path | None:
+    """The protected place a writing check changes (see `protected_place`), or None."""
+    if check.tool not in EDIT_TOOLS:
+        return None
+    for subject in check.subjects:
+        place = protected_place(subject, workspace)
+        if place is not None:
+            return place
+    return None
+
+
+def protected_place(path: str, workspace: Path) -> Path | None:
+    """Where `path` (absolute) falls among the places a model must not change unseen: tether's home and
+    configuration, and in the workspace (at any depth) `sandbox.PROTECTED` (``.git``, ``.tether``,
+    ``.mcp.json``, skills folders, instruction files). Returns that place (``/ws/.tether``), or None."""
+    target = Path(path)
+    for root in (config_path().parent, tether_home()):
+        root = Path(os.path.realpath(root))
+        if target.is_relative_to(root):
+            return root
+    if target.is_relative_to(workspace):
+        parts = target.relative_to(workspace).parts
+        for i, part in enumerate(parts):
+            if part in PROTECTED:
+                return workspace.joinpath(*parts[: i + 1])
+    return None
+
+
+def _names_path(rule: Rule, place: Path, workspace: Path) -> bool:
+    """Whether `rule`'s pattern names `place` itself: its part before any wildcard reaches into it
+    (``write(.tether/config.toml)``, ``edit(.git/**)``; not ``write(**)`` nor accept-edits' workspace)."""
+    if rule.pattern is None:
+        return False
+    literal = re.split(r"[*?\[]", rule.pattern, maxsplit=1)[0]
+    if not literal:
+        return False
+    return Path(_absolute(literal, workspace)).is_relative_to(place)
+
+
+def _shown_path(place: Path, workspace: Path) -> str:
+    return place.relative_to(workspace).as_posix() if place.is_relative_to(workspace) else str(place)
 
 
 def _inside(path: str, workspace: Path) -> bool:

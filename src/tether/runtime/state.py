@@ -20,6 +20,7 @@ from ..providers.base import Provider
 from ..providers.registry import KEY_ENVS
 from ..redaction import SecretPolicy, config_secrets
 from ..tools.base import AskFn, ToolContext, ToolLimits, ToolRegistry
+from ..tools.sandbox import Sandbox
 from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import LeaseTerms
@@ -101,6 +102,10 @@ class RunOptions:
     mcp: McpManager | None = None
     """The MCP servers whose tools the run adds to `tools` as it starts (`runtime.mcp.bind_mcp`); shared by
     the runs of a process, ended by whoever made it. None: no MCP tools."""
+    sandbox: Sandbox | None = field(default_factory=Sandbox)
+    """Where the run's commands run (`tools.sandbox`): by default ``workspace-write`` with the network off,
+    by the best mechanism found here; None: unconfined (a program's own choice; `launch` builds it from
+    ``[sandbox]`` and ``--sandbox``)."""
     agent: AgentProfile | None = None
     """The agent profile the run works as (its tools, prompt and model are already applied to these
     options); None: ``build``. Sub-agents that name none work as it too."""
@@ -183,6 +188,7 @@ class RunState:
             secrets=self.secrets,
             redactor=self.journal.redactor,
             emit=self.journal.note,
+            sandbox=self.options.sandbox,
         )
 
     def objective(self) -> str:

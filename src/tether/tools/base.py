@@ -21,6 +21,7 @@ from ..messages import ToolSpec
 from ..redaction import Redactor, SecretPolicy
 from ..store.protocols import Store
 from .output import MIN_LIMIT, MIN_LINES
+from .sandbox import Sandbox
 
 AskFn = Callable[[str], Awaitable[str]]
 
@@ -87,6 +88,9 @@ class ToolContext:
     emit: Callable[[Event], None] | None = None
     """Reports a live event of the call into the run's stream while it runs (numbered there): a sub-agent
     starting, an approval being asked for. None: nobody listens."""
+    sandbox: Sandbox | None = None
+    """Where the commands of the call run (`sandbox`); None: unconfined, as a program that runs its own tools
+    chose (a run's options give one by default)."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()

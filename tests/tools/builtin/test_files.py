@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -281,3 +283,49 @@ async def test_unconfined_context_may_leave_the_workspace(workspace: Path, ctx: 
         builtin_registry(), ToolCallPart(id="1", name="read", arguments={"path": os.fspath(outside)}), ctx
     )
     assert result.content == "     1\topen"
+
+
+# --- a path swapped for a symlink between the check and the open ------------------------------------------
+
+
+def _exchanger(a: Path, b: Path, stop: threading.Event) -> threading.Thread:
+    """A thread that swaps `a` and `b` (a directory and a symlink to one outside) as fast as it can, with
+    renameat2(RENAME_EXCHANGE): an attacker with a process of its own in the workspace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, exchange = -100, 2
+
+    def swap() -> None:
+        while not stop.is_set():
+            libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), exchange)
+
+    return threading.Thread(target=swap, daemon=True)
+
+
+@pytest.mark.slow
+async def test_a_symlink_swapped_in_during_the_call_never_moves_a_read_or_a_write_outside(
+    call: Call, workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE\n")
+    (workspace / "dir").mkdir()
+    (workspace / "dir" / "secret.txt").write_text("inside\n")
+    (workspace / "swap").symlink_to(outside)
+    stop = threading.Event()
+    swapper = _exchanger(workspace / "dir", workspace / "swap", stop)
+    swapper.start()
+    read_escapes = write_escapes = reads_ok = writes_ok = 0
+    try:
+        for i in range(3000):
+            read = await call("read", path="dir/secret.txt")
+            read_escapes += "OUTSIDE" in read.content
+            reads_ok += "inside" in read.content
+            written = await call("write", path=f"dir/new{i}.txt", content="x")
+            writes_ok += not written.is_error
+            write_escapes += (outside / f"new{i}.txt").exists()
+    finally:
+        stop.set()
+        swapper.join(10)
+    assert read_escapes == 0 and write_escapes == 0
+    assert not list(outside.glob("new*")) and not list(outside.glob(".new*"))
+    assert reads_ok > 0 and writes_ok > 0  # the race ran: some calls went through between swaps

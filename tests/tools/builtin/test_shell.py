@@ -203,15 +203,27 @@ async def test_a_command_gets_the_environment_without_its_secrets(
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_test0123456789abcdef")
     monkeypatch.setenv("LAB_KEY", "lab-key-0123456789")
     monkeypatch.setenv("H12_PLAIN", "kept")
+    monkeypatch.setenv("GITHUB_PAT", "ghp_pat0123456789abcdef")  # secrets under names tether does not know
+    monkeypatch.setenv("SENTRY_DSN", "https://0123456789abcdef@o1.ingest.sentry.io/42")
+    monkeypatch.setenv("MYAPP_KEY", "myapp-secret-0123456789")
     command = ToolCallPart(id="1", name="bash", arguments={"command": "env | cut -d= -f1 | sort"})
     names = (await run_tool_call(registry, command, ctx)).content.split("\n")
-    assert "H12_PLAIN" in names and "PATH" in names
-    assert not {"OPENAI_API_KEY", "GITHUB_TOKEN"} & set(names)
-    assert "LAB_KEY" in names  # not a secret by its name: only a policy that names it hides it
+    assert "PATH" in names and "HOME" in names
+    # an allow-list: nothing but what shells and toolchains need, whatever tether's environment holds
+    assert not {
+        "OPENAI_API_KEY",
+        "GITHUB_TOKEN",
+        "LAB_KEY",
+        "H12_PLAIN",
+        "GITHUB_PAT",
+        "SENTRY_DSN",
+        "MYAPP_KEY",
+    } & set(names)
 
-    ctx.secrets = SecretPolicy(names=frozenset({"LAB_KEY"}), allow=frozenset({"GITHUB_TOKEN"}))
+    ctx.secrets = SecretPolicy(names=frozenset({"LAB_KEY"}), allow=frozenset({"GITHUB_TOKEN", "H12_*", "LAB_KEY"}))
     names = (await run_tool_call(registry, command, ctx)).content.split("\n")
-    assert "GITHUB_TOKEN" in names and "LAB_KEY" not in names and "OPENAI_API_KEY" not in names
+    assert "GITHUB_TOKEN" in names and "H12_PLAIN" in names and "OPENAI_API_KEY" not in names
+    assert "LAB_KEY" in names  # named in allow_env: the user's choice, though the journal still hides its value
 
 
 async def test_a_flood_of_output_keeps_a_bounded_result_and_artifact(registry: ToolRegistry, ctx: ToolContext) -> None:
@@ -257,9 +269,13 @@ DRIVER = textwrap.dedent(
     from tether.providers.scripted import ScriptedProvider
     from tether.store import SqliteStore
 
+    from tether.tools.sandbox import Sandbox, SandboxPolicy
+
     async def main():
         store = SqliteStore(sys.argv[1])
         session = await Session.create(store, directory=sys.argv[2])
+        mechanism = sys.argv[3]  # "off": unconfined, else the sandbox's mechanism
+        sandbox = None if mechanism == "off" else Sandbox(SandboxPolicy(mechanism=mechanism))
         command = (
             "(sleep 1001 &); "                                   # an orphan in the group
             "sh -c 'echo $$ > inner.pid; exec sleep 1002' & "     # a grandchild through another shell
@@ -269,7 +285,7 @@ DRIVER = textwrap.dedent(
             Message.assistant("", tool_calls=[ToolCallPart(id="c1", name="bash", arguments={"command": command})]),
             "never reached",
         ])
-        async for event in session.stream("go", provider=provider, model="m"):
+        async for event in session.stream("go", provider=provider, model="m", sandbox=sandbox):
             print(type(event).__name__, flush=True)
 
     asyncio.run(main())
@@ -294,7 +310,7 @@ async def test_commands_die_with_tether_even_by_sigkill(tmp_path: Path) -> None:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     child = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "t.db"), str(tmp_path)],
+        [sys.executable, str(script), str(tmp_path / "t.db"), str(tmp_path), "off"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -326,6 +342,54 @@ async def test_commands_die_with_tether_even_by_sigkill(tmp_path: Path) -> None:
     for pid in left:  # leave nothing behind on a failure either
         os.kill(pid, signal.SIGKILL)
     assert left == [] and gone(inner)
+
+
+def sleepers() -> list[int]:
+    """The driver's `sleep 100x` processes still alive (zombies excepted), found by their command line."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmd = proc.info["cmdline"] or []
+        sleeping = cmd[:1] == ["sleep"] and cmd[1:] in (["1001"], ["1002"], ["1003"])
+        if sleeping and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.pid)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
+async def test_sandboxed_commands_die_with_tether_even_by_sigkill(tmp_path: Path, mechanism: str) -> None:
+    from tether.tools.sandbox import support
+
+    if support(mechanism).mechanism is None:  # type: ignore[arg-type]
+        pytest.fail(f"{mechanism} is not usable here: {support(mechanism).detail}")  # type: ignore[arg-type]
+    assert not sleepers()
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "t.db"), str(tmp_path), mechanism],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(3000):
+            if (tmp_path / "ready").exists() and len(sleepers()) == 3:
+                break
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"the command never started: {len(sleepers())} sleepers")
+    finally:
+        child.kill()
+        child.wait(10)
+    for _ in range(1000):
+        if not sleepers():
+            break
+        await asyncio.sleep(0.01)
+    left = sleepers()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 async def test_a_watcher_that_died_is_replaced(call: Call, workspace: Path) -> None:

@@ -8,13 +8,14 @@ import contextlib
 import difflib
 import mimetypes
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 from ...errors import InvalidInput, NotFound, ToolError
 from ..base import ToolContext, ToolOutput
+from ..beneath import moved, open_beneath
 from ..output import MARKER_RESERVE, ArtifactView, open_artifact
 from .text import SNIFF_BYTES, LinePager, feed_artifact, feed_file, looks_binary
 
@@ -98,20 +99,17 @@ class ReadTool:
             return await self._read_artifact(path_arg[len(ARTIFACT_SCHEME) :], pager, offset, ctx)
         path = ctx.resolve(path_arg)
         shown = ctx.display(path)
-        if path.is_dir():
-            raise ToolError(f"{shown} is a directory; use list to see what it holds")
-        if not path.exists():
-            raise ToolError(_describe_missing(ctx, path))
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        with _open_file(ctx, path, shown) as f:
+            size = os.fstat(f.fileno()).st_size
             sample = f.read(SNIFF_BYTES)
-        if looks_binary(sample):
-            kind = mimetypes.guess_type(path.name)[0] or "unknown type"
-            raise ToolError(f"{shown} is a binary file ({kind}, {size:,} bytes); read shows text files only")
-        if size == 0:
-            return ToolOutput(f"[{shown} is empty]", metadata={"path": shown, "total_lines": 0})
-        count_all = size <= COUNT_ALL_BYTES
-        await asyncio.to_thread(feed_file, path, pager, keep_counting=count_all)
+            if looks_binary(sample):
+                kind = mimetypes.guess_type(path.name)[0] or "unknown type"
+                raise ToolError(f"{shown} is a binary file ({kind}, {size:,} bytes); read shows text files only")
+            if size == 0:
+                return ToolOutput(f"[{shown} is empty]", metadata={"path": shown, "total_lines": 0})
+            count_all = size <= COUNT_ALL_BYTES
+            f.seek(0)
+            await asyncio.to_thread(feed_file, f, pager, keep_counting=count_all)
         total = pager.total_lines if count_all else None
         return self._page(pager, offset, total, shown, what="the file")
 
@@ -150,25 +148,71 @@ def _encode(text: str, what: str) -> bytes:
         ) from None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` all at once (a crash leaves the old file or the new one, never half of
-    one), keeping an existing file's permission bits."""
-    mode: int | None = None
-    with contextlib.suppress(FileNotFoundError):
-        mode = stat.S_IMODE(path.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _open_file(ctx: ToolContext, path: Path, shown: str) -> BinaryIO:
+    """`path` opened for reading beneath the workspace (`beneath`): a missing file, a directory, or a path
+    a symlink was swapped into since the check, as the tool error that says so."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        fd = open_beneath(ctx.workspace, path, os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(_describe_missing(ctx, path)) from None
+    except OSError as e:
+        raise moved(e, shown) or ToolError(f"cannot read {shown}: {e.strerror}") from None
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        if stat.S_ISDIR(kind):
+            raise ToolError(f"{shown} is a directory; use list to see what it holds")
+        raise ToolError(f"{shown} is not a regular file (a device, a pipe or a socket)")
+    return os.fdopen(fd, "rb")
+
+
+def _parent_beneath(root: Path, path: Path, shown: str) -> int:
+    """A directory descriptor for `path`'s parent, made (with its missing parents) beneath `root` one
+    component at a time, never through a symlink."""
+    parent = path.parent
+    top = root if parent.is_relative_to(root) else Path("/")
+    flags = os.O_PATH | os.O_DIRECTORY
+    fd = open_beneath(top, top, flags)
+    try:
+        here = top
+        for part in parent.relative_to(top).parts:
+            here = here / part
+            try:
+                nxt = open_beneath(top, here, flags)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                nxt = open_beneath(top, here, flags)
+            os.close(fd)
+            fd = nxt
+        return fd
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        os.close(fd)
         raise
+
+
+def _atomic_write(root: Path, path: Path, data: bytes) -> None:
+    """Replace `path` with `data` all at once (a crash leaves the old file or the new one, never half of
+    one), keeping an existing file's permission bits. The file is made in its directory as opened beneath
+    `root` and renamed there, so a symlink swapped onto the path cannot send the write elsewhere."""
+    dir_fd = _parent_beneath(root, path, path.name)
+    try:
+        mode: int | None = None
+        with contextlib.suppress(FileNotFoundError):
+            mode = stat.S_IMODE(os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), mode if mode is not None else 0o666 & ~_umask())
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
 
 
 def _umask() -> int:
@@ -204,10 +248,11 @@ class WriteTool:
         existed = path.exists()
         old_size = path.stat().st_size if existed else 0
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(_atomic_write, ctx.workspace, path, data)
         except (FileExistsError, NotADirectoryError):
             raise ToolError(f"cannot create the directory {ctx.display(path.parent)}: a file is in the way") from None
-        await asyncio.to_thread(_atomic_write, path, data)
+        except OSError as e:
+            raise moved(e, shown) or ToolError(f"cannot write {shown}: {e.strerror}") from None
         lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
         what = f"replaced its previous {old_size:,} bytes" if existed else "new file"
         return ToolOutput(
@@ -247,11 +292,8 @@ class EditTool:
             raise ToolError("old_string is empty; to create or overwrite a whole file use write")
         if old == new:
             raise ToolError("old_string and new_string are the same; nothing to change")
-        if path.is_dir():
-            raise ToolError(f"{shown} is a directory")
-        if not path.exists():
-            raise ToolError(_describe_missing(ctx, path))
-        raw = path.read_bytes()
+        with _open_file(ctx, path, shown) as f:
+            raw = f.read()
         if looks_binary(raw[:SNIFF_BYTES]):
             raise ToolError(f"{shown} is a binary file; edit changes text files only")
         try:
@@ -279,7 +321,10 @@ class EditTool:
                 "text to make it unique, or pass replace_all=true to replace every occurrence"
             )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        await asyncio.to_thread(_atomic_write, path, _encode(updated, "new_string"))
+        try:
+            await asyncio.to_thread(_atomic_write, ctx.workspace, path, _encode(updated, "new_string"))
+        except OSError as e:
+            raise moved(e, shown) or ToolError(f"cannot write {shown}: {e.strerror}") from None
 
         n = count if replace_all else 1
         noun = "occurrence" if n == 1 else "occurrences"

@@ -1,10 +1,11 @@
-"""The `bash` tool: one command in a fresh shell in the workspace, without the environment's secrets, stdin
-closed, stdout and stderr merged and streamed into a bounded spool, killed with its whole process group on
-timeout, abort or cancel, and by `GroupWatcher` when tether itself dies.
+"""The `bash` tool: one command in a fresh shell in the workspace, in the run's OS sandbox (`sandbox`), with
+an allow-listed environment (`SecretPolicy.child_environment`), stdin closed, stdout and stderr merged and
+streamed into a bounded spool, killed with its whole process group on timeout, abort or cancel, and by
+`GroupWatcher` when tether itself dies.
 
-It is not a sandbox: the working directory is the workspace, but a command can reach any path the user
-running tether can (a key in a file is not hidden from it). Confinement of the other tools' path arguments
-does not apply to what a command does."""
+What a command may write and reach is the sandbox's to say (the workspace, a private /tmp, no network, by
+default); with the sandbox off (``--sandbox off``, or a program's own `ToolContext` without one) it runs with
+every permission of the user running tether."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 from typing import Any, ClassVar
 
 from ...errors import ToolError
 from ..base import ToolContext, ToolOutput
+from ..netproxy import ensure_proxy
 from ..output import MIN_LIMIT, OutputSpool
+from ..sandbox import Prepared, explain, refusals
 
 READ_BYTES = 64 * 1024
 TERM_GRACE = 2.0
@@ -45,8 +49,8 @@ class BashTool:
         "Long output is cut to its head and tail, and the whole of it (its start, if huge) saved for read. "
         "Background jobs (`cmd &`) keep running after the call, until tether exits: redirect their output "
         "(`cmd > log 2>&1 &`) or the call waits a moment for it. Environment variables that hold secrets (API "
-        "keys, tokens, passwords) are not passed to the command. This runs with your permissions: it is not a "
-        "sandbox."
+        "keys, tokens, passwords) are not passed to the command; only ordinary variables (PATH, HOME, LANG, ...) "
+        "are. Commands run in a sandbox unless the user turned it off: the result says what it allows."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -71,6 +75,14 @@ class BashTool:
             raise ToolError(f"timeout must be more than 0 and at most {ctx.limits.bash_max_timeout:g} seconds")
         shell = shutil.which("bash") or "/bin/sh"
         env = {**ctx.secrets.child_environment(os.environ), **_ENV_OVERRIDES}
+        sandbox = ctx.sandbox
+        if sandbox is not None and sandbox.policy.network not in ("off", "on"):
+            await ensure_proxy(sandbox)
+        prepared = (
+            sandbox.prepare([shell, "-c", command], workspace=ctx.workspace, env=env)
+            if sandbox is not None
+            else Prepared([shell, "-c", command], env)
+        )
         spool = OutputSpool(
             limit=max(ctx.limits.output_chars - FOOTER_RESERVE, MIN_LIMIT),
             max_lines=max(ctx.limits.output_lines - 5, 10),
@@ -82,22 +94,22 @@ class BashTool:
         read_fd, write_fd = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                shell,
-                "-c",
-                command,
+                *prepared.argv,
                 cwd=ctx.workspace,
-                env=env,
+                env=prepared.env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
                 start_new_session=True,  # its own process group, so a kill reaches every child
+                preexec_fn=prepared.preexec,
             )
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
             os.close(read_fd)
             spool.close()
-            raise ToolError(f"could not start {shell}: {e}") from None
+            raise ToolError(f"could not start {prepared.argv[0]}: {e}") from None
         finally:
             os.close(write_fd)
+            prepared.close()
         WATCHER.add(proc.pid)
         reader = asyncio.StreamReader()
         pipe = os.fdopen(read_fd, "rb", buffering=0)
@@ -125,6 +137,14 @@ class BashTool:
             "exit_code": proc.returncode if outcome in ("exited", "detached") else None,
             **fitted.metadata,
         }
+        if sandbox is not None:
+            metadata["sandbox"] = dict(prepared.note)
+            offline = sandbox.policy.network != "on"
+            refused = refusals(fitted.content, offline=offline) if sandbox.mechanism is not None else []
+            if refused:
+                metadata["sandbox"]["refused"] = refused
+                footer += "\n" + explain(sandbox, ctx.workspace)
+                is_error = is_error or proc.returncode != 0
         if outcome == "timeout":
             metadata["timed_out"] = True
         elif outcome == "aborted":

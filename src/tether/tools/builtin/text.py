@@ -5,10 +5,12 @@ feed them from a file or a stored artifact. `read` and `grep` are built on these
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from ..output import ArtifactView
 
@@ -209,7 +211,7 @@ class LineSearcher:
 
 
 def feed_file(
-    path: Path,
+    path: Path | BinaryIO,
     consumer: LinePager | LineSearcher,
     *,
     keep_counting: bool = False,
@@ -219,7 +221,7 @@ def feed_file(
     boundaries. Stops when the consumer is done (a pager with `keep_counting` reads on to count the lines)
     or when `stop()` says so."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    with path.open("rb") as f:
+    with path.open("rb") if isinstance(path, Path) else contextlib.nullcontext(path) as f:
         while True:
             if consumer.done and not (keep_counting and isinstance(consumer, LinePager)):
                 return
