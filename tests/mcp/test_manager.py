@@ -381,3 +381,21 @@ def test_kill_9_of_tether_leaves_no_server_process(tmp_path: Path) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+async def test_an_oversized_result_goes_through_the_artifact_spill(tmp_path: Path) -> None:
+    from tether.messages import ToolCallPart
+    from tether.tools import ToolRegistry, run_tool_call
+
+    manager = McpManager([stdio_spec("t")])
+    context = ctx(tmp_path)
+    try:
+        registry = ToolRegistry((await manager.tools()).tools)
+        call = ToolCallPart(id="b", name="mcp__t__big", arguments={"chars": 200_000})
+        result = await run_tool_call(registry, call, context)
+        assert not result.is_error and result.metadata["truncated"] is True
+        assert len(result.content) <= context.limits.output_chars + 500
+        whole = await read_artifact_bytes(context.store, result.metadata["artifact"])
+        assert len(whole) == 200_000 and whole.startswith(b"0123456789abcdef")
+    finally:
+        await manager.close()
