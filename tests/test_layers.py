@@ -16,7 +16,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (1, ("tether.messages", "tether.events", "tether.errors", "tether.ids", "tether.paths", "tether.config")),
     (1, ("tether.redaction",)),
     (2, ("tether.store",)),
-    (3, ("tether.context", "tether.rlm", "tether.recall", "tether.providers", "tether.tools")),
+    (3, ("tether.context", "tether.rlm", "tether.recall", "tether.providers", "tether.tools", "tether.mcp")),
     (4, ("tether.runtime", "tether.session")),
     (
         5,

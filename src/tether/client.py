@@ -27,6 +27,8 @@ from .events import Done, Error, Event
 from .messages import Entry
 from .recall import RecallResult
 from .runtime.activity import Activity
+from .runtime.mcp import McpOverview, McpServerView
+from .runtime.memory import Note
 from .runtime.operations import ModelsOverview
 from .store.records import SessionInfo, Share
 
@@ -331,6 +333,39 @@ class TetherClient:
 
     async def models(self, *, provider: str | None = None) -> ModelsOverview:
         return await self._call("GET", "/models", ModelsOverview, params={"provider": provider})
+
+    # --- memory notes ----------------------------------------------------------------------------------------
+
+    async def memory_notes(self, directory: str | None = None) -> list[Note]:
+        """The notes of the project at `directory` (absolute) and the user's, newest first."""
+        return (await self._call("GET", "/memory", dict[str, list[Note]], params={"directory": directory}))["notes"]
+
+    async def remember(self, text: str, *, directory: str | None = None, scope: str = "project") -> Note:
+        return await self._call(
+            "POST", "/memory", Note, json=_given({"text": text, "scope": scope, "directory": directory})
+        )
+
+    async def forget(self, note_id: str, *, directory: str | None = None) -> Note:
+        return await self._call("DELETE", f"/memory/{note_id}", Note, params={"directory": directory})
+
+    # --- MCP servers ---------------------------------------------------------------------------------------
+
+    async def mcp_status(self) -> McpOverview:
+        """The server's MCP servers: state, tools, last error."""
+        return await self._call("GET", "/mcp", McpOverview)
+
+    async def add_mcp_server(self, name: str, *, start: bool = True, **table: Any) -> McpServerView:
+        """Add (or replace) an MCP server: ``command=``/``args=``/``env=`` or ``url=``/``headers=``, as a
+        ``[mcp.NAME]`` table; started now unless `start` is False."""
+        return await self._call(
+            "POST", "/mcp/servers", McpServerView, json=_given({"name": name, "start": start, **table})
+        )
+
+    async def remove_mcp_server(self, name: str) -> None:
+        await self._call("DELETE", f"/mcp/servers/{name}", dict[str, list[str]])
+
+    async def start_mcp_server(self, name: str) -> McpServerView:
+        return await self._call("POST", f"/mcp/servers/{name}/start", McpServerView)
 
     # --- events --------------------------------------------------------------------------------------------
 

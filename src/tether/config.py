@@ -28,6 +28,9 @@ which passes the parsed `Config` to whatever needs it.
     allow_env = ["GITHUB_TOKEN"]       # secrets a command may still see (their values are never journaled)
     deny_env = ["DATABASE_URL", "CORP_*"]  # more variables to keep from commands and out of the journal
 
+    [tools]
+    search_share = 0.10                # past this share of the window in tool definitions: tool_search
+
     [sandbox]                          # where commands run (see `tether.tools.sandbox`)
     mode = "workspace-write"           # read-only, workspace-write (the default) or off
     network = ["pypi.org", "files.pythonhosted.org"]  # "off" (the default), "on", or the hosts to reach
@@ -43,6 +46,22 @@ which passes the parsed `Config` to whatever needs it.
     model = "openai/gpt-4.1"           # default: the model of the run
     tools = ["read", "grep", "glob"]   # default: every tool; `read_only = true` keeps only those that change nothing
     permissions = { deny = ["bash(git push*)"] }  # the agent's own approval rules (allow, ask, deny)
+
+    [mcp.github]                       # an MCP server (stdio): its tools are mcp__github__<tool>
+    command = "github-mcp-server"
+    args = ["stdio"]
+    env = { GITHUB_TOKEN = "{env:GITHUB_TOKEN}" }  # all it gets besides PATH, HOME and the locale
+    call_timeout = 120                 # seconds a call may take (startup_timeout: seconds to start, 30)
+
+    [mcp.docs]                         # an MCP server over streamable HTTP
+    url = "https://mcp.example.com/mcp"
+    headers = { Authorization = "Bearer {env:DOCS_TOKEN}" }  # read when it starts; never journaled
+
+    [instructions]                     # AGENTS.md / CLAUDE.md in the system prompt
+    max_chars = 40000                  # past it the farthest file is cut first
+
+    [memory]                           # the memory tool's notes in the system prompt
+    max_tokens = 2000
 
     [permissions]                      # approval rules (see `tether.runtime.rules`); a workspace's own
     allow = ["bash(git status*)", "bash(pytest*)"]  # .tether/config.toml may hold this table too
@@ -123,6 +142,10 @@ class BashConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknow
 
 class ToolsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     bash: BashConfig = msgspec.field(default_factory=BashConfig)
+    search_share: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    """When the tools' definitions would take more than this share of the model's context window (default
+    0.10), the MCP tools are not offered whole: the model gets `tool_search` and loads those it needs
+    (0: always; 1: never)."""
 
 
 HostName = Annotated[
@@ -177,6 +200,57 @@ class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     named here."""
 
 
+McpServerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,48}$")]
+
+
+class McpServerConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[mcp.NAME]``: an MCP server whose tools the model gets as ``mcp__NAME__TOOL`` (see `tether.mcp`).
+    Either `command` (stdio: `args`, `env`, `cwd`) or `url` (streamable HTTP: `headers`). Values of `env`
+    and `headers` may name environment variables, ``{env:VAR}`` or ``${VAR}``, read when the server starts.
+    In the user's config, ``enabled = true`` alone (no command, no url) lets a server that a workspace
+    defines (its ``.mcp.json`` or ``.tether/config.toml``) start; ``enabled = false`` keeps one off."""
+
+    type: Literal["stdio", "http", "streamable-http"] | None = None
+    command: str | None = None
+    args: list[str] = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    startup_timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
+    """Seconds the server has to start and list its tools (default 30)."""
+    call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None
+    """Seconds one tool call may take (default 120); past it the call is an error the model reads."""
+    enabled: bool | None = None
+
+    def __repr__(self) -> str:
+        # header and env values may hold secrets (a token written in place of an {env:VAR})
+        shown = {
+            f: getattr(self, f) for f in self.__struct_fields__ if f not in ("env", "headers") and getattr(self, f)
+        }
+        for name in ("env", "headers"):
+            if getattr(self, name):
+                shown[name] = dict.fromkeys(getattr(self, name), "***")
+        return "McpServerConfig(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+class InstructionsConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[instructions]``: the project instructions added to every run's system prompt (`AGENTS.md`, else
+    `CLAUDE.md`, from the workspace up to its repository root, and your own `AGENTS.md` in the tether home)."""
+
+    enabled: bool | None = None
+    max_chars: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] | None = None
+    """Characters of instructions at most (default 40,000); past it the farthest file is cut first."""
+
+
+class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[memory]``: the notes the `memory` tool keeps, shown in every run's system prompt."""
+
+    enabled: bool | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None = None
+    """Tokens of notes in the system prompt at most (default 2,000), newest first."""
+
+
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
@@ -206,6 +280,10 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     agents: dict[AgentName, AgentConfig] = msgspec.field(default_factory=dict)
     permissions: PermissionsConfig = msgspec.field(default_factory=PermissionsConfig)
+    mcp: dict[McpServerName, McpServerConfig] = msgspec.field(default_factory=dict)
+    """``[mcp.NAME]``: MCP servers (see `McpServerConfig`)."""
+    instructions: InstructionsConfig = msgspec.field(default_factory=InstructionsConfig)
+    memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
 
 

@@ -147,7 +147,8 @@ class SecretPolicy:
 def config_secrets(config: Config) -> dict[str, str]:
     """The secret values a configuration holds itself, by label: providers' ``api_key``, and the values
     of their headers whose names speak of auth, keys, tokens, secrets or cookies (``Authorization =
-    "Bearer sk-..."``: the token alone too)."""
+    "Bearer sk-..."``: the token alone too); the same of MCP servers' headers, and their ``env`` values
+    whose names are secret-like, when written in the file rather than read from a variable."""
     out: dict[str, str] = {}
     for name, provider in config.providers.items():
         if provider.api_key:
@@ -159,6 +160,16 @@ def config_secrets(config: Config) -> dict[str, str]:
                 scheme, _, token = value.strip().partition(" ")
                 if token and scheme.isalpha():
                     out[f"{label}.token"] = token
+    for name, server in config.mcp.items():  # an MCP server's token written in place of an {env:VAR}
+        for header, value in server.headers.items():
+            if _AUTH_HEADER.search(header) and "{env:" not in value and "${" not in value:
+                out[f"mcp.{name}.headers.{header}"] = value
+                scheme, _, token = value.strip().partition(" ")
+                if token and scheme.isalpha():
+                    out[f"mcp.{name}.headers.{header}.token"] = token
+        for var, value in server.env.items():
+            if is_secret_name(var) and "{env:" not in value and "${" not in value:
+                out[f"mcp.{name}.env.{var}"] = value
     return out
 
 

@@ -69,6 +69,9 @@ def test_every_operation_answers_by_its_spec(live: Served, mode: GenerationMode)
         assert len(operations) >= 20
     sid = _session_with_entries(live)
     answered: dict[str, set[int]] = {}
+    # adding or starting an MCP server runs the command it names: never a generated one
+    # (tests/server/test_mcp.py drives these two with real servers)
+    operations = [op for op in operations if not (op.method == "post" and op.path.startswith("/mcp/servers"))]
     for operation in operations:
         strategy = operation.as_strategy(generation_mode=mode)
         if mode == GenerationMode.POSITIVE and "{session_id}" in operation.path and operation.method != "delete":

@@ -97,6 +97,8 @@ def chat(
 
     A call that the approval rules ask about is asked here: y (once), a (always, in this session), p (always,
     saved to the project's .tether/config.toml), n (no), or type what the agent should do instead."""
+    from ..runtime.configuration import load_config
+    from ..runtime.mcp import open_mcp
     from ..store import open_store
 
     workspace = canonical_directory(directory)
@@ -154,6 +156,9 @@ def chat(
             err.print(f"unknown command {shown(name)}: /help lists them (//{shown(text.strip()[1:])} sends it)")
         return False, session_id
 
+    # the MCP servers are started once, by the first message that needs them, and serve the whole chat
+    servers = None if tools == "none" else open_mcp(load_config(), workspace)
+
     async def turn(store: Any, text: str, session_id: str | None, first: bool) -> str | None:
         renderer = TerminalRenderer(out, err, debug=cli_state().debug)
         current = session_id
@@ -175,6 +180,7 @@ def chat(
                 confirm_project=project_confirmer(err, sys.stdin.isatty()) if first else None,
                 approver=terminal_approver(err, renderer) if sys.stdin.isatty() else None,
                 confirmed=yes,
+                mcp=servers,
             )
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
             confirm = terminal_confirm(err) if sys.stdin.isatty() else None
@@ -235,6 +241,8 @@ def chat(
                 first = False
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+            if servers is not None:
+                await servers.close()
             await store.close()
         if session_id:
             err.print(f"[dim]session {session_id} — resume with `tether chat --session {session_id}`[/dim]")

@@ -52,6 +52,9 @@ def _as_json(view: ContextView) -> dict[str, Any]:
         "estimate": to_builtins(d.estimate),
         "needed_tokens": d.needed_tokens,
         "fixed_tokens": d.fixed_tokens,
+        "tool_tokens": view.tool_tokens,
+        "project": view.project,
+        "mcp_tools": view.mcp_tools,
         "fits": d.fits,
         "compaction_seq": d.compaction_seq,
         "first_kept_seq": d.first_kept_seq,
@@ -83,6 +86,34 @@ def _print(view: ContextView, limit: int | None) -> None:
         f"next step: {d.estimate.tokens:,} tokens ({source}; {d.fixed_tokens:,} of them system prompt and tools), "
         f"{d.estimate.tokens / b.usable:.0%} of usable" + ("" if d.fits else "  [DOES NOT FIT]")
     )
+    project = view.project
+    if project.get("tokens"):
+        out.print(
+            f"project: {project['tokens']:,} tokens of instructions, skills and memory notes in the system prompt"
+        )
+    for f in project.get("instructions", []):
+        cut = f" (cut by {f['cut']:,} characters)" if f.get("cut") else ""
+        out.print(escape_controls(f"  {f['scope']:<10} {f['path']}  {f['tokens']:,} tokens{cut}"))
+    if project.get("skills"):
+        out.print(escape_controls("  skills: " + ", ".join(s["name"] for s in project["skills"])))
+    memory = project.get("memory") or {}
+    if memory.get("notes"):
+        out.print(f"  memory notes: {memory['shown']} of {memory['notes']} shown")
+    for w in project.get("warnings", []):
+        out.print(escape_controls(f"  warning: {w}"))
+    out.print(f"tools: {view.tool_tokens:,} tokens of built-in tool definitions")
+    servers = {k: v for k, v in view.mcp_tools.items() if k != "tool_search"}
+    for name, cost in servers.items():
+        tokens = cost.get("tokens")
+        cost_text = f"{tokens:,} tokens" if isinstance(tokens, int) else "tokens not recorded"
+        out.print(escape_controls(f"  MCP server {name}: {cost['tools']} tools, {cost_text} (at the last run)"))
+    search = view.mcp_tools.get("tool_search")
+    if isinstance(search, dict):
+        out.print(
+            f"  tool_search: {search.get('deferred', 0)} MCP tools offered on demand, "
+            f"{search.get('tokens_offered', 0):,} of {search.get('tokens_all', 0):,} definition tokens sent "
+            f"({search.get('tokens_saved', 0):,} saved)"
+        )
     if d.compaction_seq is not None:
         out.print(f"compaction: entry {d.compaction_seq} summarizes entries before {d.first_kept_seq}")
     columns = [

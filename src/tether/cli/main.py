@@ -29,6 +29,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("backup", "tether.cli.backup:backup", "Copy the database to a file, safely, while tether may be running."),
     ("serve", "tether.cli.serve:serve", "Serve the sessions over HTTP: REST, live events (SSE), OpenAPI."),
     ("share", "tether.cli.share:share", "Share a session as a read-only web link; list or revoke links."),
+    ("memory", "tether.cli.memory:memory", "Memory notes kept for a project or for you: list, add, rm."),
+    ("mcp", "tether.cli.mcp:mcp", "MCP servers: list, add, remove, test; serve tether's sessions over MCP."),
     ("trust", "tether.cli.trust:trust", "Accept the permissions a workspace's .tether/config.toml grants."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""

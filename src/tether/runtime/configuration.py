@@ -69,7 +69,11 @@ def load_project_permissions(workspace: str | os.PathLike[str]) -> PermissionsCo
         raise ConfigError(f"{path}: cannot read config: {exc}") from exc
     config = parse_config(text, source=str(path))
     empty = Config()
-    others = [n for n in config.__struct_fields__ if n != "permissions" and getattr(config, n) != getattr(empty, n)]
+    others = [
+        n
+        for n in config.__struct_fields__
+        if n not in ("permissions", "mcp") and getattr(config, n) != getattr(empty, n)
+    ]  # [mcp.NAME]: the workspace's MCP servers, read by `runtime.mcp` (they start once the user enables them)
     if others:
         raise ConfigError(
             f"{path}: a workspace's config holds [permissions] only, not {', '.join(others)} "

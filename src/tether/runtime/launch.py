@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..errors import ConfigError, ConfirmationRequired, InvalidInput, SessionBusy, SessionNotFound
@@ -24,12 +24,16 @@ from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
 from .lookup import find_session
 from .loop import AgentRun
+from .mcp import open_mcp
 from .pacing import Pacer
 from .permission import Approver, PermissionCheck
 from .profiles import find_profile, narrowed
 from .state import DEFAULT_MAX_STEPS, RunOptions
 from .toolset import select_tools
 from .trust import ConfirmProject
+
+if TYPE_CHECKING:
+    from ..mcp.manager import McpManager
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class RunRequest:
     """Told who holds the session, once, when the run starts waiting for it."""
     pacer: Pacer | None = None
     """Turns shared with the other runs on this event loop (`pacing`); the `SessionManager` gives its own."""
+    mcp: McpManager | None = None
+    """The process's MCP servers (a `SessionManager`'s); None: those the configuration gives the workspace,
+    started when the run first needs them and ended with the run (`LaunchedRun.events`)."""
     agent: str | None = None
     """The agent profile to work as (``plan``, one of ``[agents.*]``; None: ``build``): its tools (which
     `tools` may narrow further), its system prompt and model unless these are given; recorded with the
@@ -93,12 +100,27 @@ class LaunchedRun:
     created: bool
     resolved: ResolvedModel
     options: RunOptions
+    owns_mcp: bool = False
+    """The run's MCP servers were started for it alone: they end with it."""
 
     def __post_init__(self) -> None:
         self.run = AgentRun(self.session, self.resolved.provider, self.options)
 
     def events(self) -> AsyncIterator[Event]:
-        return self.run.events(self.request.prompt)
+        if not self.owns_mcp or self.options.mcp is None:
+            return self.run.events(self.request.prompt)
+        return self._events_then_stop_mcp(self.options.mcp)
+
+    async def _events_then_stop_mcp(self, mcp: McpManager) -> AsyncIterator[Event]:
+        inner = self.run.events(self.request.prompt)
+        try:
+            async for event in inner:
+                yield event
+        finally:
+            try:
+                await inner.aclose()  # type: ignore[attr-defined]
+            finally:
+                await mcp.close()
 
 
 @dataclass(frozen=True)
@@ -112,6 +134,7 @@ class LaunchPlan:
     options: RunOptions
     resolve: Callable[..., ResolvedModel] = resolve_provider
     """How the plan resolved its model: `open_run` resolves an existing session's own model with it."""
+    owns_mcp: bool = False
 
 
 def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOptions:
@@ -186,11 +209,19 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         approval_timeout=request.approval_timeout or config.permissions.timeout,
         on_lease_wait=request.on_lease_wait,
         pacer=request.pacer,
+        project=True,
+        project_tools=request.tools is None and len(tools) > 0,
         sandbox=sandbox,
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)
-    return LaunchPlan(request, config, workspace, resolved, options, resolve)
+    owns_mcp = False
+    if request.mcp is not None:
+        options.mcp = request.mcp
+    elif len(tools) and not profile.read_only:
+        options.mcp = open_mcp(config, workspace)  # nothing starts before the run needs it
+        owns_mcp = options.mcp is not None
+    return LaunchPlan(request, config, workspace, resolved, options, resolve, owns_mcp)
 
 
 async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
@@ -231,7 +262,7 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
             confirm=request.confirm_project,
         )
         options = replace(options, rules=replace(rules, unconfined=options.rules.unconfined if options.rules else None))
-    return LaunchedRun(plan.request, session, created, resolved, options)
+    return LaunchedRun(plan.request, session, created, resolved, options, plan.owns_mcp)
 
 
 async def launch(store: Store, request: RunRequest, *, config: Config | None = None) -> LaunchedRun:

@@ -49,7 +49,9 @@ from .configuration import context_settings
 from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import RunLease
+from .mcp import bind_mcp
 from .model_call import ModelCall, PartialAnswer
+from .project import bind_project
 from .state import RunOptions, RunState, Summarizer
 from .streaming import recover_stream
 from .titles import TITLE_WAIT, first_exchange, title_model, titled_by_a_person, write_title
@@ -259,6 +261,12 @@ class AgentRun:
         try:
             # A run killed while the model streamed left what it had saved of the answer: journal it first.
             await recover_stream(state)
+            for warning in await bind_project(state):  # AGENTS.md, skills, memory notes: read fresh each run
+                journal.note(warning)
+            for warning in await bind_mcp(state):  # the MCP servers' tools, started now if need be
+                journal.note(warning)
+            for event in journal.drain():
+                yield event
             # A run killed between a tool call and its result left calls without results: say so, never re-run;
             # those that waited for an approval never started: they are decided on (asked about) again.
             unanswered_calls = state.unanswered_calls()

@@ -43,6 +43,7 @@ from .journal import replay_events
 from .launch import LaunchedRun, LaunchPlan, Resolver, RunRequest, check_request, open_run
 from .lease import live_lease
 from .loop import AgentRun
+from .mcp import ProcessServers
 from .pacing import Pacer
 from .permission import Answer, ApprovalRequest
 
@@ -202,6 +203,8 @@ class SessionManager:
         """What happens to the sessions this manager touches: followed by a server's `/events` through
         `follow_activity`, which adds what other processes do to the store."""
         self._store_watch: asyncio.Task[None] | None = None
+        self.mcp = ProcessServers(self.config)
+        """The process's MCP servers, shared by its runs; looked at, added and removed while they go on."""
         self.pacer = Pacer() if pace else None
         """Turns for this manager's runs, so that many at once do not stall the loop they share with a
         server's requests and streams (`pacing`)."""
@@ -237,6 +240,8 @@ class SessionManager:
         approver: _Approver | None = None
         if "pacer" not in fields and self.defaults.pacer is None and self.pacer is not None:
             fields["pacer"] = self.pacer
+        if "mcp" not in fields and self.defaults.mcp is None and self.mcp.manager is not None:
+            fields["mcp"] = self.mcp.manager
         if "approver" not in fields and self.defaults.approver is None:
             approver = _Approver(self, session_id or "")
             fields["approver"] = approver
@@ -725,4 +730,5 @@ class SessionManager:
                 entry.watcher.cancel()
         if self._store_watch is not None:
             self._store_watch.cancel()
+        await self.mcp.close()
         self.activity.close()

@@ -6,8 +6,9 @@ match a query (`search_sessions`); the model catalog and which providers are con
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 import msgspec
 
@@ -16,7 +17,7 @@ from ..context.budget import Budget, ContextSettings, compute_budget
 from ..context.compaction import CompactionResult, EventSink
 from ..context.derive import DerivedContext
 from ..context.engine import ContextEngine
-from ..context.tokens import count_message, get_counter
+from ..context.tokens import count_message, count_tools, get_counter
 from ..errors import ConfigError
 from ..messages import Entry, EntryBody
 from ..providers.catalog import Catalog, ModelInfo
@@ -26,6 +27,8 @@ from ..store.records import Lease, LeaseRequest, SessionInfo
 from .configuration import context_settings
 from .handle import SessionHandle
 from .launch import Resolver
+from .mcp import mcp_costs
+from .project import project_context
 from .toolset import default_registry
 
 
@@ -40,6 +43,14 @@ class ContextView:
     settings: ContextSettings
     derived: DerivedContext
     tokens: list[int]
+    tool_tokens: int = 0
+    """Tokens of the built-in tools' definitions (in `derived.fixed_tokens`)."""
+    project: dict[str, Any] = field(default_factory=dict)
+    """What the project adds to a run's system prompt (`runtime.project`): its instruction files with their
+    tokens, its skills, its memory notes, and the tokens of it all (not counted in `derived`)."""
+    mcp_tools: dict[str, Any] = field(default_factory=dict)
+    """What the MCP servers' tools cost at the session's last run: server -> ``{"tools", "tokens"}``, and
+    ``"tool_search"`` when they were offered through it (`runtime.mcp`)."""
 
 
 def model_limits(spec: str | None, info: SessionInfo, config: Config) -> tuple[str, int, int]:
@@ -60,16 +71,27 @@ async def context_view(store: Store, session_id: str, *, config: Config, model: 
     model_id, window, max_output = model_limits(model, info, config)
     budget = compute_budget(window, max_output, settings)
     counter = get_counter(model=model_id)
+    tools = default_registry().specs()
     derived = await engine.derive(
         session_id,
         budget=budget,
         system=info.system_prompt,
-        tools=default_registry().specs(),
+        tools=tools,
         model=model_id,
         settings=settings,
         last_seq=info.entry_count,
     )
-    return ContextView(info, model_id, budget, settings, derived, [count_message(m, counter) for m in derived.messages])
+    return ContextView(
+        info,
+        model_id,
+        budget,
+        settings,
+        derived,
+        [count_message(m, counter) for m in derived.messages],
+        count_tools(tools, counter),
+        (await project_context(store, info.directory, config)).report if info.directory else {},
+        mcp_costs(info.metadata),
+    )
 
 
 async def compact_now(

@@ -38,7 +38,11 @@ def compaction_scope(state: RunState) -> dict[str, Any]:
 
 
 def system_prompt(state: RunState) -> str | None:
-    return state.options.system_prompt or state.session.info.system_prompt
+    """The run's own system prompt, then the project's instructions, skills and memory notes."""
+    base = state.options.system_prompt or state.session.info.system_prompt
+    if not state.project_text:
+        return base
+    return f"{base}\n\n{state.project_text}" if base else state.project_text
 
 
 async def derive(state: RunState) -> DerivedContext:

@@ -31,6 +31,7 @@ from .rules import Rules, session_rules
 from .toolset import default_registry
 
 if TYPE_CHECKING:
+    from ..mcp.manager import McpManager
     from ..providers.registry import ResolvedModel
 
 DEFAULT_MAX_STEPS = 50
@@ -96,6 +97,14 @@ class RunOptions:
     secrets: SecretPolicy | None = None
     """Which environment variables are kept from commands and whose values are kept out of the journal;
     None: `run_secrets` of `config` (the providers' key variables, ``[tools.bash]``, secret-looking names)."""
+    project: bool = False
+    """Read the workspace's instructions (AGENTS.md), skills and memory notes as the run starts, into its
+    system prompt (`runtime.project`); `launch` sets it. `project_tools`: and add the `skill` and `memory`
+    tools."""
+    project_tools: bool = True
+    mcp: McpManager | None = None
+    """The MCP servers whose tools the run adds to `tools` as it starts (`runtime.mcp.bind_mcp`); shared by
+    the runs of a process, ended by whoever made it. None: no MCP tools."""
     sandbox: Sandbox | None = field(default_factory=Sandbox)
     """Where the run's commands run (`tools.sandbox`): by default ``workspace-write`` with the network off,
     by the best mechanism found here; None: unconfined (a program's own choice; `launch` builds it from
@@ -145,6 +154,8 @@ class RunState:
     repeats: set[str] = field(default_factory=set)
     pause_requested: bool = False
     """Another process asked the run to pause: it stops at its next step boundary."""
+    project_text: str = ""
+    """The project's part of the system prompt (instructions, skills, memory notes), read as the run started."""
     secrets: SecretPolicy = field(init=False)
     rules: Rules | None = field(init=False)
     """The run's rules with the session's own (those an "always, in this session" added)."""

@@ -10,11 +10,13 @@ import json
 import os
 from typing import Annotated, Any, Literal
 
+import msgspec
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import Response, StreamingResponse
 
 from .. import __version__
+from ..config import McpServerConfig
 from ..context.compaction import CompactionResult, undo_compaction
 from ..errors import InvalidInput, NotFound
 from ..importers.claude_code_export import export_claude_code
@@ -27,6 +29,9 @@ from ..recall import RecallResult, recall
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
 from ..runtime.lookup import find_session
+from ..runtime.mcp import McpOverview, McpServerView
+from ..runtime.memory import Note, forget, remember
+from ..runtime.memory import notes as memory_notes
 from ..runtime.operations import ModelsOverview, compact_now, context_view, models_overview, search_sessions
 from ..runtime.permission import Answer as PersonAnswer
 from ..runtime.permission import ApprovalRequest
@@ -38,6 +43,8 @@ from ..transcript import export_markdown
 from .openapi import Answer, Routes
 from .schemas import (
     MAX_SEQ,
+    AddMcpServer,
+    AddNote,
     AnswerApproval,
     Answered,
     Approval,
@@ -507,6 +514,53 @@ async def models(
     return answer(models_overview(state.config, provider=provider))
 
 
+# --- MCP servers -----------------------------------------------------------------------------------------------
+
+
+async def mcp_overview(state: State) -> Response:
+    return answer(state.manager.mcp.overview())
+
+
+async def add_mcp_server(state: State, body: AddMcpServer) -> Response:
+    table = msgspec.convert(body.model_dump(exclude={"name", "start"}, exclude_none=True), McpServerConfig)
+    return answer(await state.manager.mcp.add(body.name, table, start=body.start), 201)
+
+
+async def remove_mcp_server(state: State, name: Annotated[str, PathParam(max_length=48)]) -> Response:
+    await state.manager.mcp.remove(name)
+    return answer(Deleted(deleted=[name]))
+
+
+async def start_mcp_server(state: State, name: Annotated[str, PathParam(max_length=48)]) -> Response:
+    return answer(await state.manager.mcp.start(name))
+
+
+# --- memory notes ----------------------------------------------------------------------------------------------
+
+Directory = Annotated[str | None, Query(max_length=4096, description="The project's absolute path")]
+
+
+class NoteList(msgspec.Struct, kw_only=True):
+    notes: list[Note]
+
+
+async def list_notes(state: State, directory: Directory = None) -> Response:
+    return answer(NoteList(notes=await memory_notes(state.store, _directory(directory))))
+
+
+async def add_note(state: State, body: AddNote) -> Response:
+    directory = _directory(body.directory)
+    if body.scope == "project" and directory is None:
+        raise InvalidInput("a project note needs the project's directory")
+    return answer(await remember(state.store, body.text, scope=body.scope, workspace=directory), 201)
+
+
+async def forget_note(
+    state: State, note_id: Annotated[str, PathParam(max_length=100)], directory: Directory = None
+) -> Response:
+    return answer(await forget(state.store, note_id, _directory(directory)))
+
+
 async def health(state: State) -> Response:
     return answer(
         Health(status="ok", version=__version__, store=type(state.store).__name__, running=len(state.manager.running()))
@@ -575,4 +629,19 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
         errors=(400, 404), summary="Search what was said in earlier sessions", tag=s)  # fmt: skip
     add(app, "GET", "/models", models, answers=ok(ModelsOverview, "The model catalog"),
         summary="Known models, configured providers, the default model", tag="server")  # fmt: skip
+    m = "mcp"
+    add(app, "GET", "/mcp", mcp_overview, answers=ok(McpOverview, "Each server: its state, tools, last error"),
+        summary="The MCP servers whose tools runs get", tag=m)  # fmt: skip
+    add(app, "POST", "/mcp/servers", add_mcp_server, answers=ok(McpServerView, "The server (started, or why not)", 201),
+        errors=(400, 422), summary="Add (or replace) an MCP server while the server runs", tag=m)  # fmt: skip
+    add(app, "DELETE", "/mcp/servers/{name}", remove_mcp_server, answers=ok(Deleted, "The server removed"),
+        errors=(400, 404), summary="Stop and remove an MCP server", tag=m)  # fmt: skip
+    add(app, "POST", "/mcp/servers/{name}/start", start_mcp_server, answers=ok(McpServerView, "The server now"),
+        errors=(400, 404), summary="Start (or restart a failed) MCP server now", tag=m)  # fmt: skip
+    add(app, "GET", "/memory", list_notes, answers=ok(NoteList, "The notes of the project and the user, newest first"),
+        errors=(400,), summary="Memory notes shown to every run", tag="memory")  # fmt: skip
+    add(app, "POST", "/memory", add_note, answers=ok(Note, "The note kept", 201),
+        errors=(400, 422), summary="Keep a memory note", tag="memory")  # fmt: skip
+    add(app, "DELETE", "/memory/{note_id}", forget_note, answers=ok(Note, "The note forgotten"),
+        errors=(400, 404), summary="Forget a memory note", tag="memory")  # fmt: skip
     add(app, "GET", "/health", health, answers=ok(Health, "The server is up"), summary="Health", tag="server")

@@ -53,6 +53,33 @@ class RunSettings(_Body):
     deny: list[RuleText] = Field(default_factory=list, max_length=200, description="rules denied in this run")
 
 
+class AddMcpServer(_Body):
+    """An MCP server to add while the server runs (as a ``[mcp.NAME]`` table): a `command` (stdio) or a
+    `url` (streamable HTTP). Values of `env` and `headers` may read variables of the server's environment,
+    ``{env:VAR}``; they are never shown back."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]{1,48}$")
+    command: str | None = Field(default=None, min_length=1, max_length=4096)
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=200)
+    env: dict[str, Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=200)
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096)
+    url: str | None = Field(default=None, min_length=1, max_length=4096)
+    headers: dict[str, Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=100)
+    startup_timeout: float | None = Field(default=None, gt=0, le=3600)
+    call_timeout: float | None = Field(default=None, gt=0, le=86_400)
+    start: bool = Field(default=True, description="start it now, so that the answer says whether it works")
+
+
+class AddNote(_Body):
+    """A memory note for a project (`directory`) or for the user everywhere (scope user)."""
+
+    text: str = Field(..., min_length=1, max_length=4000)
+    scope: Literal["project", "user"] = "project"
+    directory: str | None = Field(
+        default=None, min_length=1, max_length=4096, description="the project's absolute path"
+    )
+
+
 class CreateSession(RunSettings):
     """A new session in `directory`; with a `prompt`, its first run starts at once (every option is checked
     before the session is created: a bad one leaves nothing behind)."""
