@@ -489,3 +489,15 @@ def test_generated_lines_hiding_a_command_never_run_under_an_allow_rule(
     ran = _sentinel_runs(line, tmp_path / "run", env)
     assert not (decision.allowed and ran), f"{line!r} ran its hidden command under an allow rule"
     assert decision.ask or not ran, line
+
+
+def test_a_path_with_a_nul_byte_is_decided_on_as_written(ws: Path) -> None:
+    """No file has such a name (the tool refuses the call): the rules judge the path as written, without
+    expanding `~` or following links, and never raise."""
+    assert decide(Rules(), "read", ws, path="src/a.py\x00.png") == "allow"
+    assert decide(Rules(), "write", ws, path="out\x00.txt") == "ask"
+    assert decide(rules(deny=["read(src/**)"]), "read", ws, path="src/\x00") == "deny"
+    assert decide(rules(allow=["edit(src/**)"]), "edit", ws, path="src/a\x00") == "allow"
+    assert decide(Rules(), "read", ws, path="~\x00/.ssh/id_rsa") == "allow"  # inside the workspace, as written
+    assert bash(rules(allow=["bash(cat *)"]), "cat <notes\x00 >out.txt", ws) == "allow"
+    assert bash(rules(allow=["bash(cat *)"]), "cat <notes\x00 >/etc/x", ws) == "ask"
