@@ -86,3 +86,39 @@ def test_a_nul_byte_in_a_path_or_a_command_is_a_tool_error_the_model_reads(tmp_p
     assert (work / "notes.txt").read_text() == "alpha\n"
     assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
 
+
+def test_a_prompt_that_is_not_utf8_is_refused_before_a_session_exists(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (a Latin-1 file piped in, a name from an old archive) are refused before the
+    store is opened: one line and exit 2 for people, an error event for programs; no session, at any try."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "TETHER_TEST_SCRIPT": json.dumps(["never asked"])}
+    base = [sys.executable, "-c", SCRIPT_DRIVER, "--store", f"sqlite:///{tmp_path / 'cli.db'}", "run"]
+    stdin = "fix the café menu\n".encode("latin-1")
+    for _ in range(2):
+        proc = subprocess.run([*base, "--dir", str(work), "-"], input=stdin, capture_output=True, env=env, timeout=120)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "not valid UTF-8" in lines[0], err
+        assert "byte 0xe9" in lines[0] and proc.stdout == b""
+    proc = subprocess.run(
+        [*base, "--json", "--dir", str(work), "-"], input=stdin, capture_output=True, env=env, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    (event,) = json_lines(proc.stdout.decode())
+    assert event["type"] == "error" and event["code"] == "invalid_input" and "not valid UTF-8" in event["message"]
+    # the same bytes as an argument (the shell passes them through; Python keeps them as lone surrogates)
+    proc = subprocess.run([*base, "--dir", str(work), b"caf\xe9 menu"], capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 2 and b"not valid UTF-8" in proc.stderr and b"Traceback" not in proc.stderr
+    assert not (tmp_path / "cli.db").exists()  # not even a database, let alone an empty session
+    # valid UTF-8 still runs, from stdin as from the command line
+    proc = subprocess.run(
+        [*base, "--dir", str(work), "-"],
+        input="fix the café menu\n".encode(),
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and b"never asked" in proc.stdout, proc.stderr
+
