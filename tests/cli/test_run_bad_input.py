@@ -4,10 +4,14 @@ of its own, on a scripted model (`SCRIPT_DRIVER`) or a loopback OpenAI-compatibl
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -122,3 +126,132 @@ def test_a_prompt_that_is_not_utf8_is_refused_before_a_session_exists(tmp_path: 
     )
     assert proc.returncode == 0 and b"never asked" in proc.stdout, proc.stderr
 
+
+# --- an answer that never ends --------------------------------------------------------------------------------
+
+
+class EndlessServer:
+    """An OpenAI-compatible chat server on loopback whose answers never end (a word a chunk until the client
+    goes away), or, with `quiet_after`, go silent after that many words. Counts the chunks it wrote."""
+
+    def __init__(self, quiet_after: int | None = None) -> None:
+        self.quiet_after = quiet_after
+        self.written = 0
+        self.gone = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                try:
+                    for n in itertools.count():
+                        if owner.quiet_after is not None and n >= owner.quiet_after:
+                            owner.gone.wait(60)  # silent, the connection open, until the test ends
+                            return
+                        chunk = {
+                            "id": "c1",
+                            "object": "chat.completion.chunk",
+                            "created": 0,
+                            "model": "m",
+                            "choices": [{"index": 0, "delta": {"content": f"word{n} "}, "finish_reason": None}],
+                        }
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        owner.written += 1
+                        time.sleep(0.001)
+                except OSError:  # the client hung up: what a cut answer does
+                    owner.gone.set()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> EndlessServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.gone.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+def tether_process(tmp_path: Path, config: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(config)
+    env = {**os.environ, "TETHER_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "--store", f"sqlite:///{tmp_path / 'cli.db'}", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def lab_config(url: str, runtime: str = "") -> str:
+    return (
+        f'[providers.lab]\nkind = "openai"\nbase_url = "{url}"\napi_key = "not-needed"\n\n'
+        '[models."lab/m"]\ncontext_window = 16000\nmax_output_tokens = 300\n\n' + runtime
+    )
+
+
+@pytest.mark.parametrize("max_steps", ["1", "5"])
+def test_an_answer_that_streams_forever_ends_its_step_and_is_kept(tmp_path: Path, max_steps: str) -> None:
+    """`--max-steps 1` once ran 60 s and 10,000 deltas until Ctrl-C: now the step ends past the model's
+    output limit (300 tokens here, and a quarter more), the run says so, and the answer is in the session,
+    marked as cut."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with EndlessServer() as server:
+        started = time.monotonic()
+        proc = tether_process(
+            tmp_path, lab_config(server.url), "run", "--json", "-m", "lab/m", "--max-steps", max_steps,
+            "--dir", str(work), "tell me everything",
+        )  # fmt: skip
+        took = time.monotonic() - started
+        assert server.gone.wait(10)  # tether hung up on the stream
+    assert proc.returncode == 1, proc.stderr
+    events = json_lines(proc.stdout)
+    deltas = [e for e in events if e["type"] == "text_delta"]
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "answer_cut", events[-1]
+    assert "past the 375 a step allows" in str(events[-1]["message"])
+    assert 50 < len(deltas) < 500 and server.written < 1000 and took < 60
+    shown = tether_process(tmp_path, lab_config(server.url), "sessions", "show", "--json", str(events[0]["session_id"]))
+    entries = json.loads(shown.stdout)["entries"]
+    answer = next(e["body"] for e in entries if e["body"].get("role") == "assistant")
+    text = "".join(p["text"] for p in answer["parts"] if p["kind"] == "text")
+    assert text == "".join(str(e["text"]) for e in deltas)  # every word shown is kept
+    assert answer["finish_reason"] == "length" and answer["metadata"]["cut"]["reason"] == "length"
+    assert entries[-1]["body"]["kind"] == "checkpoint"
+
+
+def test_a_server_that_goes_quiet_is_cut_after_the_stall_timeout(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with EndlessServer(quiet_after=5) as server:
+        started = time.monotonic()
+        proc = tether_process(
+            tmp_path, lab_config(server.url, "[runtime]\nstall_timeout = 5\n"), "run", "-m", "lab/m",
+            "--dir", str(work), "hello",
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr
+    assert "word0 word1 word2 word3 word4" in proc.stdout
+    assert "the model sent nothing for 5 s" in proc.stderr and "--continue" in proc.stderr, proc.stderr
+    assert "The answer was cut short" in proc.stderr and "step limit" not in proc.stderr
+    assert "Traceback" not in proc.stderr and took < 50

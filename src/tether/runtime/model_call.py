@@ -1,17 +1,101 @@
 """Calling the model for one step: the provider's stream becomes the run's live events (text and thinking
 deltas), and ends in the assistant message; a provider that says the context overflowed gets one
-compaction and one more try. What has streamed so far is kept, so that a cancel can journal it."""
+compaction and one more try. What has streamed so far is kept, so that a cancel can journal it. An answer
+that goes on past what a step allows (`AnswerLimits`: its tokens, a stall) is cut (`AnswerCut`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import math
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from ..config import RuntimeConfig
 from ..errors import ContextOverflow, ProviderError
 from ..events import Event, TextDelta, ThinkingDelta
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart
-from ..providers.base import StreamDone, TextPartDelta, ThinkingPartDelta, ToolCallPartReady
+from ..providers.base import (
+    EventStream,
+    ModelRequest,
+    Provider,
+    StreamDone,
+    StreamEvent,
+    TextPartDelta,
+    ThinkingPartDelta,
+    TokenCounter,
+    ToolCallPartDelta,
+    ToolCallPartReady,
+)
+from ..rlm.sizing import model_counter
 from .prepare import PreparedStep, compaction_scope, prepare_step
 from .state import RunState
+
+DEFAULT_STALL_TIMEOUT = 600.0
+"""Seconds a model may send nothing before its answer is cut (`[runtime] stall_timeout`): the OpenAI and
+Anthropic SDKs' own read timeout, since a reasoning model may think that long before its first token."""
+
+OUTPUT_SLACK = 0.25
+"""By default an answer is cut at the output limit asked of the model and this part more: tether counts
+with its own tokenizer, which may see fewer tokens than the model's."""
+
+
+@dataclass(frozen=True)
+class AnswerLimits:
+    """What one model answer may take before its step is cut: `tokens` streamed (text, thinking and
+    tool-call arguments, as tether counts them) and `stall` seconds without an event."""
+
+    tokens: int
+    stall: float
+
+    @classmethod
+    def of(cls, runtime: RuntimeConfig, request: ModelRequest, declared: int) -> AnswerLimits:
+        """The `[runtime]` settings, or the defaults for `request` (`declared`: the model's output limit)."""
+        asked = request.max_output_tokens or declared
+        tokens = runtime.max_answer_tokens or asked + math.ceil(asked * OUTPUT_SLACK)
+        return cls(tokens=tokens, stall=runtime.stall_timeout or DEFAULT_STALL_TIMEOUT)
+
+
+class AnswerCut(ProviderError):
+    """The model's answer went past what a step allows: `reason` ``length`` (more tokens than
+    `AnswerLimits.tokens`) or ``stalled`` (nothing for `AnswerLimits.stall` seconds). `detail` is what the
+    journal keeps about it; what streamed until then is the call's `partial`."""
+
+    def __init__(self, message: str, *, reason: Literal["length", "stalled"], detail: dict[str, Any], provider: str):
+        super().__init__(message, provider=provider)
+        self.reason = reason
+        self.detail = detail
+        self.retryable = reason == "stalled"  # a hung server may answer the next time; a runaway model, not
+
+
+class _Meter:
+    """The tokens an answer has streamed, counted cheaply and close to what the text is: deltas wait
+    uncounted while even a token a byte could not take the answer past the limit, and are counted together
+    when they could; near the limit, one by one."""
+
+    def __init__(self, limit: int, provider: Provider, model: str) -> None:
+        self.limit = limit
+        self._provider = provider
+        self._model = model
+        self._counter: TokenCounter | None = None
+        self._pending: list[str] = []
+        self._pending_bytes = 0
+        self.tokens = 0
+
+    def over(self, text: str) -> bool:
+        """Add `text`; whether the answer is now past the limit."""
+        if not text:
+            return False
+        self._pending.append(text)
+        self._pending_bytes += len(text.encode("utf-8", "surrogatepass"))
+        if self.tokens + self._pending_bytes <= self.limit:
+            return False
+        if self._counter is None:  # the run model's own tokenizer where its provider has one
+            self._counter = model_counter(self._provider, self._model)
+        self.tokens += self._counter.count("".join(self._pending))
+        self._pending = []
+        self._pending_bytes = 0
+        return self.tokens > self.limit
 
 
 class PartialAnswer:
@@ -61,10 +145,18 @@ class ModelCall:
             for event in journal.drain():
                 yield event
             self.partial = partial = PartialAnswer()
-            stream = state.provider.stream(self.prepared.request)
+            request = self.prepared.request
+            limits = AnswerLimits.of(
+                (state.options.config.runtime if state.options.config else RuntimeConfig()),
+                request,
+                state.model_info.max_output_tokens,
+            )
+            meter = _Meter(limits.tokens, state.provider, request.model)
+            stream = state.provider.stream(request)
+            watched = _watched(stream, limits.stall, state.provider.name)
             first = True
             try:
-                async for part in stream:
+                async for part in watched:
                     if first:  # the model's answer begins: its handling is a stretch of work (see `pacing`)
                         first = False
                         if state.options.pacer is not None:
@@ -79,6 +171,8 @@ class ModelCall:
                         partial.calls.append(part.part)
                     elif isinstance(part, StreamDone):
                         self.done = part
+                    if meter.over(_streamed(part)):
+                        raise _too_long(meter.tokens, limits.tokens, request, state.provider.name)
             except ContextOverflow as overflow:
                 if overflowed or state.options.context is not None or partial.text or partial.thinking:
                     raise
@@ -90,9 +184,52 @@ class ModelCall:
                         yield event
                 continue
             finally:
+                await watched.aclose()
                 aclose = getattr(stream, "aclose", None)  # the HTTP stream goes at once, however we leave
                 if aclose is not None:
                     await aclose()
             break
         if self.done is None:
             raise ProviderError(f"{state.provider.name} ended its answer without a final message")
+
+
+def _too_long(tokens: int, limit: int, request: ModelRequest, provider: str) -> AnswerCut:
+    return AnswerCut(
+        f"the model's answer was cut after {tokens:,} tokens, past the {limit:,} a step allows ([runtime] "
+        f"max_answer_tokens; by default the output limit asked of the model, {request.max_output_tokens or 0:,}, "
+        "and a quarter more)",
+        reason="length",
+        detail={"reason": "length", "tokens": tokens, "limit": limit},
+        provider=provider,
+    )
+
+
+def _streamed(event: StreamEvent) -> str:
+    """The text an event adds to the answer (its text, its thinking, a tool call's arguments)."""
+    if isinstance(event, TextPartDelta | ThinkingPartDelta):
+        return event.text
+    if isinstance(event, ToolCallPartDelta):
+        return event.arguments_delta
+    return ""
+
+
+async def _watched(stream: EventStream, stall: float, provider: str) -> AsyncGenerator[StreamEvent, None]:
+    """`stream`'s events, each awaited at most `stall` seconds: a model (or its server) that goes quiet for
+    longer has its answer cut (`AnswerCut`, ``stalled``)."""
+    events = aiter(stream)
+    while True:
+        try:
+            async with asyncio.timeout(stall) as waited:
+                event = await anext(events)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if not waited.expired():
+                raise  # the provider's own timeout: its error, not ours
+            raise AnswerCut(
+                f"the model sent nothing for {stall:g} s, so its answer was cut ([runtime] stall_timeout)",
+                reason="stalled",
+                detail={"reason": "stalled", "seconds": stall},
+                provider=provider,
+            ) from None
+        yield event
