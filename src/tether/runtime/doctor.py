@@ -22,14 +22,10 @@ from ..recall.keys import check_keys
 from ..recall.rebuild import Rebuilt, rebuild_indexes
 from ..store import open_store, store_path
 from ..store.faults import ELSEWHERE, existing_ancestor, free_bytes, human_bytes, unwritable
-from ..store.health import REBUILD, Finding, failed
+from ..store.health import FULL_CHECK_BELOW, REBUILD, Finding, failed
 from .configuration import load_config, run_sandbox
 
 __all__ = ["EXTRAS", "FULL_CHECK_BELOW", "Finding", "diagnose", "failed", "repair", "repairable"]
-
-FULL_CHECK_BELOW = 256 << 20
-"""Databases smaller than this get the full check by default (`integrity_check`, the search index row by
-row: seconds); larger ones the quick one unless asked (`quick_check`, the index's bookkeeping)."""
 
 LOW_DISK = 100 << 20
 """Free bytes under which the disk of the database is reported as nearly full."""

@@ -19,6 +19,11 @@ from .faults import ELSEWHERE, RESTORE, human_bytes, is_corrupt, primary_code, s
 
 Status = Literal["ok", "warn", "fail"]
 
+FULL_CHECK_BELOW = 256 << 20
+"""Databases smaller than this get the full check by default (`integrity_check`, the search index row by
+row and read whole: seconds); larger ones the quick one unless asked (`quick_check`, the index's
+bookkeeping). `tether doctor` and `tether backup` both go by it."""
+
 REBUILD = "the journal is intact: `tether doctor --repair` rebuilds the search index from it"
 """The fix of a damaged search index over a sound journal (`SqliteStore.reset_search`)."""
 

@@ -409,13 +409,21 @@ class SqliteStore:
         return findings
 
     async def backup(
-        self, target: str | os.PathLike[str], *, force: bool = False, progress: Progress | None = None
+        self,
+        target: str | os.PathLike[str],
+        *,
+        force: bool = False,
+        full: bool | None = None,
+        progress: Progress | None = None,
     ) -> BackupResult:
-        """A consistent copy of this database at `target`, made while it stays in use (`backup_file`): a
-        normal tether database, to open with ``sqlite:///TARGET`` or to copy back in place of this one."""
+        """A consistent copy of this database at `target`, made while it stays in use (`backup_file`: the
+        snapshot checked first, `full` or not, and refused when damaged): a normal tether database, to open
+        with ``sqlite:///TARGET`` or to copy back in place of this one."""
         if self.path == ":memory:":
             raise InvalidInput("an in-memory database has no file to back up")
-        return await asyncio.to_thread(backup_file, self.path, target, force=force, progress=progress)
+        return await asyncio.to_thread(
+            backup_file, self.path, target, known_version=SCHEMA_VERSION, force=force, full=full, progress=progress
+        )
 
     # --- sessions ----------------------------------------------------------------------------------
 
