@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +16,6 @@ from ..errors import ContextOverflow, ProviderError
 from ..events import Event, TextDelta, ThinkingDelta
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart
 from ..providers.base import (
-    EventStream,
     ModelRequest,
     Provider,
     StreamDone,
@@ -153,10 +152,18 @@ class ModelCall:
             )
             meter = _Meter(limits.tokens, state.provider, request.model)
             stream = state.provider.stream(request)
-            watched = _watched(stream, limits.stall, state.provider.name)
+            watch = _Watchdog(limits.stall)
             first = True
             try:
-                async for part in watched:
+                while True:
+                    try:
+                        part = await watch.next(stream)
+                    except StopAsyncIteration:
+                        break
+                    except asyncio.CancelledError:
+                        if not watch.stalled():
+                            raise
+                        raise _stalled(limits.stall, state.provider.name) from None
                     if first:  # the model's answer begins: its handling is a stretch of work (see `pacing`)
                         first = False
                         if state.options.pacer is not None:
@@ -184,7 +191,7 @@ class ModelCall:
                         yield event
                 continue
             finally:
-                await watched.aclose()
+                watch.close()
                 aclose = getattr(stream, "aclose", None)  # the HTTP stream goes at once, however we leave
                 if aclose is not None:
                     await aclose()
@@ -204,6 +211,15 @@ def _too_long(tokens: int, limit: int, request: ModelRequest, provider: str) -> 
     )
 
 
+def _stalled(stall: float, provider: str) -> AnswerCut:
+    return AnswerCut(
+        f"the model sent nothing for {stall:g} s, so its answer was cut ([runtime] stall_timeout)",
+        reason="stalled",
+        detail={"reason": "stalled", "seconds": stall},
+        provider=provider,
+    )
+
+
 def _streamed(event: StreamEvent) -> str:
     """The text an event adds to the answer (its text, its thinking, a tool call's arguments)."""
     if isinstance(event, TextPartDelta | ThinkingPartDelta):
@@ -213,23 +229,39 @@ def _streamed(event: StreamEvent) -> str:
     return ""
 
 
-async def _watched(stream: EventStream, stall: float, provider: str) -> AsyncGenerator[StreamEvent, None]:
-    """`stream`'s events, each awaited at most `stall` seconds: a model (or its server) that goes quiet for
-    longer has its answer cut (`AnswerCut`, ``stalled``)."""
-    events = aiter(stream)
-    while True:
+class _Watchdog:
+    """Cuts a model call whose provider sends nothing for `stall` seconds: one timer for the whole call, moved
+    on lazily, which cancels the call's task only while that task waits on the provider (not while whoever
+    reads the events does something else). An event costs two clock reads, not a timer of its own."""
+
+    def __init__(self, stall: float) -> None:
+        self.stall = stall
+        self.fired = False
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._waiting_since: float | None = None
+        self._timer = self._loop.call_at(self._loop.time() + stall, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self._waiting_since
+        if since is not None and now >= since + self.stall and self._task is not None:
+            self.fired = True
+            self._task.cancel()
+        else:
+            self._timer = self._loop.call_at((now if since is None else since) + self.stall, self._check)
+
+    async def next(self, events: AsyncIterator[StreamEvent]) -> StreamEvent:
+        """The provider's next event (`StopAsyncIteration` at its end), waited for under the watch."""
+        self._waiting_since = self._loop.time()
         try:
-            async with asyncio.timeout(stall) as waited:
-                event = await anext(events)
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            if not waited.expired():
-                raise  # the provider's own timeout: its error, not ours
-            raise AnswerCut(
-                f"the model sent nothing for {stall:g} s, so its answer was cut ([runtime] stall_timeout)",
-                reason="stalled",
-                detail={"reason": "stalled", "seconds": stall},
-                provider=provider,
-            ) from None
-        yield event
+            return await anext(events)
+        finally:
+            self._waiting_since = None
+
+    def stalled(self) -> bool:
+        """After a `CancelledError`: whether it was this watch's (then taken back), not someone else's."""
+        return self.fired and self._task is not None and self._task.uncancel() == 0
+
+    def close(self) -> None:
+        self._timer.cancel()
