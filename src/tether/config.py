@@ -39,6 +39,9 @@ which passes the parsed `Config` to whatever needs it.
     [runtime]
     max_parallel_tasks = 4             # sub-agent (`task`) calls of one step that run at once; the others wait
     max_task_depth = 3                 # how deep sub-agents nest: a sub-agent at this depth has no `task` tool
+    max_answer_tokens = 40000          # tokens one answer may stream before its step is cut (default: the
+                                       # model's output limit and a quarter more)
+    stall_timeout = 120                # seconds a model may send nothing before its step is cut (default 600)
 
     [agents.review]                    # an agent profile: `tether run --agent review`, or the `task` tool's
     description = "reads the change and reports problems"
@@ -185,7 +188,8 @@ class PermissionsConfig(RulesConfig, kw_only=True, omit_defaults=True, forbid_un
 
 
 class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
-    """``[runtime]``: how runs hold their sessions, and how many sub-agents they may run."""
+    """``[runtime]``: how runs hold their sessions, how many sub-agents they may run, and how long one model
+    answer may go on."""
 
     lease_ttl: Annotated[float, msgspec.Meta(ge=1, le=86_400)] | None = None
     """Seconds a run's hold on its session lasts unless renewed (default 30): how long a session stays busy
@@ -198,6 +202,13 @@ class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     """Who titles a session after its first exchange (``"provider/model"``; ``"off"``: nobody). Unset: the
     session's own model, except the embedded local one (too small to title well), which titles only when
     named here."""
+    max_answer_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Tokens one model answer may stream (text, thinking and tool-call arguments, as tether counts them)
+    before its step is cut, what it said kept (default: the output limit asked of the model and a quarter
+    more, for tokenizers differ): a model or server that does not stop at its limit is stopped here."""
+    stall_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None
+    """Seconds a model may send nothing, before its first token or between two, before its step is cut
+    (default 600, the SDKs' own read timeout: a model may think long before it says anything)."""
 
 
 McpServerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,48}$")]

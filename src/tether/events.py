@@ -234,7 +234,8 @@ class Done(_Event, tag="done"):
 
 class Error(_Event, tag="error"):
     """The run ended on an error. `code` is stable (``cancelled``, ``repeated_tool_call``, ``provider_auth``,
-    ``rate_limited``, ``context_overflow``, ``provider_error``, ``busy``, ``internal``)."""
+    ``rate_limited``, ``context_overflow``, ``provider_error``, ``answer_cut``, ``busy``, ``internal``; and
+    ``invalid_input``, with no session, for a request refused before it started)."""
 
     code: str
     message: str

@@ -72,3 +72,25 @@ def test_what_cannot_be_backed_up_is_one_line(tmp_path: Path) -> None:
     assert damaged.returncode == 1 and "Traceback" not in damaged.stderr
     assert damaged.stderr.startswith("error: the database") and "is not a database" in damaged.stderr
     assert not (tmp_path / "d.db").exists() and not (tmp_path / "m.db").exists()
+
+
+def test_a_damaged_source_or_a_destination_that_is_no_file_is_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    faults.build_database(home / "tether.db", sessions=2, messages=4)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    proc = tether(home, "backup", "--force", str(fifo))
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"error: {fifo} is a FIFO, not a regular file: a backup is written to a new name, or over a regular file "
+        "with --force; name another path"
+    )
+    faults.damage_search_index(home / "tether.db", "garbled")
+    proc = tether(home, "backup", str(tmp_path / "copy.db"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: the database {home / 'tether.db'} is damaged (search index: ")
+    assert lines[0].endswith("`tether doctor --repair` rebuilds the search index from it; then back up again")
+    assert not (tmp_path / "copy.db").exists()
+    assert "repaired: the search index was rebuilt" in tether(home, "doctor", "--repair").stderr
+    proc = tether(home, "backup", str(tmp_path / "copy.db"))
+    assert proc.returncode == 0 and "2 session(s)" in proc.stdout, proc.stderr

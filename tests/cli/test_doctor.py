@@ -83,3 +83,49 @@ def test_bracketed_words_in_a_finding_are_printed_as_they_are(tmp_path: Path) ->
     env = {**os.environ, "TETHER_HOME": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, env=env)
     assert "fix: pip install 'tether[embeddings]' for semantic recall" in result.stdout, result.stdout + result.stderr
+
+
+def store_findings(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
+    checks = {"database", "integrity", "schema", "entries", "search index", "recall keys"}
+    return {f["check"]: f for f in json.loads(proc.stdout)["findings"] if f["check"] in checks}
+
+
+def test_repair_rebuilds_a_damaged_search_index_and_turn_keys_from_the_journal(tmp_path: Path) -> None:
+    """The index's pages damaged under an intact journal, and recall's turn keys garbage: `doctor` says to
+    repair (not to restore a backup), `doctor --repair` rebuilds both, and after it every check passes and
+    the journal reads as it did."""
+    home = tmp_path / "home"
+    db = home / "tether.db"
+    faults.build_database(db)
+    assert doctor(home, "recall", "--all", "lighthouses").returncode == 0  # the turn keys are made
+    journal = faults.journal_rows(db)
+    faults.damage_search_index(db, "pages")
+    faults.garbage(Path(f"{db}.keys"))
+    proc = doctor(home, "doctor", "--json")
+    assert proc.returncode == 1
+    found = store_findings(proc)
+    assert found["integrity"]["status"] == "fail" and "search index only" in found["integrity"]["detail"]
+    assert "tether doctor --repair" in found["integrity"]["fix"]
+    assert found["recall keys"]["status"] == "fail" and "tether doctor --repair" in found["recall keys"]["fix"]
+    proc = doctor(home, "doctor", "--repair")
+    assert "repaired: the search index was rebuilt from the journal (480 entries indexed)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = doctor(home, "doctor", "--json")
+    assert {check: f["status"] for check, f in store_findings(proc).items()} == dict.fromkeys(
+        ("database", "integrity", "schema", "entries", "search index", "recall keys"), "ok"
+    ), proc.stdout
+    assert faults.journal_rows(db) == journal
+    found_again = doctor(home, "recall", "--all", "--json", "question 3.7 lighthouses")
+    assert found_again.returncode == 0 and json.loads(found_again.stdout)["hits"], found_again.stderr
+
+
+def test_repair_leaves_a_damaged_journal_alone(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    db = home / "tether.db"
+    faults.build_database(db)
+    faults.damage_pages(db, table="entries", count=2)
+    before = faults.fingerprint(db)
+    proc = doctor(home, "doctor", "--repair")
+    assert proc.returncode == 1 and "nothing repaired: what failed is not derived from the journal" in proc.stderr
+    assert "fix: restore it from a backup" in proc.stdout
+    assert faults.fingerprint(db)[0] == before[0]

@@ -207,3 +207,23 @@ async def test_a_session_whose_model_cannot_be_used_says_so_and_how_to_go_on(sto
     gone = parse_config("")  # the provider was removed from the configuration since
     with pytest.raises(ConfigError, match=r"runs on lab/qwen, which cannot be used now .*--model"):
         await launch(store, RunRequest(None, session=first.session.id), config=gone)
+
+
+@pytest.mark.parametrize(
+    ("request_", "said"),
+    [
+        (RunRequest("caf\udce9 menu"), "the prompt is not valid UTF-8 text (byte 0xe9 at character 4"),
+        (RunRequest(Message.user("half an emoji \ud83d")), "the prompt is not valid UTF-8 text ('\\ud83d' at"),
+        (RunRequest("hi", system_prompt="\udcff"), "the system prompt is not valid UTF-8 text (byte 0xff"),
+    ],
+    ids=["bytes from stdin", "a lone surrogate", "system prompt"],
+)
+async def test_text_that_cannot_be_journaled_is_refused_before_a_session_exists(
+    store: Store, tmp_path: Path, request_: RunRequest, said: str
+) -> None:
+    from dataclasses import replace
+
+    with pytest.raises(InvalidInput) as caught:
+        await launch(store, replace(request_, directory=tmp_path))
+    assert str(caught.value).startswith(said) and "iconv" in str(caught.value)
+    assert (await store.list_sessions()).items == []

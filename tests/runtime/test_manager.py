@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tether import Message, ToolCallPart
-from tether.config import Config, PermissionsConfig
+from tether.config import Config, PermissionsConfig, RuntimeConfig
 from tether.errors import InvalidInput, SessionBusy
 from tether.events import DURABLE_TYPES, Done, Error, Event, TextComplete, TextDelta, ToolCallComplete
 from tether.messages import Checkpoint
@@ -176,6 +177,8 @@ async def test_a_subscriber_that_reads_nothing_stays_bounded_and_catches_up(stor
 
     provider = ScriptedProvider(respond, chunk_size=2)
     mgr = manager(store, tmp_path, provider, subscriber_buffer=256)
+    # 40,000 tokens, ten times an unknown model's output limit: allowed here, the answer's length is the point
+    mgr.config = msgspec.structs.replace(mgr.config, runtime=RuntimeConfig(max_answer_tokens=100_000))
     first = await mgr.start(None, "warm up", tools="none")
     await first.result()
     sid = first.session_id

@@ -505,3 +505,15 @@ def test_a_glob_in_a_redirection_target_is_a_file_named_only_at_run_time(ws: Pat
     assert bash(rules(allow=["bash(echo *)"]), f"echo x >> {target}", ws) == "ask"
     # quoted, it is that name itself (no file of the workspace is called so): a redirection like any other
     assert bash(rules(allow=["bash(echo *)"]), f"echo x >> '{target}'", ws) == "allow"
+
+
+def test_a_path_with_a_nul_byte_is_decided_on_as_written(ws: Path) -> None:
+    """No file has such a name (the tool refuses the call): the rules judge the path as written, without
+    expanding `~` or following links, and never raise."""
+    assert decide(Rules(), "read", ws, path="src/a.py\x00.png") == "allow"
+    assert decide(Rules(), "write", ws, path="out\x00.txt") == "ask"
+    assert decide(rules(deny=["read(src/**)"]), "read", ws, path="src/\x00") == "deny"
+    assert decide(rules(allow=["edit(src/**)"]), "edit", ws, path="src/a\x00") == "allow"
+    assert decide(Rules(), "read", ws, path="~\x00/.ssh/id_rsa") == "allow"  # inside the workspace, as written
+    assert bash(rules(allow=["bash(cat *)"]), "cat <notes\x00 >out.txt", ws) == "allow"
+    assert bash(rules(allow=["bash(cat *)"]), "cat <notes\x00 >/etc/x", ws) == "ask"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.client import TetherClient
+from tether.config import Config, RuntimeConfig
 from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
 from tether.runtime.activity import ApprovalPending, ApprovalSettled, SessionCreated, SessionDeleted, StatusChanged
 from tether.server import ServerSettings
@@ -159,6 +160,8 @@ async def test_a_client_that_stops_reading_is_brought_back_through_the_journal(t
 
     with serve(tmp_path, model) as served:
         served.state.manager.subscriber_buffer = 4
+        # 50,000 tokens, past an unknown model's output limit: allowed here, the answer's length is the point
+        served.state.manager.config = Config(runtime=RuntimeConfig(max_answer_tokens=100_000))
         served.provider.chunk_size = 1
         async with TetherClient(served.url) as client:
             sid = (await client.create_session(str(served.workspace))).session.id

@@ -91,6 +91,48 @@ def damage_pages(path: Path, table: str = "entries", count: int = 4) -> list[int
     return chosen
 
 
+INDEX_DAMAGE = ("garbled", "deleted", "pages", "bookkeeping")
+"""The ways `damage_search_index` damages a store's search index, its journal left as it was."""
+
+
+def damage_search_index(path: Path, how: str) -> None:
+    """Damage the search index of the closed database at `path`, and nothing else: its FTS data blocks
+    overwritten with random bytes (``garbled``) or half of them deleted (``deleted``), pages of its FTS data
+    table overwritten (``pages``: the file then fails its integrity check), or its bookkeeping rows deleted
+    (``bookkeeping``: sessions indexed without their rows)."""
+    if how == "pages":
+        damage_pages(path, table="search_fts_data", count=2)
+        return
+    conn = sqlite3.connect(path)
+    with conn:
+        if how == "garbled":
+            conn.execute("UPDATE search_fts_data SET block = randomblob(length(block)) WHERE id > 10")
+        elif how == "deleted":
+            conn.execute("DELETE FROM search_fts_data WHERE id > 10 AND id % 2 = 0")
+        elif how == "bookkeeping":
+            conn.execute("DELETE FROM search_sessions WHERE num % 2 = 0")
+        else:
+            raise ValueError(how)
+    conn.close()
+
+
+def journal_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the journal's own tables (everything but the search index), in order: what a rebuild of
+    the index must leave exactly as it was."""
+    conn = sqlite3.connect(path)
+    try:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'search%'"
+                " AND name NOT LIKE 'sqlite%' ORDER BY name"
+            )
+        ]
+        return {t: conn.execute(f'SELECT * FROM "{t}" ORDER BY 1, 2').fetchall() for t in tables}
+    finally:
+        conn.close()
+
+
 def fingerprint(path: Path) -> tuple[bytes, int]:
     """The file's bytes and modification time: what a test compares to show nothing was written."""
     return path.read_bytes(), path.stat().st_mtime_ns

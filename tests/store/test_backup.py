@@ -5,7 +5,9 @@ leaves nothing behind when it fails."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +149,52 @@ async def test_an_in_memory_store_has_nothing_to_back_up(tmp_path: Path) -> None
     async with SqliteStore(":memory:") as store:
         with pytest.raises(InvalidInput, match="in-memory"):
             await store.backup(tmp_path / "x.db")
+
+
+@pytest.mark.parametrize("how", faults.INDEX_DAMAGE)
+async def test_a_database_whose_search_index_is_damaged_is_not_backed_up(db: Path, tmp_path: Path, how: str) -> None:
+    """The source is checked before anything is copied: a damaged search index (which the copy's own check
+    passed, so the backup was made and said nothing) is refused with what to do first."""
+    faults.damage_search_index(db, how)
+    async with SqliteStore(db) as store:
+        with pytest.raises(StoreCorrupt) as caught:
+            await store.backup(tmp_path / "backup.db")
+    message = str(caught.value)
+    assert message.startswith(f"the database {db} is damaged") and "so no backup was made" in message
+    assert "tether doctor --repair" in message and "\n" not in message
+    assert not (tmp_path / "backup.db").exists() and leftovers(tmp_path) == []
+
+
+def _nodes(tmp_path: Path) -> dict[str, Path]:
+    """Names that are there but are not regular files: a FIFO, a symbolic link to a file, and (as root) a
+    character device like /dev/full, made here so that a test that fails cannot harm the real one."""
+    made: dict[str, Path] = {}
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    made["fifo"] = fifo
+    target = tmp_path / "elsewhere.db"
+    target.write_text("someone else's file")
+    link = tmp_path / "link.db"
+    link.symlink_to(target)
+    made["symlink"] = link
+    if os.geteuid() == 0:
+        device = tmp_path / "full"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        made["device"] = device
+    return made
+
+
+async def test_only_a_regular_file_or_a_new_name_is_a_destination(db: Path, tmp_path: Path) -> None:
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    async with SqliteStore(db) as store:
+        for kind, node in _nodes(shelf).items():
+            before = os.lstat(node)
+            with pytest.raises(InvalidInput, match="not a regular file") as caught:
+                await store.backup(node, force=True)
+            assert str(node) in str(caught.value), kind
+            after = os.lstat(node)  # the node itself is as it was: not replaced, not written through
+            assert (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino, before.st_rdev)
+        assert (shelf / "elsewhere.db").read_text() == "someone else's file"
+        result = await store.backup(shelf / "new.db")  # a new name is fine
+    assert result.sessions == 12 and leftovers(shelf) == []

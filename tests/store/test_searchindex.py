@@ -6,6 +6,7 @@ FTS5's own integrity check); older files migrate and backfill in bounded batches
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import random
 import signal
 import sqlite3
@@ -14,14 +15,16 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from tether.errors import StoreCorrupt
 from tether.messages import Message, Revert, TextPart
 from tether.store import SqliteStore, searchindex
 from tether.store.searchindex import FLUSH_EVERY, SEARCH_FLUSH, rowid
 from tether.store.searchtext import document, indexed_text
-from tether.store.sqlite import SCHEMA_VERSION
+from tether.store.sqlite import SCHEMA_VERSION, check_file
 
 
 def postings(conn: sqlite3.Connection) -> set[tuple[str, int, int]]:
@@ -402,3 +405,58 @@ async def test_a_large_backfill_ends_with_the_index_merged_into_one_segment(
         conn.close()
         await store.close()
     assert await check_consistent(path) == 1201
+
+
+# --- a damaged index, rebuilt from the journal -----------------------------------------------------------------
+
+
+def _faults() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("tether_store_test_faults", Path(__file__).with_name("faults.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+faults = _faults()
+
+
+@pytest.mark.parametrize("how", faults.INDEX_DAMAGE)
+async def test_a_damaged_index_is_rebuilt_from_the_journal_which_is_left_as_it_was(tmp_path: Path, how: str) -> None:
+    db = tmp_path / "tether.db"
+    faults.build_database(db)
+    async with SqliteStore(db) as store:
+        expected = sorted((h.session_id, h.seq) for h in await store.search("lighthouses", limit=500))
+    assert len(expected) == 12 * 37  # every question but the reverted ones
+    journal = faults.journal_rows(db)
+    faults.damage_search_index(db, how)
+    damaged = {f.check: f for f in check_file(db) if f.status != "ok"}
+    assert damaged, f"{how}: the check found nothing"
+    for finding in damaged.values():  # the journal is intact: the fix is the rebuild, not a backup
+        assert finding.fix is not None and "tether doctor --repair" in finding.fix, finding
+        assert "restore" not in finding.fix, finding
+    async with SqliteStore(db) as store:
+        waiting = await store.reset_search()
+        assert waiting >= 12 * 40
+        async for _ in store.backfill_search(batch=100):
+            pass
+        assert sorted((h.session_id, h.seq) for h in await store.search("lighthouses", limit=500)) == expected
+    assert [f for f in check_file(db) if f.status != "ok"] == []
+    assert faults.journal_rows(db) == journal  # the truth was read, never written
+    async with SqliteStore(db) as store:  # and the index goes on as before
+        sid = expected[0][0]
+        await store.append(sid, [Message.user("a lighthouse keeper's log, after the repair")])
+        assert (await store.search("keeper's log"))[0].session_id == sid
+
+
+async def test_a_damaged_journal_is_never_rebuilt_over(tmp_path: Path) -> None:
+    db = tmp_path / "tether.db"
+    faults.build_database(db)
+    faults.damage_pages(db, table="entries", count=2)
+    faults.damage_search_index(db, "pages")
+    before = faults.fingerprint(db)
+    async with SqliteStore(db) as store:
+        with pytest.raises(StoreCorrupt, match="damaged beyond its search index") as caught:
+            await store.reset_search()
+    assert "restore it from a backup" in str(caught.value)
+    assert faults.fingerprint(db)[0] == before[0]  # not a byte changed

@@ -180,3 +180,32 @@ async def test_a_failing_store_still_gives_a_cut_result(reg: ToolRegistry, tmp_p
     assert not result.is_error
     assert result.metadata["truncated"] is True and "artifact" not in result.metadata
     assert "the full output could not be saved (StoreClosed" in result.content
+
+
+@function_tool
+async def open_path(path: str) -> str:
+    """Opens a path as the built-in tools do."""
+    with open(path, "rb"):
+        return "opened"
+
+
+@function_tool
+async def bad_value(text: str) -> str:
+    """Fails with a ValueError of its own."""
+    raise ValueError(f"cannot parse {text!r}")
+
+
+async def test_a_nul_byte_the_os_refuses_is_the_calls_fault_and_logs_nothing(
+    ctx: ToolContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    nul = ToolRegistry([open_path, bad_value])
+    with caplog.at_level(logging.WARNING, logger="tether.tools"):
+        result = await run_tool_call(nul, call("open_path", {"path": "a\x00b"}), ctx)
+    assert result.is_error and result.metadata["error"] == "invalid_arguments"
+    assert result.content.startswith("open_path: an argument holds a NUL byte (\\0)")
+    assert not caplog.records  # no traceback: nothing went wrong in the tool
+    # any other ValueError is still the tool's failure, with its trace in the log
+    with caplog.at_level(logging.WARNING, logger="tether.tools"):
+        other = await run_tool_call(nul, call("bad_value", {"text": "x"}), ctx)
+    assert other.metadata["error"] == "exception" and "cannot parse 'x'" in other.content
+    assert caplog.records and caplog.records[0].exc_info is not None

@@ -20,10 +20,13 @@ PROGRESS_ABOVE = 64 << 20
 
 @click.command("backup")
 @click.argument("target", metavar="PATH", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--force", is_flag=True, help="Replace PATH if it exists.")
+@click.option("--force", is_flag=True, help="Replace PATH if it is a regular file (never a link, a device or a FIFO).")
 @click.option("--json", "json_flag", is_flag=True, help="Where the backup went, its size and sessions, as JSON.")
 def backup(target: str, force: bool, json_flag: bool) -> None:
     """Copy the database to PATH, consistent as of one moment, while tether may be running.
+
+    The database is checked first, as `tether doctor` checks it: a damaged one is not copied (a damaged
+    search index: `tether doctor --repair` rebuilds it from the journal, then back up again).
 
     The copy is a normal tether database: use it with `tether --store sqlite:///PATH` (or TETHER_STORE),
     or restore it by copying it over the database with no tether running (deleting the database's -wal and

@@ -185,7 +185,7 @@ def chat(
             notice = (lambda msg: err.print(f"[dim]{msg}[/dim]")) if first else (lambda msg: None)
             confirm = terminal_confirm(err) if sys.stdin.isatty() else None
             own = ""
-            async for event in launched_events(store, checked(request), notice, confirm):
+            async for event in launched_events(store, checked(False, request), notice, confirm):
                 own = own or event.session_id  # the run's own session; its sub-agents' events follow
                 current = own or current
                 renderer.handle(event)

@@ -1,6 +1,7 @@
 """`tether recall "query"`: find what was said in earlier sessions of a directory (the current one unless
 --dir or --all), best first, each hit with where it comes from and its neighbours. `--backfill` indexes
-a store written before the search index existed; `--semantic` adds the embeddings side (extra); `--facts`
+a store written before the search index existed; `--rebuild` makes the search index and the turn keys again
+from the journal; `--semantic` adds the embeddings side (extra); `--facts`
 has the configured model write fact lines for the stored turns (bounded, resumable), which later recalls
 use as extra keys."""
 
@@ -19,6 +20,7 @@ from ..recall import RecallResult, recall
 from ..recall.backfill import backfill
 from ..recall.engine import default_keys
 from ..recall.facts import FactIndex, FactProgress, default_fact_path
+from ..recall.rebuild import Rebuilt, rebuild_indexes
 from ..recall.render import when
 from ..store import Store
 from ..store.records import SEARCH_ROLES, BackfillProgress
@@ -71,6 +73,13 @@ def _progress(step: BackfillProgress, elapsed: float) -> None:
 @click.option("--semantic", is_flag=True, help="Add the embeddings side (needs the `embeddings` extra).")
 @click.option("--backfill", "do_backfill", is_flag=True, help="Index entries stored before the index existed.")
 @click.option(
+    "--rebuild",
+    "do_rebuild",
+    is_flag=True,
+    help="Make the search index and the turn keys again from the journal (when `tether doctor` finds them "
+    "damaged; the journal is only read).",
+)
+@click.option(
     "--facts",
     "build_facts",
     is_flag=True,
@@ -96,6 +105,7 @@ def recall_command(
     reverted: bool,
     semantic: bool,
     do_backfill: bool,
+    do_rebuild: bool,
     build_facts: bool,
     facts_calls: int,
     model_spec: str | None,
@@ -107,12 +117,18 @@ def recall_command(
     (`in March`, `2026-05-01`, `yesterday`) favours what was said then."""
     if all_dirs and directory:
         raise click.UsageError("give --all or --dir, not both")
-    if not do_backfill and not build_facts and not (query or "").strip():
+    if not do_backfill and not do_rebuild and not build_facts and not (query or "").strip():
         raise click.UsageError('give a query: tether recall "what to look for"')
     where = None if all_dirs or session_ref else canonical_directory(directory)
     start, end = _timestamp(since, "--since"), _timestamp(until, "--until")
 
-    async def run(store: Store) -> RecallResult | BackfillProgress | FactProgress:
+    async def run(store: Store) -> RecallResult | BackfillProgress | FactProgress | Rebuilt:
+        if do_rebuild:
+            rebuilt = await rebuild_indexes(store, progress=_progress, keys_progress=_keys_progress)
+            if rebuilt.entries_indexed or rebuilt.keys_read:
+                click.echo("", err=True)
+            if not query:
+                return rebuilt
         if do_backfill:
             done = await backfill(store, progress=_progress)
             if done.entries_indexed:
@@ -158,6 +174,15 @@ def recall_command(
                 f"facts: {result.lines:,} lines for {result.turns:,} turns in {result.calls:,} model calls{more}"
             )
         return
+    if isinstance(result, Rebuilt):
+        if wants_json(json_flag):
+            echo_json(result)
+        else:
+            click.echo(
+                f"rebuilt from the journal: the search index ({result.entries_indexed:,} entries) and the turn "
+                f"keys ({result.keys_read:,} entries read)"
+            )
+        return
     if isinstance(result, BackfillProgress):
         _say_backfilled(result, json_flag)
         return
@@ -165,6 +190,10 @@ def recall_command(
         echo_json(result)
         return
     _show(result, where)
+
+
+def _keys_progress(done: int) -> None:
+    click.echo(f"\rturn keys: {done:,} entries read   ", err=True, nl=False)
 
 
 async def _build_keys(store: Store) -> int:

@@ -249,7 +249,9 @@ class TerminalRenderer:
             self.err.print(f"[dim]{shown(event.what)}{done} {shown(event.detail)}[/dim]")
         elif isinstance(event, CheckpointReached):
             self._newline()
-            why = "Paused, as asked" if event.reason == "paused" else f"Stopped at the step limit ({event.steps} steps)"
+            why = {"paused": "Paused, as asked", "answer_cut": "The answer was cut short (see below)"}.get(
+                event.reason, f"Stopped at the step limit ({event.steps} steps)"
+            )
             self.err.print(
                 f"[yellow]{why}. A checkpoint was saved; continue with "
                 f"`tether run --continue --session {shown(event.session_id)}`.[/yellow]"

@@ -96,13 +96,19 @@ def project_confirmer(err: Console, interactive: bool) -> ConfirmProject:
     return confirm
 
 
-def checked(request: RunRequest) -> LaunchPlan:
+def checked(as_json: bool, request: RunRequest) -> LaunchPlan:
     """`request` checked before any store is opened: an option that cannot be used is an `OptionError`
-    (exit 2), and leaves nothing behind, not even an empty database."""
+    (exit 2), and leaves nothing behind, not even an empty database. With `as_json` it is also said as an
+    ``error`` event (code ``invalid_input``, no session) on stdout, where a program reads the run."""
     try:
         return check_request(request)
     except (InvalidInput, ConfigError, MissingExtra) as exc:
-        raise OptionError(" ".join(str(exc).split())) from exc
+        message = " ".join(str(exc).split())
+        if as_json:
+            event = Error(session_id="", n=0, code="invalid_input", message=message)
+            sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
+            sys.stdout.flush()
+        raise OptionError(message) from exc
 
 
 async def launched_events(
@@ -193,11 +199,12 @@ def run(
     A call that the approval rules ask about is asked at the terminal (y, n, always, or a message for the
     agent); with no terminal it is denied, and the denial says which --allow would let it run.
     """
+    as_json = wants_json(json_flag)
     if prompt == "-":
-        prompt = sys.stdin.read()
+        # bytes, read as they are: what is not UTF-8 is kept (as lone surrogates) for the check to refuse
+        prompt = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     if prompt is None and not cont and session_ref is None:
         raise click.UsageError("give a PROMPT, or --continue to pick up the last run")
-    as_json = wants_json(json_flag)
     if server:
         from .remote import run_remote
 
@@ -239,6 +246,7 @@ def run(
     from ..store import open_store
 
     plan = checked(
+        as_json,
         RunRequest(
             prompt,
             session=session_ref,
@@ -259,7 +267,7 @@ def run(
             confirmed=yes,
             wait=math.inf if wait else None,
             on_lease_wait=lambda busy: err.print(f"[dim]{shown(busy_line(busy, waiting=True))}[/dim]"),
-        )
+        ),
     )
 
     async def main() -> int:

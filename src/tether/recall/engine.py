@@ -210,6 +210,13 @@ def default_keys(store: Store) -> KeyIndex:
         return index
 
 
+def forget_default_keys(store: Store) -> None:
+    """Close the turn keys `default_keys` holds open for `store` (a rebuild makes them again)."""
+    index = _DEFAULT_KEYS.pop(store, None)
+    if index is not None:
+        index.close()
+
+
 Search = Callable[..., Awaitable[list[SearchHit]]]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import Entry, Revert
+from ..store.health import open_read_only
 from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
@@ -82,6 +83,26 @@ def default_key_path(store: Store) -> str:
     return ":memory:"
 
 
+def check_keys(path: str) -> str | None:
+    """What is wrong with the turn keys file at `path`, read without writing to it (its pages, and every
+    term of its FTS index walked), or None when it reads whole."""
+    try:
+        conn = open_read_only(path)
+    except sqlite3.Error as e:
+        return " ".join(str(e).split())
+    try:
+        verdict = " ".join(str(conn.execute("PRAGMA quick_check(1)").fetchone()[0]).split())
+        if verdict != "ok":
+            return verdict
+        conn.execute("CREATE VIRTUAL TABLE temp.keys_vocab USING fts5vocab(main, keys_fts, 'instance')")
+        conn.execute("SELECT count(*) FROM temp.keys_vocab").fetchone()
+        return None
+    except sqlite3.Error as e:
+        return " ".join(str(e).split())
+    finally:
+        conn.close()
+
+
 def _rid(num: int, seq: int, role: str) -> int:
     return (num << _NUM_SHIFT) | (seq << _ROLE_BITS) | _ROLES[role]
 
@@ -97,14 +118,18 @@ class KeyIndex:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.executescript(_SCHEMA)
-        version = self._meta("version")
-        if version != KEY_VERSION:
-            if version is not None:
-                self._reset()
-            self._set_meta("version", KEY_VERSION)
+        try:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.executescript(_SCHEMA)
+            version = self._meta("version")
+            if version != KEY_VERSION:
+                if version is not None:
+                    self._reset()
+                self._set_meta("version", KEY_VERSION)
+        except BaseException:
+            self._conn.close()  # a file that is not a database, or is damaged: nothing left open on it
+            raise
         self._infos: dict[str, SessionInfo] = {}
         self._seen: dict[str, tuple[float, int]] = {}  # session -> (updated_at, entry_count) when last synced
         self._listed: dict[str | None, float] = {}  # directory (None: all) -> monotonic time of its last full listing
@@ -119,6 +144,18 @@ class KeyIndex:
 
     def _set_meta(self, key: str, value: int) -> None:
         self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def reset(self) -> None:
+        """Forget every key, in place, to be read again from the store by the next `sync`: what a rebuild
+        does. `sqlite3.Error` when the file is damaged beyond that (then it is made anew)."""
+        self._reset()
+        with self._lock:
+            verdict = " ".join(str(self._conn.execute("PRAGMA quick_check(1)").fetchone()[0]).split())
+        if verdict != "ok":
+            raise sqlite3.DatabaseError(f"the turn keys in {self.path} are damaged ({verdict})")
+        self._infos.clear()
+        self._seen.clear()
+        self._listed.clear()
 
     def _reset(self) -> None:
         """Everything again from nothing: an old format, or too many orphaned rows."""

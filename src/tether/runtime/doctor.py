@@ -1,7 +1,8 @@
 """What `tether doctor` checks, for every face: the tether home, the store (the database file, read without
 writing to it), the configuration, the providers and the default model, the optional extras. Each check
 gives `Finding`s (ok, warn or fail, and what to do); none writes to the database, calls a provider over
-the network or loads a model."""
+the network or loads a model. `repair` is the one writer: it rebuilds what is derived from the journal (the
+search index, recall's turn keys) when that is all that failed."""
 
 from __future__ import annotations
 
@@ -16,16 +17,15 @@ from ..errors import ConfigError, InvalidInput, MissingExtra, TetherError
 from ..paths import config_path, default_store_url, tether_home
 from ..providers.catalog import Catalog
 from ..providers.registry import BUILTIN_KINDS, choose_model, make_provider, provider_names, usable
-from ..store import store_path
+from ..recall.backfill import ProgressFn
+from ..recall.keys import check_keys
+from ..recall.rebuild import Rebuilt, rebuild_indexes
+from ..store import open_store, store_path
 from ..store.faults import ELSEWHERE, existing_ancestor, free_bytes, human_bytes, unwritable
-from ..store.health import Finding, failed
+from ..store.health import FULL_CHECK_BELOW, REBUILD, Finding, failed
 from .configuration import load_config, run_sandbox
 
-__all__ = ["EXTRAS", "FULL_CHECK_BELOW", "Finding", "diagnose", "failed"]
-
-FULL_CHECK_BELOW = 256 << 20
-"""Databases smaller than this get the full check by default (`integrity_check`, the search index row by
-row: seconds); larger ones the quick one unless asked (`quick_check`, the index's bookkeeping)."""
+__all__ = ["EXTRAS", "FULL_CHECK_BELOW", "Finding", "diagnose", "failed", "repair", "repairable"]
 
 LOW_DISK = 100 << 20
 """Free bytes under which the disk of the database is reported as nearly full."""
@@ -156,7 +156,47 @@ def store_findings(url: str, full: bool | None, home: Finding | None = None) -> 
         except OSError:
             full = True
     findings.extend(check_file(path, full=full))
+    findings.append(keys_finding(path + ".keys"))
     return findings
+
+
+KEYS_REBUILD = "`tether doctor --repair` makes them again from the journal"
+
+
+def keys_finding(path: str) -> Finding:
+    """Recall's turn keys beside the database (`tether.recall.keys`): derived, so damaged ones are made
+    again rather than restored."""
+    if not os.path.exists(path):
+        return Finding("recall keys", "ok", "not made yet: the first recall makes them")
+    problem = check_keys(path)
+    if problem is None:
+        return Finding("recall keys", "ok", f"{path} reads whole")
+    return Finding("recall keys", "fail", f"{path} is damaged ({problem}): recall searches without it", KEYS_REBUILD)
+
+
+def repairable(findings: list[Finding]) -> bool:
+    """Whether what failed is derived from the journal alone (the search index, the turn keys), so that
+    `repair` mends it; a damaged journal is not: that is a backup's to restore."""
+    failing = [f for f in findings if f.status == "fail" and f.check in _STORE_CHECKS]
+    return bool(failing) and all(f.fix in (REBUILD, KEYS_REBUILD) for f in failing)
+
+
+_STORE_CHECKS = {"database", "integrity", "schema", "entries", "search index", "recall keys"}
+
+
+async def repair(
+    store_url: str | None = None,
+    *,
+    progress: ProgressFn | None = None,
+    keys_progress: Callable[[int], None] | None = None,
+) -> Rebuilt:
+    """Rebuild the store's search index and recall's turn keys from the journal (`rebuild_indexes`): what
+    `tether doctor --repair` does when `repairable` says the findings allow it."""
+    store = open_store(store_url or default_store_url())
+    try:
+        return await rebuild_indexes(store, progress=progress, keys_progress=keys_progress)
+    finally:
+        await store.close()
 
 
 def config_finding() -> tuple[Config | None, Finding]:

@@ -156,12 +156,30 @@ config=config)``; `providers.registry.resolve_provider` unless a caller (a test,
 its own) gives another."""
 
 
+def check_text(text: str, what: str) -> None:
+    """Refuse text that cannot be journaled: bytes that were not UTF-8, which Python keeps as lone surrogates
+    (a Latin-1 file read as a prompt, an argument from an old archive's name)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        found = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"{char!r}"
+        raise InvalidInput(
+            f"{what} is not valid UTF-8 text ({found} at character {exc.start + 1} cannot be read): "
+            "convert it to UTF-8 first, e.g. `iconv -f latin1 -t utf-8`"
+        ) from None
+
+
 def check_request(request: RunRequest, config: Config | None = None, *, resolve: Resolver | None = None) -> LaunchPlan:
     """Check everything `request` asks for, without a store: the prompt, the step limit, the workspace, the
     tools, the configuration (read now unless given), the model and its provider, the summarizer. Raises
     `InvalidInput` or `ConfigError` saying what is wrong."""
     if isinstance(request.prompt, str) and not request.prompt.strip():
         raise InvalidInput("the prompt is empty")
+    prompt = request.prompt.text if isinstance(request.prompt, Message) else request.prompt
+    for what, text in (("the prompt", prompt), ("the system prompt", request.system_prompt)):
+        if text is not None:
+            check_text(text, what)
     if request.prompt is None and not request.continue_last and request.session is None:
         raise InvalidInput("give a prompt, or continue a session (the last of this workspace, or one named)")
     if not isinstance(request.max_steps, int) or request.max_steps < 1:

@@ -50,7 +50,7 @@ from .handle import SessionHandle
 from .journal import RunJournal
 from .lease import RunLease
 from .mcp import bind_mcp
-from .model_call import ModelCall, PartialAnswer
+from .model_call import AnswerCut, ModelCall, PartialAnswer
 from .project import bind_project
 from .state import RunOptions, RunState, Summarizer
 from .streaming import recover_stream
@@ -380,6 +380,18 @@ class AgentRun:
                 with contextlib.suppress(Exception):
                     await call.saver.forget()
             raise
+        except AnswerCut as cut:
+            assert call is not None
+            await self._record_cut(call, cut)
+            for event in journal.drain():
+                yield event
+            yield Error(
+                session_id=sid,
+                n=journal.next_number(),
+                code="answer_cut",
+                message=f"{cut}; what it said is kept: `tether run --continue` goes on",
+                retryable=cut.retryable,
+            )
         except SeqConflict as exc:
             yield Error(
                 session_id=sid,
@@ -447,6 +459,27 @@ class AgentRun:
             objective=objective[:2000], done=done, next_action=next_action, reason=reason, steps=state.steps
         )
         await state.append(body)
+
+    async def _record_cut(self, call: ModelCall, cut: AnswerCut) -> None:
+        """An answer cut at a step's limit: what it said is journaled, marked (``finish_reason`` ``length`` or
+        ``stalled``, ``metadata["cut"]``), the calls it had finished get a result saying they did not run, and a
+        checkpoint lets ``--continue`` go on."""
+        state = self.state
+        assert state is not None
+        partial, call.partial = call.partial, None
+        message = partial.message(self.options.model, self.provider.name) if partial is not None else None
+        if message is not None:
+            message.finish_reason = cut.reason
+            message.metadata["cut"] = cut.detail
+            not_run = f"not run: {cut}, before the model had finished asking for its calls"
+            await state.append(
+                message,
+                *(
+                    Message.tool(ToolResultPart(call_id=part.id, name=part.name, content=not_run, is_error=True))
+                    for part in message.tool_calls
+                ),
+            )
+        await self._checkpoint(message.text if message is not None else "", "answer_cut")
 
     async def _record_interruption(self, partial: PartialAnswer | None, pending: list[ToolCallPart]) -> None:
         """On cancel: keep the partial answer, and mark the calls that never finished as aborted, but those

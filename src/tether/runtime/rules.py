@@ -409,6 +409,8 @@ def _inside(path: str, workspace: Path) -> bool:
 def _path_subjects(path: str, workspace: Path) -> list[str]:
     """The path as written (made absolute) and as it resolves (symlinks followed): deny and ask rules see
     both, an allow rule only where it really leads."""
+    if "\0" in path:  # names no file (the tool refuses it): judged as written, nothing expanded or followed
+        return [os.path.normpath(workspace / path)]
     written = _absolute(path, workspace)
     real = os.path.realpath(written)
     return [written] if real == written else [written, real]

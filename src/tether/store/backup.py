@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import msgspec
 
 from ..errors import InvalidInput, StoreCorrupt
 from .faults import store_fault
-from .health import RECOVER, open_read_only
+from .health import FULL_CHECK_BELOW, REBUILD, RECOVER, check_database, open_read_only
 
 STEP_PAGES = 4096
 """Pages copied between two progress reports: 16 MiB of 4 KiB pages."""
@@ -31,24 +32,32 @@ class BackupResult(msgspec.Struct, frozen=True):
 
 
 def backup_file(
-    source: str, target: str | os.PathLike[str], *, force: bool = False, progress: Progress | None = None
+    source: str,
+    target: str | os.PathLike[str],
+    *,
+    known_version: int,
+    force: bool = False,
+    full: bool | None = None,
+    progress: Progress | None = None,
 ) -> BackupResult:
     """Copy the database at `source` to `target`, consistent as of one moment though writers go on (the copy
-    reads one snapshot; in WAL mode writers do not wait for it). `target` must not exist unless `force`, and
-    may never be the database itself or one of its WAL files. The copy passes a `quick_check` before it is
-    moved into place; a damaged source is refused (`StoreCorrupt`) and leaves nothing behind."""
+    reads one snapshot; in WAL mode writers do not wait for it). `target` must be a new name, or a regular
+    file with `force` (never a directory, a link, a device, a FIFO), and never the database itself or one of
+    its WAL files. The snapshot is checked first (`check_database`: `full` as `tether doctor` does, by
+    default below `FULL_CHECK_BELOW`; `known_version` is the schema this tether writes): a damaged source,
+    its search index included, is refused (`StoreCorrupt`, with what to do) before anything is written. The
+    copy passes a `quick_check` before it is moved into place; a failure leaves nothing behind."""
     live = os.path.realpath(source)
     dest = Path(os.path.abspath(os.fspath(target)))
     if os.path.realpath(dest) in {live, live + "-wal", live + "-shm", live + "-journal"}:
         raise InvalidInput(f"{dest} is the live database (or one of its files): name another file for the backup")
-    if dest.is_dir():
-        raise InvalidInput(f"{dest} is a directory: name the backup file, e.g. {dest / 'tether-backup.db'}")
-    if dest.exists() and not force:
-        raise InvalidInput(f"{dest} already exists: choose another name, or --force to replace it")
+    _check_destination(dest, force)
     if not dest.parent.is_dir():
         raise InvalidInput(f"cannot write the backup {dest}: {dest.parent} is not a directory")
     try:
         reader = open_read_only(live)
+        if full is None:
+            full = os.path.getsize(live) < FULL_CHECK_BELOW
     except (sqlite3.Error, OSError) as e:
         raise store_fault(e, source, "back up") from e
     partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
@@ -60,6 +69,7 @@ def backup_file(
             page_size = int(reader.execute("PRAGMA page_size").fetchone()[0])
         except sqlite3.Error as e:
             raise store_fault(e, source, "back up") from e
+        _check_source(reader, source, full, known_version)
         try:
             partial.unlink(missing_ok=True)
             copy = sqlite3.connect(partial, isolation_level=None)
@@ -106,6 +116,50 @@ def backup_file(
         reader.close()
         partial.unlink(missing_ok=True)
     return BackupResult(path=str(dest), size=dest.stat().st_size, sessions=sessions)
+
+
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _check_destination(dest: Path, force: bool) -> None:
+    """A backup goes to a new name, or over a regular file with `force`: never into a directory, and never
+    over a link (which would be replaced, not followed), a device or a FIFO (as root, `--force` once made
+    /dev/full a file)."""
+    try:
+        found = os.lstat(dest)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise store_fault(e, str(dest), "write the backup") from e
+    if stat.S_ISDIR(found.st_mode):
+        raise InvalidInput(f"{dest} is a directory: name the backup file, e.g. {dest / 'tether-backup.db'}")
+    if not stat.S_ISREG(found.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(found.st_mode), "not a file")
+        raise InvalidInput(
+            f"{dest} is {kind}, not a regular file: a backup is written to a new name, or over a regular file "
+            "with --force; name another path"
+        )
+    if not force:
+        raise InvalidInput(f"{dest} already exists: choose another name, or --force to replace it")
+
+
+def _check_source(reader: sqlite3.Connection, source: str, full: bool, known_version: int) -> None:
+    """The snapshot about to be copied, checked as `tether doctor` checks a database: what fails (its pages,
+    its entries, its search index) is refused, with the finding's fix, before anything is written."""
+    for finding in check_database(reader, source, full=full, known_version=known_version):
+        if finding.status == "fail" and finding.check != "schema":
+            then = "; then back up again" if finding.fix == REBUILD else ""
+            raise StoreCorrupt(
+                f"the database {source} is damaged ({finding.check}: {finding.detail}), so no backup was made",
+                f"{finding.fix or RECOVER.format(path=source)}{then}",
+                path=source,
+            )
 
 
 def _place(partial: Path, dest: Path, force: bool) -> None:

@@ -15,9 +15,17 @@ import msgspec
 
 from ..errors import StoreCorrupt, StoreUnavailable
 from . import searchindex
-from .faults import ELSEWHERE, RESTORE, human_bytes, primary_code, store_fault
+from .faults import ELSEWHERE, RESTORE, human_bytes, is_corrupt, primary_code, store_fault
 
 Status = Literal["ok", "warn", "fail"]
+
+FULL_CHECK_BELOW = 256 << 20
+"""Databases smaller than this get the full check by default (`integrity_check`, the search index row by
+row and read whole: seconds); larger ones the quick one unless asked (`quick_check`, the index's
+bookkeeping). `tether doctor` and `tether backup` both go by it."""
+
+REBUILD = "the journal is intact: `tether doctor --repair` rebuilds the search index from it"
+"""The fix of a damaged search index over a sound journal (`SqliteStore.reset_search`)."""
 
 RECOVER = (
     "restore it from a backup (`tether backup` makes them); as a last resort, with no tether running, "
@@ -60,6 +68,12 @@ def check_database(conn: sqlite3.Connection, path: str, *, full: bool, known_ver
     except sqlite3.Error as e:
         return [_fault("database", e, path, "read")]
     integrity = _integrity(conn, path, full)
+    if integrity.status == "fail" and _journal_sound(conn):
+        integrity = Finding(
+            "integrity", "fail", f"{integrity.detail}: in the search index only, the journal's tables pass", REBUILD
+        )
+        findings.append(integrity)
+        return findings  # the index is read no further: what it holds is rebuilt
     findings.append(integrity)
     if version > known_version:
         findings.append(
@@ -125,16 +139,18 @@ def _contents(conn: sqlite3.Connection, path: str, full: bool) -> list[Finding]:
         problems = searchindex.check(conn, rows=full)
         backlog, waiting = searchindex.backlog(conn)
     except sqlite3.Error as e:
-        findings.append(_fault("search index", e, path, "read"))
-        return findings
+        if not is_corrupt(e):
+            findings.append(_fault("search index", e, path, "read"))
+            return findings
+        # the file passed its check, so this is the index's own content, which FTS5 calls damaged
+        problems, backlog, waiting = [f"it cannot be read ({' '.join(str(e).split())})"], 0, 0
     if problems:
         findings.append(
             Finding(
                 "search index",
                 "fail",
-                "; ".join(problems),
-                "the journal is intact, but searches and recall may miss or misplace messages; "
-                f"{RESTORE.split(';')[0]}",
+                "; ".join(problems) + ": searches may fail, or miss or misplace messages",
+                REBUILD,
             )
         )
     else:
@@ -143,6 +159,33 @@ def _contents(conn: sqlite3.Connection, path: str, full: bool) -> list[Finding]:
             what += f"; {backlog} entries of {waiting} session(s) wait to be indexed (the next search does it)"
         findings.append(Finding("search index", "ok", what))
     return findings
+
+
+def _journal_sound(conn: sqlite3.Connection) -> bool:
+    try:
+        return not journal_problems(conn)
+    except sqlite3.Error:
+        return False
+
+
+def journal_problems(conn: sqlite3.Connection) -> list[str]:
+    """What `integrity_check` finds in the tables that are not derived (the journal: sessions, entries,
+    artifacts, leases, shares) and their indexes, one table at a time; nothing when they are sound. A file
+    that fails its whole check while these pass is damaged in its search index alone, which is rebuilt from
+    them (`SqliteStore.reset_search`)."""
+    derived = {*searchindex.TABLES, *searchindex.SHADOW_TABLES}
+    tables = [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND rootpage > 0 AND name NOT LIKE 'sqlite%'"
+        )
+        if name not in derived
+    ]
+    problems: list[str] = []
+    for table in tables:
+        rows = [" ".join(str(r[0]).split()) for r in conn.execute(f'PRAGMA integrity_check("{table}")')]
+        problems += [f"{table}: {row}" for row in rows if row != "ok"]
+    return problems
 
 
 def open_read_only(path: str) -> sqlite3.Connection:

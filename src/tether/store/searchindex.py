@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from ..messages import EntryBody, Revert, decode_body
+from .faults import is_corrupt
 from .records import RevertSpan, SearchHit
 from .reverts import hidden_spans, is_hidden
 from .searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
@@ -151,10 +152,17 @@ def mark_pending(conn: sqlite3.Connection, session_id: str, first_seq: int, last
         conn.execute(PENDING_SQL, (session_id, first_seq, last_seq))
 
 
+TABLES = ("search_fts", "search_sessions", "search_state", "search_reverts", "search_pending")
+"""The index's tables: all derived from the journal, dropped and made again at any time."""
+
+SHADOW_TABLES = tuple(f"search_fts_{name}" for name in ("data", "idx", "docsize", "config", "content"))
+"""The tables FTS5 keeps `search_fts` in (a contentless table has no ``content``)."""
+
+
 def drop(conn: sqlite3.Connection) -> None:
-    """On migrating a file of schema 2 or 3, whose FTS table held the text too: its index tables go, to be
-    made again (`SCHEMA`) and filled from the journal (`mark_all_pending`)."""
-    for table in ("search_fts", "search_sessions", "search_state", "search_reverts", "search_pending"):
+    """On migrating a file of schema 2 or 3, whose FTS table held the text too, or on a rebuild: the index
+    tables go, to be made again (`SCHEMA`) and filled from the journal (`mark_all_pending`)."""
+    for table in TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
@@ -456,6 +464,25 @@ def _hits(conn: sqlite3.Connection, rows: list[Any], stems: list[str], include_r
     return out
 
 
+def _unreadable(conn: sqlite3.Connection) -> str | None:
+    """What stops the FTS index from being read whole (its data blocks damaged or missing), or None: every
+    term's every instance is walked, through an `fts5vocab` table in the connection's own temp schema (a
+    read-only connection may make one)."""
+    try:
+        conn.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_vocab USING fts5vocab(main, search_fts, 'instance')"
+        )
+        try:
+            conn.execute("SELECT count(*) FROM temp.search_vocab").fetchone()
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.search_vocab")
+    except sqlite3.Error as e:
+        if not is_corrupt(e):
+            raise
+        return f"the index's own data cannot be read ({e})"
+    return None
+
+
 # --- consistency --------------------------------------------------------------------------------------
 
 
@@ -487,6 +514,9 @@ def check(conn: sqlite3.Connection, *, rows: bool = True) -> list[str]:
         problems.append(f"{stranded} session(s) have entries that no flush will index")
     if not rows:
         return problems
+    unreadable = _unreadable(conn)
+    if unreadable:
+        return [*problems, unreadable]
     (strays,) = conn.execute(
         f"SELECT count(*) FROM search_fts WHERE (rowid >> {NUM_SHIFT}) NOT IN (SELECT num FROM search_sessions)"
     ).fetchone()

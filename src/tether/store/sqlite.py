@@ -48,7 +48,7 @@ from ..messages import (
 from . import health, searchindex
 from .backup import BackupResult, Progress, backup_file
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
-from .faults import RESTORE, is_busy, store_fault
+from .faults import RESTORE, is_busy, is_corrupt, store_fault
 from .health import Finding
 from .records import (
     LEASE_REQUESTS,
@@ -424,13 +424,21 @@ class SqliteStore:
         return findings
 
     async def backup(
-        self, target: str | os.PathLike[str], *, force: bool = False, progress: Progress | None = None
+        self,
+        target: str | os.PathLike[str],
+        *,
+        force: bool = False,
+        full: bool | None = None,
+        progress: Progress | None = None,
     ) -> BackupResult:
-        """A consistent copy of this database at `target`, made while it stays in use (`backup_file`): a
-        normal tether database, to open with ``sqlite:///TARGET`` or to copy back in place of this one."""
+        """A consistent copy of this database at `target`, made while it stays in use (`backup_file`: the
+        snapshot checked first, `full` or not, and refused when damaged): a normal tether database, to open
+        with ``sqlite:///TARGET`` or to copy back in place of this one."""
         if self.path == ":memory:":
             raise InvalidInput("an in-memory database has no file to back up")
-        return await asyncio.to_thread(backup_file, self.path, target, force=force, progress=progress)
+        return await asyncio.to_thread(
+            backup_file, self.path, target, known_version=SCHEMA_VERSION, force=force, full=full, progress=progress
+        )
 
     # --- sessions ----------------------------------------------------------------------------------
 
@@ -916,6 +924,68 @@ class SqliteStore:
                 backlog, left = searchindex.backlog(conn)
             yield BackfillProgress(sessions_done=done, sessions_left=left, entries_indexed=indexed, backlog=backlog)
             await asyncio.sleep(0)  # appends and reads go on between batches
+
+    async def reset_search(self) -> int:
+        """Make the search index again from the journal, the truth: its tables dropped and made anew, every
+        stored entry waiting to be indexed (`backfill_search` does it; a search, a batch at a time). The repair
+        of an index that is damaged or out of step with its journal; nothing of the journal is written.
+        Returns the entries waiting.
+
+        An index whose own pages are damaged cannot be dropped (SQLite reads a table's pages to free them):
+        once the journal's tables pass their check, the index's are cut out of the file's schema and the
+        file is rewritten without them (VACUUM). A journal that fails its check is `StoreCorrupt`, and
+        nothing is changed: restore a backup."""
+        await asyncio.to_thread(self._drop_damaged_index)
+
+        def tx(conn: sqlite3.Connection) -> None:
+            searchindex.drop(conn)
+            for statement in _statements(searchindex.SCHEMA):
+                conn.execute(statement)
+            searchindex.mark_all_pending(conn)
+
+        self._unindexed = 0
+        await self._write(tx)
+        return await self.search_backlog()
+
+    def _drop_damaged_index(self) -> None:
+        """If the file fails its `quick_check`: the index's tables cut out of the schema and the file
+        rewritten, provided the journal's tables are sound (else `StoreCorrupt`); otherwise nothing."""
+        with self._reading("rebuild the search index of") as conn:
+            try:
+                if conn.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok":
+                    return
+            except sqlite3.Error as e:
+                if not is_corrupt(e):
+                    raise
+            try:
+                problems = health.journal_problems(conn)
+            except sqlite3.Error as e:
+                if not is_corrupt(e):
+                    raise
+                problems = [" ".join(str(e).split())]
+            if problems:
+                raise StoreCorrupt(
+                    f"the database {self.path} is damaged beyond its search index ({problems[0]}), so nothing was "
+                    "rebuilt",
+                    RESTORE,
+                    path=self.path,
+                )
+            names = (*searchindex.TABLES, *searchindex.SHADOW_TABLES)
+            marks = ", ".join("?" * len(names))
+            conn.execute("PRAGMA writable_schema = ON")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                (version,) = conn.execute("PRAGMA schema_version").fetchone()
+                conn.execute(f"DELETE FROM sqlite_master WHERE tbl_name IN ({marks})", names)
+                # other connections read the schema again when its version moves
+                conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                conn.execute("PRAGMA writable_schema = OFF")
+            conn.execute("VACUUM")  # the cut-out pages are gone from the rewritten file
 
     # --- artifacts ---------------------------------------------------------------------------------
 

@@ -74,6 +74,8 @@ def open_beneath(root: Path, path: Path, flags: int, mode: int = 0o666) -> int:
     """A file descriptor for `path` (absolute and resolved), opened from `root` (the workspace; ``/`` for a
     path outside it) in one step that no symlink on the way can redirect. `OSError` as `open` raises it;
     `ELOOP`/`EXDEV` when a link appeared on the path since it was checked."""
+    if "\0" in str(path):  # C would read the name only up to it: another file than the one asked for
+        raise ValueError("embedded null byte")
     if not path.is_relative_to(root):
         root = Path("/")
     parts = path.relative_to(root).parts or (".",)

@@ -74,6 +74,8 @@ async def _run(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> 
     except ToolError as e:
         return _error(f"{call.name}: {e}", "tool_error")
     except Exception as e:
+        if isinstance(e, ValueError) and _nul_refused(e):  # the model's call, not the tool, is at fault
+            return _error(f"{call.name}: {NUL_REFUSED}", "invalid_arguments")
         # a bug or an unexpected failure inside the tool: the model gets a one-line account, the log the trace
         log.warning("tool %s raised", call.name, exc_info=True)
         return _error(f"{call.name} failed: {type(e).__name__}: {e}", "exception")
@@ -81,6 +83,16 @@ async def _run(registry: ToolRegistry, call: ToolCallPart, ctx: ToolContext) -> 
         got = type(output.content if isinstance(output, ToolOutput) else output).__name__
         return _error(f"{call.name}: the tool returned {got}, not a ToolOutput with text content", "exception")
     return output
+
+
+NUL_REFUSED = "an argument holds a NUL byte (\\0), which no path or command can hold. Call the tool again without it."
+
+
+def _nul_refused(error: ValueError) -> bool:
+    """Whether the OS layer refused a string because it holds a NUL byte (Python's words for it: paths,
+    command lines, environment values)."""
+    text = str(error)
+    return "null byte" in text or "null character" in text
 
 
 def _error(message: str, kind: str) -> ToolOutput:
