@@ -233,6 +233,9 @@ class McpServerConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_u
     call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None
     """Seconds one tool call may take (default 120); past it the call is an error the model reads."""
     enabled: bool | None = None
+    sandbox: bool | None = None
+    """A stdio server runs in the commands' sandbox (`[sandbox]`'s mode, the network on) unless ``false``:
+    for a server that must reach what the sandbox keeps out (a UNIX socket, files outside the workspace)."""
 
     def __repr__(self) -> str:
         # header and env values may hold secrets (a token written in place of an {env:VAR})

@@ -171,7 +171,7 @@ def test(name: str, directory: str | None, json_flag: bool) -> None:
     spec = found[name].spec
 
     async def go() -> dict[str, Any]:
-        manager = new_manager([spec])
+        manager = new_manager([spec], config=load_config(), workspace=_workspace(directory))
         started = time.perf_counter()
         try:
             tools = await manager.tools()

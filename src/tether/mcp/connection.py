@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
+import os
+import shutil
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -26,6 +30,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp import Client, MCPError
 
 from ..errors import ConfigError
+from ..tools.sandbox import Sandbox
 from .servers import ServerSpec
 from .stdio import StdioProcess, stdio_transport
 
@@ -71,8 +76,10 @@ class Connection:
     """One server. `ensure()` starts it (once, for every task that waits), `call()` runs a tool, `stop()`
     ends it. Safe to share between the tasks of one event loop."""
 
-    def __init__(self, spec: ServerSpec) -> None:
+    def __init__(self, spec: ServerSpec, *, sandbox: Sandbox | None = None, workspace: str | None = None) -> None:
         self.spec = spec
+        self.sandbox = sandbox if spec.sandboxed else None
+        self.workspace = workspace
         self.state: State = "idle"
         self.error: str | None = None
         self.tools: list[mcp_types.Tool] = []
@@ -214,7 +221,19 @@ class Connection:
             assert spec.command is not None
             env = spec.resolved_env()
             self.process = StdioProcess()
-            return stdio_transport([spec.command, *spec.args], env, spec.cwd, self.process)
+            argv = [spec.command, *spec.args]
+            cwd = spec.cwd or self.workspace
+            if self.sandbox is None or self.sandbox.mechanism != "bwrap":
+                # (Landlock is applied between fork and exec, which the SDK's process start has no hook for)
+                return stdio_transport(argv, env, cwd, self.process)
+            where = Path(cwd or os.getcwd()).expanduser().resolve()
+            if shutil.which(spec.command, path=env.get("PATH")) is None and not os.path.isfile(where / spec.command):
+                # as the process start says it unsandboxed, rather than bubblewrap's execvp once inside
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), spec.command)
+            prepared = self.sandbox.prepare(argv, workspace=where, env=env)
+            return stdio_transport(
+                prepared.argv, prepared.env, str(where), self.process, pass_fds=prepared.pass_fds, after=prepared.close
+            )
         assert spec.url is not None
         http = await stack.enter_async_context(create_mcp_http_client(headers=spec.resolved_headers()))
         return streamable_http_client(spec.url, http_client=http)

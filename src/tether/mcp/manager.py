@@ -15,6 +15,7 @@ import mcp_types
 from mcp import MCPError
 
 from ..errors import InvalidInput, ToolError
+from ..tools.sandbox import Sandbox
 from .connection import Connection, McpCallFailed, McpUnavailable, ServerStatus
 from .servers import ServerSpec
 from .tools import McpTool, tool_name
@@ -35,7 +36,12 @@ class ToolSet:
 class McpManager:
     """The servers of one process. Shared by every run of it; `close` ends them all."""
 
-    def __init__(self, specs: Iterable[ServerSpec] = ()) -> None:
+    def __init__(
+        self, specs: Iterable[ServerSpec] = (), *, sandbox: Sandbox | None = None, workspace: str | None = None
+    ) -> None:
+        self.sandbox = sandbox
+        """Where stdio servers run (`tools.sandbox`; each in `workspace`, or its own ``cwd``); None: unconfined."""
+        self.workspace = workspace
         self._connections: dict[str, Connection] = {}
         self.notices: list[str] = []
         """What was wrong with the configuration the servers came from (a workspace's broken `.mcp.json`): each
@@ -60,7 +66,7 @@ class McpManager:
         `InvalidInput` unless `replace` (the old one is then stopped by `remove` first: use `replace_server`)."""
         if spec.name in self._connections and not replace:
             raise InvalidInput(f"an MCP server named {spec.name!r} is already configured")
-        self._connections[spec.name] = Connection(spec)
+        self._connections[spec.name] = Connection(spec, sandbox=self.sandbox, workspace=self.workspace)
 
     async def replace_server(self, spec: ServerSpec) -> None:
         if spec.name in self._connections:

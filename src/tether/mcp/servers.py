@@ -48,6 +48,8 @@ class ServerSpec:
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     source: str = ""
+    sandboxed: bool = True
+    """Whether a stdio server runs in the sandbox its manager was given (``[mcp.NAME] sandbox = false``)."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -123,6 +125,7 @@ def spec_from_config(name: str, table: McpServerConfig, source: str) -> ServerSp
         startup_timeout=table.startup_timeout or DEFAULT_STARTUP_TIMEOUT,
         call_timeout=table.call_timeout or DEFAULT_CALL_TIMEOUT,
         source=source,
+        sandboxed=table.sandbox is not False,
     )
 
 

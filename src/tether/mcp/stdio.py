@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -47,11 +47,24 @@ class StdioProcess:
 
 @asynccontextmanager
 async def stdio_transport(
-    argv: list[str], env: dict[str, str], cwd: str | None, info: StdioProcess
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    info: StdioProcess,
+    *,
+    pass_fds: tuple[int, ...] = (),
+    after: Callable[[], None] | None = None,
 ) -> AsyncIterator[TransportStreams]:
     """Start `argv` with exactly `env` in `cwd`, watched by this process's `GroupWatcher`, and exchange
-    JSON-RPC lines with it. `info` is filled in as it runs. `OSError` when it cannot start."""
-    process = await anyio.open_process(argv, env=env, cwd=cwd, stdin=-1, stdout=-1, stderr=-1, start_new_session=True)
+    JSON-RPC lines with it (`pass_fds` kept open for it, `after` called once it started: the sandbox's).
+    `info` is filled in as it runs. `OSError` when it cannot start."""
+    try:
+        process = await anyio.open_process(
+            argv, env=env, cwd=cwd, stdin=-1, stdout=-1, stderr=-1, start_new_session=True, pass_fds=pass_fds
+        )
+    finally:
+        if after is not None:
+            after()
     info.pid = process.pid
     WATCHER.add(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)

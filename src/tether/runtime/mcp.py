@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,8 @@ from ..messages import Marker, Message, ToolSpec
 from ..paths import config_path
 from ..redaction import config_secrets
 from ..tools.deferred import DEFAULT_SHARE, ToolSearchTool, defer
-from .configuration import project_config_path
+from ..tools.sandbox import Sandbox
+from .configuration import project_config_path, run_sandbox
 
 if TYPE_CHECKING:
     from ..mcp.manager import McpManager
@@ -112,19 +113,45 @@ def open_mcp(config: Config, workspace: str | os.PathLike[str] | None) -> McpMan
     specs = [c.spec for c in configured_servers(config, workspace, problems=problems) if c.enabled]
     if not specs:
         return None
-    manager = new_manager(specs)
+    manager = new_manager(specs, config=config, workspace=workspace)
     manager.notices.extend(problems)
     return manager
 
 
-def new_manager(specs: list[ServerSpec] | None = None) -> McpManager:
+SERVER_CACHES = ("~/.cache", "~/.npm")
+"""Writable for stdio MCP servers besides the workspace: where `uvx` and `npx` keep what they fetch."""
+
+
+def server_sandbox(config: Config) -> Sandbox | None:
+    """Where stdio MCP servers run: the commands' sandbox (``[sandbox]``'s mode and mechanism) with the
+    network on, since reaching a service is what many servers are for, and the package caches `uvx` and
+    `npx` start them from writable; None with the sandbox off."""
+    sandbox = run_sandbox(config)
+    if sandbox.policy.mode == "off":
+        return None
+    writable = (*sandbox.policy.writable, *SERVER_CACHES)
+    return Sandbox(replace(sandbox.policy, network="on", writable=writable), found=sandbox.found)
+
+
+def new_manager(
+    specs: list[ServerSpec] | None = None,
+    *,
+    config: Config | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+) -> McpManager:
     try:
         from ..mcp.manager import McpManager
     except ImportError as exc:
         raise ConfigError(
             f"MCP servers are configured but the MCP SDK is missing ({exc}): pip install 'tether[mcp]'"
         ) from None
-    return McpManager(specs or [])
+    sandbox = server_sandbox(config or Config())
+    manager = McpManager(specs or [], sandbox=sandbox, workspace=os.fspath(workspace) if workspace else None)
+    if sandbox is not None and sandbox.mechanism != "bwrap":
+        manager.notices.append(
+            f"stdio MCP servers run unconfined here: they are sandboxed by bubblewrap only ({sandbox.summary()})"
+        )
+    return manager
 
 
 def tool_digest(tools: list[dict[str, Any]]) -> str:
@@ -334,7 +361,7 @@ class ProcessServers:
         (its view says why it failed; it stays configured, to be fixed or removed)."""
         spec = spec_from_config(name, table, "added at run time")
         if self.manager is None:
-            self.manager = new_manager()
+            self.manager = new_manager(config=self.config)
         await self.manager.replace_server(spec)
         if start:
             await self.manager.start([name])
