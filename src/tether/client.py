@@ -28,6 +28,7 @@ from .messages import Entry
 from .recall import RecallResult
 from .runtime.activity import Activity
 from .runtime.operations import ModelsOverview
+from .store.audit import AuditRecord, AuditReport
 from .store.records import SessionInfo, Share
 
 T = TypeVar("T")
@@ -327,6 +328,15 @@ class TetherClient:
 
     async def models(self, *, provider: str | None = None) -> ModelsOverview:
         return await self._call("GET", "/models", ModelsOverview, params={"provider": provider})
+
+    async def audit(self, *, after: int = 0, limit: int = 100, **filters: Any) -> list[AuditRecord]:
+        """A page of the audit trail, oldest first, after seq `after` (`filters`: since, until, session, kind);
+        the server's bearer token only."""
+        page = await self._call("GET", "/audit", dict[str, Any], params={"after": after, "limit": limit, **filters})
+        return msgspec.convert(page["records"], list[AuditRecord])
+
+    async def verify_audit(self) -> AuditReport:
+        return await self._call("GET", "/audit/verify", AuditReport)
 
     # --- events --------------------------------------------------------------------------------------------
 

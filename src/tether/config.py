@@ -173,6 +173,13 @@ class RuntimeConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     """How deep sub-agents nest (default 3): a session at this depth is offered no `task` tool (0: none is)."""
 
 
+class AuditConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[audit]``: how long the audit trail keeps its records (``tether audit``)."""
+
+    keep_days: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """Days a record is kept (unset: for good). Older ones are pruned, leaving a record that says so."""
+
+
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
@@ -203,6 +210,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     agents: dict[AgentName, AgentConfig] = msgspec.field(default_factory=dict)
     permissions: PermissionsConfig = msgspec.field(default_factory=PermissionsConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

@@ -39,6 +39,7 @@ from ..messages import (
     ToolResultPart,
 )
 from ..paths import canonical_directory
+from ..runtime import audit
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
@@ -548,6 +549,7 @@ def export(
 
     async def run(store: Store) -> SessionInfo:
         info = await find_session(store, session_ref)
+        await audit.record(store, "session.exported", session_id=info.id, detail={"format": fmt, "to": output or "-"})
         with _destination(output, binary=fmt == "json") as out:
             if fmt == "json":
                 if output in (None, "-") and sys.stdout.isatty():
@@ -580,6 +582,7 @@ def _export_foreign(session_ref: str, fmt: str, output: str | None, *, install: 
 
     async def run(store: Store) -> tuple[SessionInfo, ExportReport, str]:
         info = await find_session(store, session_ref)
+        await audit.record(store, "session.exported", session_id=info.id, detail={"format": fmt, "to": output or "-"})
         if not install:
             with _destination(output, binary=True) as out:
                 if output in (None, "-") and sys.stdout.isatty():

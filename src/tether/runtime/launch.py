@@ -19,6 +19,7 @@ from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from ..store.records import IMPORTED
 from ..tools.base import AskFn, ToolRegistry
+from . import audit
 from .configuration import context_settings, load_config, permission_rules, run_sandbox
 from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
@@ -195,6 +196,7 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
     """Open or create the session of a checked request (`SessionNotFound` when the one it names, or the
     last of its workspace, is not there)."""
     session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved)
+    await audit.retain(store, plan.config)
     options = plan.options
     directory = session.info.directory
     if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs

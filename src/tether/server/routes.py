@@ -23,6 +23,7 @@ from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
 from ..recall import RecallResult, recall
+from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
 from ..runtime.lookup import find_session
@@ -361,6 +362,7 @@ async def export(
     children: Annotated[bool, Query(description="HTML: nest each sub-agent's transcript under its call")] = False,
 ) -> Response:
     info = await find_session(state.store, session_id)
+    await audit.record(state.store, "session.exported", session_id=info.id, detail={"format": format, "to": "http"})
     if format in ("claude-code", "codex"):
         return await _export_foreign(state, info.id, format)
     name = f"{info.id}.{ {'json': 'json', 'markdown': 'md', 'html': 'html'}[format] }"

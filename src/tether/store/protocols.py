@@ -1,7 +1,7 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
-them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, and `Shares`, read-only links to a
-transcript. `Store` is all five; a backend implements it and passes one conformance suite
-(tests/store/test_conformance.py, tests/store/test_shares.py)."""
+them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Shares`, read-only links to a
+transcript, and the `Audit` trail. `Store` is all six; a backend implements it and passes one conformance suite
+(tests/store/test_conformance.py, tests/store/test_shares.py, tests/store/test_audit.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Entry, EntryBody
+from .audit import AuditDraft, AuditRecord
 from .records import (
     UNSET,
     BackfillProgress,
@@ -238,8 +239,45 @@ class Shares(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Shares, Protocol):
-    """What every backend provides: the five roles, its durability, and closing."""
+class Audit(Protocol):
+    """One append-only trail of who did what, apart from the sessions (deleting a session keeps its records):
+    each record carries the hash of the one before (`tether.store.audit`). The backend appends a record
+    itself for what it does to sessions and shares (``session.created``, ``.deleted``, ``.forked``,
+    ``.imported``, ``.reverted``; ``share.created``, ``share.revoked``), in the same transaction; the runtime
+    and the faces append the others."""
+
+    async def append_audit(self, draft: AuditDraft) -> AuditRecord:
+        """Append `draft` (made by `audit.draft`: checked and redacted) after the last record, reading the
+        head and writing the record in one write transaction: writers in several processes keep one chain."""
+        ...
+
+    async def list_audit(
+        self,
+        *,
+        after: int = 0,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRecord]:
+        """Records with seq > `after`, oldest first, within the filters: `since <= at < until`, one session,
+        a kind (``session`` matches ``session.created`` and the others of that family)."""
+        ...
+
+    async def audit_head(self) -> tuple[int, str] | None:
+        """The seq and hash of the last record appended, kept apart from the records (None: none ever was)."""
+        ...
+
+    async def prune_audit(self, before: float) -> int:
+        """Remove the records made before `before` (a prefix of the trail) and append an ``audit.pruned``
+        record naming the seq and hash the rest continues from, in one transaction. Returns how many went."""
+        ...
+
+
+@runtime_checkable
+class Store(Journal, SearchIndex, Artifacts, Leases, Shares, Audit, Protocol):
+    """What every backend provides: the six roles, its durability, and closing."""
 
     durability: Durability
 
