@@ -180,6 +180,17 @@ class AuditConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
     """Days a record is kept (unset: for good). Older ones are pruned, leaving a record that says so."""
 
 
+class ArchiveConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[archive]``: the S3-compatible bucket `tether archive` moves sessions to (credentials: the usual
+    ``AWS_*`` variables)."""
+
+    bucket: str | None = None
+    prefix: str = "tether/"
+    endpoint_url: str | None = None
+    """A service other than AWS: ``http://127.0.0.1:7480`` (Ceph), ``https://ACCOUNT.r2.cloudflarestorage.com``."""
+    region: str | None = None
+
+
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
@@ -211,6 +222,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     permissions: PermissionsConfig = msgspec.field(default_factory=PermissionsConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    archive: ArchiveConfig = msgspec.field(default_factory=ArchiveConfig)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

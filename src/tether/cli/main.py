@@ -30,6 +30,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("serve", "tether.cli.serve:serve", "Serve the sessions over HTTP: REST, live events (SSE), OpenAPI."),
     ("share", "tether.cli.share:share", "Share a session as a read-only web link; list or revoke links."),
     ("trust", "tether.cli.trust:trust", "Accept the permissions a workspace's .tether/config.toml grants."),
+    ("archive", "tether.cli.archive:archive", "Move sessions to an S3-compatible bucket, or bring them back."),
     ("audit", "tether.cli.audit:audit", "Who did what: the audit trail of tool calls, approvals, sessions, shares."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""

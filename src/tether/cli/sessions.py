@@ -40,6 +40,7 @@ from ..messages import (
 )
 from ..paths import canonical_directory
 from ..runtime import audit
+from ..runtime.archive import refuse_archived
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
@@ -165,7 +166,9 @@ def show(session_ref: str, raw: bool, nested: bool, json_flag: bool) -> None:
     there, indented (with --json: a "children" list)."""
 
     async def run(store: Store) -> _View:
-        return await _view(store, await find_session(store, session_ref), raw=raw, nested=nested)
+        info = await find_session(store, session_ref)
+        refuse_archived(info)  # an archived session's stub: where it is, and how to bring it back
+        return await _view(store, info, raw=raw, nested=nested)
 
     view = with_store(run)
     if wants_json(json_flag):

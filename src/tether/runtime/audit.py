@@ -35,6 +35,8 @@ KINDS: dict[str, str] = {
     "session.imported": "a session imported whole (a tether export, a backup)",
     "session.exported": "a session written out (a file, a download)",
     "session.reverted": "a revert journaled",
+    "session.archived": "a session moved to object storage (where, its checksum)",
+    "session.restored": "an archived session brought back",
     "share.created": "a share link made",
     "share.opened": "a share link opened",
     "share.revoked": "a share link revoked",

@@ -16,6 +16,7 @@ from ..store.bookkeeping import decimal_to_pico, message_counters, pico_to_decim
 from ..store.protocols import Store
 from ..store.records import SessionInfo, SessionState
 from ..store.reverts import active_entries, active_tail
+from .archive import refuse_archived
 
 
 class SessionHandle:
@@ -67,12 +68,16 @@ class SessionHandle:
 
     @classmethod
     async def open(cls, store: Store, session_id: str) -> Self:
-        return cls(store, await store.get_session(session_id))
+        info = await store.get_session(session_id)
+        refuse_archived(info)  # says where it is and how to bring it back
+        return cls(store, info)
 
     @classmethod
     async def last(cls, store: Store, directory: str | os.PathLike[str] | None = None) -> Self | None:
         """The most recently updated top-level session of `directory` (default: the current one)."""
         info = await store.last_session(canonical_directory(directory))
+        if info is not None:
+            refuse_archived(info)
         return cls(store, info) if info is not None else None
 
     async def refresh(self) -> SessionInfo:

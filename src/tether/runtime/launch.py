@@ -20,6 +20,7 @@ from ..store.protocols import Store
 from ..store.records import IMPORTED
 from ..tools.base import AskFn, ToolRegistry
 from . import audit
+from .archive import refuse_archived
 from .configuration import context_settings, load_config, permission_rules, run_sandbox
 from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
@@ -240,6 +241,7 @@ async def _open_session(
     else:
         return await SessionHandle.create(store, directory=workspace, model=resolved.id, agent=request.agent), True
     info = session.info
+    refuse_archived(info)  # where it is, and how to bring it back
     imported = info.metadata.get(IMPORTED)
     updates: dict[str, Any] = {}
     if request.directory is not None and workspace != info.directory:

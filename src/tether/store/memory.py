@@ -296,6 +296,11 @@ class MemoryStore:
         return _copy(info)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        stored = await self._import(info, entries)
+        self._record(audit.imported(stored, len(entries)))
+        return stored
+
+    async def _import(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
         self._check()
         sid = validate_import(info, entries)
         if sid in self._sessions:
@@ -315,8 +320,38 @@ class MemoryStore:
         )
         self._sessions[sid] = stored
         self._entries[sid] = rows
-        self._record(audit.imported(stored, len(rows)))
         return _copy(stored)
+
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        self._get(session_id)
+        for info, entries in sessions:  # every check before anything changes
+            validate_import(info, entries)
+            for e in entries:
+                encode_body(e.body)
+        saved = (dict(self._sessions), dict(self._entries), dict(self._leases), dict(self._shares), list(self._audit))
+        head = self._audit_head
+        try:
+            doomed = [session_id]
+            i = 0
+            while i < len(doomed):
+                doomed.extend(s.id for s in self._sessions.values() if s.parent_id == doomed[i])
+                i += 1
+            for sid in doomed:
+                self._sessions.pop(sid, None)
+                self._leases.pop(sid, None)
+                for share_id in [k for k, (_, share) in self._shares.items() if share.session_id == sid]:
+                    del self._shares[share_id]
+                for seq in range(1, len(self._entries.pop(sid, [])) + 1):
+                    self._indexed.pop((sid, seq), None)
+            made = [await self._import(info, entries) for info, entries in sessions]
+        except BaseException:
+            self._sessions, self._entries, self._leases, self._shares, self._audit = saved  # all or nothing
+            self._audit_head = head
+            raise
+        self._record(record)
+        return made
 
     # --- search: a scan with the tokeniser and BM25 of the SQLite index -----------------------------------
 

@@ -115,6 +115,14 @@ class Journal(Protocol):
         an id that exists or a parent that does not raises and writes nothing."""
         ...
 
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        """In one transaction, all of it or nothing: delete the session and its descendants (as `delete_session`),
+        import `sessions` in order (each as `import_session`, parents first), and append the audit `record`.
+        The archive swaps a session for its stub this way, and back."""
+        ...
+
 
 @runtime_checkable
 class SearchIndex(Protocol):

@@ -824,11 +824,23 @@ class SqliteStore:
         return await self._write(tx)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        write = self._importing(info, entries)
+        record = _imported(info, len(entries))
+
+        def tx(conn: sqlite3.Connection) -> SessionInfo:
+            imported = write(conn)
+            auditsql.insert(conn, record)
+            return imported
+
+        return await self._write(tx)
+
+    def _importing(self, info: SessionInfo, entries: Sequence[Entry]) -> Callable[[sqlite3.Connection], SessionInfo]:
+        """The import of one session, checked and encoded now, written when the returned function runs (in
+        the caller's transaction)."""
         sid = validate_import(info, entries)
         rows = [(sid, e.seq, kind_of(e.body), e.created_at, encode_body(e.body).decode()) for e in entries]
         messages, t_in, t_out, cost = message_counters([e.body for e in entries])
         meta = encode_json(info.metadata).decode()
-        record = _imported(info, len(rows))
 
         def tx(conn: sqlite3.Connection) -> SessionInfo:
             if (
@@ -854,8 +866,32 @@ class SqliteStore:
                 "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)", rows
             )
             searchindex.mark_pending(conn, sid, 1, len(rows))
-            auditsql.insert(conn, record)
             return self._get_row(conn, sid)
+
+        return tx
+
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        check_id(session_id, "session id")
+        writes = [self._importing(info, entries) for info, entries in sessions]
+
+        def tx(conn: sqlite3.Connection) -> list[SessionInfo]:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = ? "
+                    "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
+                    (session_id,),
+                )
+            ]
+            if not ids:
+                raise SessionNotFound(session_id)
+            for sid in ids:
+                self._delete_rows(conn, sid)
+            made = [write(conn) for write in writes]
+            auditsql.insert(conn, record)
+            return made
 
         return await self._write(tx)
 
