@@ -80,6 +80,8 @@ class Health(msgspec.Struct, kw_only=True):
     version: str
     store: str
     running: int
+    sinks: dict[str, dict[str, Any]] | None = None
+    """The event sinks the server delivers to: delivered, lag_seconds, error."""
 
 
 def _httpx() -> Any:

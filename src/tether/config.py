@@ -191,6 +191,25 @@ class ArchiveConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     region: str | None = None
 
 
+class SinkConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[[sinks]]``: where every session's durable events go (see `tether.runtime.sinks`)."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    """Its name: the store keeps its position under it (a new name starts from the beginning)."""
+    type: Literal["file", "s3", "webhook"]
+    path: str | None = None
+    """file: the folder of ``events.jsonl`` and its rotated files."""
+    max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 100_000_000
+    """file: the size at which the file is rotated."""
+    bucket: str | None = None
+    prefix: str = "tether/"
+    endpoint_url: str | None = None
+    region: str | None = None
+    url: str | None = None
+    """webhook: where each batch is POSTed."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
@@ -223,6 +242,7 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     archive: ArchiveConfig = msgspec.field(default_factory=ArchiveConfig)
+    sinks: list[SinkConfig] = msgspec.field(default_factory=list)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

@@ -4,7 +4,9 @@ each thing the issue names makes its record with who did it, `GET /audit` answer
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,29 @@ async def test_a_server_without_a_token_does_not_serve_the_trail(tmp_path: Path)
                 await client.audit()
             assert refused.value.status == 403
         assert request(served, "GET", "/audit/verify")[0] == 403
+
+
+async def test_a_server_delivers_to_its_sinks_and_reports_their_lag(tmp_path: Path) -> None:
+    from tether.config import Config, SinkConfig
+    from tether.runtime.doctor import sink_findings
+
+    out = tmp_path / "events"
+    config = Config(sinks=[SinkConfig(name="files", type="file", path=str(out))])
+    with serve(tmp_path, config=config) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="hello")
+            assert created.run is not None
+            [e async for e in client.events(created.session.id, after=created.run.after, until_done=True)]
+            deadline = time.monotonic() + 60
+            lines: list[dict[str, object]] = []
+            while time.monotonic() < deadline:
+                path = out / "events.jsonl"
+                lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+                if lines and max(int(str(line["seq"])) for line in lines) >= 2:  # the answer's events
+                    break
+                await asyncio.sleep(0.05)
+            assert {line["session_id"] for line in lines} == {created.session.id}
+            health = (await client.health()).sinks
+            assert health is not None and health["files"]["error"] is None and health["files"]["delivered"] >= 1
+    (finding,) = await asyncio.to_thread(sink_findings, str(tmp_path / "server.db"), config)  # as `tether doctor`
+    assert finding.status == "ok" and "files (file): 0 entries of 0 sessions behind" in finding.detail

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from .. import __version__
 from ..config import Config
 from ..errors import TetherError
-from ..runtime import audit
+from ..runtime import audit, sinks
 from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
 from ..runtime.sharing import SHARE_PATH
@@ -55,6 +55,9 @@ def create_app(
         manager = make_manager(opened, conf) if make_manager is not None else SessionManager(opened, config=conf)
         state = ServerState(opened, manager, settings, conf)
         await audit.retain(opened, conf)
+        state.sinks = sinks.runner_for(opened, conf)  # the event sinks follow the journal, off every run's path
+        if state.sinks is not None:
+            state.sinks.start()
         app.state.tether = state
         try:
             yield

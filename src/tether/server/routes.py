@@ -59,6 +59,7 @@ from .schemas import (
     RunSettings,
     SessionPage,
     SessionView,
+    SinkHealth,
     UpdateSession,
 )
 from .state import IMPORT_PATH, ServerState
@@ -488,8 +489,10 @@ async def models(
 
 
 async def health(state: State) -> Response:
+    sinks = {k: SinkHealth(**v) for k, v in state.sinks.health().items()} if state.sinks is not None else None
+    running = len(state.manager.running())
     return answer(
-        Health(status="ok", version=__version__, store=type(state.store).__name__, running=len(state.manager.running()))
+        Health(status="ok", version=__version__, store=type(state.store).__name__, running=running, sinks=sinks)
     )
 
 

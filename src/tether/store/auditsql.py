@@ -31,6 +31,12 @@ CREATE TABLE IF NOT EXISTS audit_head (
     seq INTEGER NOT NULL,
     hash TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sink_positions (
+    sink TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (sink, session_id)
+) WITHOUT ROWID;
 """
 _COLS = "seq, at, kind, session_id, actor, outcome, detail, prev, hash"
 

@@ -74,6 +74,7 @@ class MemoryStore:
         self._indexed: dict[tuple[str, int], tuple[str, str, list[str]] | None] = {}
         self._audit: list[AuditRecord] = []
         self._audit_head: tuple[int, str] | None = None
+        self._sinks: dict[str, dict[str, int]] = {}
 
     def _now(self) -> float:
         # strictly increasing, so that "most recent first" is well defined even within one clock tick
@@ -614,6 +615,16 @@ class MemoryStore:
     async def audit_head(self) -> tuple[int, str] | None:
         self._check()
         return self._audit_head
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        self._check()
+        return dict(self._sinks.get(sink, {}))
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        self._check()
+        kept = self._sinks.setdefault(sink, {})
+        for sid, seq in positions.items():
+            kept[sid] = max(kept.get(sid, 0), seq)
 
     async def prune_audit(self, before: float) -> int:
         self._check()

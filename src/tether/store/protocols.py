@@ -284,8 +284,22 @@ class Audit(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Shares, Audit, Protocol):
-    """What every backend provides: the six roles, its durability, and closing."""
+class SinkPositions(Protocol):
+    """How far each event sink (`tether.runtime.sinks`) has delivered each session: the last seq whose events
+    it wrote, kept in the store so that a restart resumes with no gap."""
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        """Session id -> the last seq `sink` delivered (sessions it never delivered are absent)."""
+        ...
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        """Record these positions of `sink`, in one transaction (a position never moves back)."""
+        ...
+
+
+@runtime_checkable
+class Store(Journal, SearchIndex, Artifacts, Leases, Shares, Audit, SinkPositions, Protocol):
+    """What every backend provides: the seven roles, its durability, and closing."""
 
     durability: Durability
 

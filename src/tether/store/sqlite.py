@@ -98,7 +98,8 @@ SCHEMA_VERSION = 7
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
-links (a new table, nothing else changes); 7: the audit trail (`auditsql`: two new tables)."""
+links (a new table, nothing else changes); 7: the audit trail and the event sinks' positions (`auditsql`: new
+tables)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -1183,6 +1184,26 @@ class SqliteStore:
     async def prune_audit(self, before: float) -> int:
         now = time.time()
         return await self._write(lambda conn: auditsql.prune(conn, before, now))
+
+    # --- event sinks' positions -----------------------------------------------------------------------------
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        rows = self._read("SELECT session_id, seq FROM sink_positions WHERE sink = ?", (sink,))
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        if not positions:
+            return
+        rows = [(sink, sid, seq) for sid, seq in positions.items()]
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO sink_positions (sink, session_id, seq) VALUES (?,?,?) ON CONFLICT (sink, session_id)"
+                " DO UPDATE SET seq = max(seq, excluded.seq)",
+                rows,
+            )
+
+        await self._write(tx)
 
 
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
