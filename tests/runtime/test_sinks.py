@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -60,7 +60,7 @@ def at_least_once_in_order(got: list[int], want: list[int]) -> None:
 
 
 def read_files(folder: Path) -> list[dict[str, Any]]:
-    files = sorted(folder.glob("events-*.jsonl")) + [folder / "events.jsonl"]
+    files = [*sorted(folder.glob("events-*.jsonl")), folder / "events.jsonl"]
     return [json.loads(line) for f in files if f.exists() for line in f.read_text().splitlines()]
 
 
@@ -100,7 +100,7 @@ async def test_file_sink_delivers_everything_rotates_and_resumes(store: Store, t
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
+    bodies: ClassVar[list[bytes]] = []
     failing = threading.Event()
 
     def do_POST(self) -> None:
