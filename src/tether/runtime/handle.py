@@ -12,6 +12,7 @@ import msgspec
 
 from ..messages import Entry, EntryBody, Message, Revert, TitleChange
 from ..paths import canonical_directory
+from ..store.audit import AuditDraft
 from ..store.bookkeeping import decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from ..store.protocols import Store
 from ..store.records import SessionInfo, SessionState
@@ -87,11 +88,17 @@ class SessionHandle:
 
     # --- the journal ----------------------------------------------------------------------------------
 
-    async def append(self, *bodies: EntryBody, expect_seq: int | None = None) -> list[Entry]:
+    async def append(
+        self, *bodies: EntryBody, expect_seq: int | None = None, audit: Sequence[AuditDraft] = ()
+    ) -> list[Entry]:
         """Append messages or markers atomically; returns them as stored entries (with their seqs). With
         `expect_seq` (the seq the first one must get) another writer that got there first is a `SeqConflict`
-        and nothing is written. The handle's counters follow, as the store computes them."""
-        entries = await self.store.append(self.id, bodies, expect_seq=expect_seq)
+        and nothing is written. The handle's counters follow, as the store computes them. `audit`: records
+        written in the same transaction."""
+        if audit:
+            entries = await self.store.append(self.id, bodies, expect_seq=expect_seq, audit=audit)
+        else:
+            entries = await self.store.append(self.id, bodies, expect_seq=expect_seq)
         if entries[0].seq == self.info.entry_count + 1:
             self._count(bodies, entries)
         else:  # another writer appended since this handle last did: its counters are in the row only

@@ -168,7 +168,7 @@ class SinkRunner:
         store: Store,
         sinks: Sequence[Sink],
         *,
-        interval: float = 0.5,
+        interval: float = 0.2,
         batch: int = 1000,
         keep_latencies: bool = False,
     ) -> None:

@@ -50,10 +50,12 @@ async def _run_decided(state: RunState, call: ToolCallPart, ctx: ToolContext, de
     started = time.perf_counter()
     result = await _run_or_refuse(state, call, ctx, decision)
     seconds, permission = time.perf_counter() - started, decision.permission
-    await audit.tool_call(
+    record = audit.tool_call(
         state.session.store, state.session_id, call, result, seconds, allowed=permission.allowed,
         decided_by=decided_by(state, decision), reason=permission.reason, redactor=state.journal.redactor,
     )  # fmt: skip
+    if record is not None:
+        state.journal.audit.append(record)  # written with the next append: this call's result, as a rule
     return result
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
-import json
 import os
 import re
 import time
@@ -87,6 +86,7 @@ class AuditReport(msgspec.Struct, kw_only=True, frozen=True):
         return not self.problems
 
 
+@functools.lru_cache(maxsize=1)
 def local_actor() -> str:
     """The user of this process, as the CLI's records name them."""
     try:
@@ -136,12 +136,22 @@ def draft(
 
 def _plain(value: Any) -> Any:
     """`value` as JSON data: structs and tuples converted, anything else as its text."""
-    return json.loads(json.dumps(msgspec.to_builtins(value, str_keys=True, enc_hook=str), default=str))
+    return _decoder.decode(_encoder.encode(value))
+
+
+def _text(value: Any) -> Any:
+    return str(value)
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_text, order="sorted")
+_decoder = msgspec.json.Decoder()
 
 
 def bounded(detail: dict[str, Any], limit: int = MAX_DETAIL_BYTES) -> dict[str, Any]:
     """`detail` whose JSON fits `limit` bytes: its longest strings cut (saying so) until it does."""
     size = len(canonical_json(detail))
+    if size <= limit:
+        return detail
     cut = 4096
     while size > limit and cut >= 16:
         detail = _cut_strings(detail, cut)
@@ -163,7 +173,8 @@ def _cut_strings(value: Any, cut: int) -> Any:
 
 
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    """The one encoding hashes are made of: compact JSON, keys sorted, UTF-8, floats in their shortest form."""
+    return _encoder.encode(value)
 
 
 def record_bytes(seq: int, prev: str, d: AuditDraft) -> bytes:

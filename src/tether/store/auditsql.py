@@ -25,7 +25,6 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 CREATE INDEX IF NOT EXISTS audit_session ON audit (session_id, seq) WHERE session_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS audit_kind ON audit (kind, seq);
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,

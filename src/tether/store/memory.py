@@ -14,7 +14,7 @@ import msgspec
 from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
 from ..ids import check_id, new_id, new_session_id
 from ..messages import Entry, EntryBody, Revert, TitleChange, decode_body, encode_body
-from . import audit
+from . import audit as audit_records
 from .audit import GENESIS, AuditDraft, AuditRecord, kind_matches, pruned_draft, seal
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .records import (
@@ -140,7 +140,7 @@ class MemoryStore:
         self._sessions[sid] = info
         self._entries[sid] = []
         if not forking:
-            self._record(audit.created(sid, now, directory, parent_id, title, metadata))
+            self._record(audit_records.created(sid, now, directory, parent_id, title, metadata))
         return _copy(info)
 
     async def get_session(self, session_id: str) -> SessionInfo:
@@ -170,7 +170,7 @@ class MemoryStore:
             rows = self._entries.pop(sid, [])
             for seq in range(1, len(rows) + 1):
                 self._indexed.pop((sid, seq), None)
-        self._record(audit.deleted(session_id, doomed))
+        self._record(audit_records.deleted(session_id, doomed))
         return doomed
 
     async def list_sessions(
@@ -209,7 +209,9 @@ class MemoryStore:
         *,
         expect_seq: int | None = None,
         created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
     ) -> list[Entry]:
+        given = list(audit)
         info = self._get(session_id)
         first = info.entry_count + 1
         if expect_seq is not None and expect_seq != first:
@@ -236,7 +238,7 @@ class MemoryStore:
             output_tokens=info.output_tokens + t_out,
             cost=pico_to_decimal(decimal_to_pico(info.cost) + decimal_to_pico(cost)),
         )
-        for record in audit.reverted(session_id, bodies, first, now):
+        for record in [*given, *audit_records.reverted(session_id, bodies, first, now)]:
             self._record(record)
         return [Entry(first + i, stamps[i], decode_body(data)) for i, data in enumerate(encoded)]
 
@@ -293,12 +295,12 @@ class MemoryStore:
             cost=Decimal(0) + cost,
         )
         self._sessions[new.id] = info
-        self._record(audit.forked(new.id, session_id, at, info.created_at))
+        self._record(audit_records.forked(new.id, session_id, at, info.created_at))
         return _copy(info)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
         stored = await self._import(info, entries)
-        self._record(audit.imported(stored, len(entries)))
+        self._record(audit_records.imported(stored, len(entries)))
         return stored
 
     async def _import(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
@@ -546,7 +548,7 @@ class MemoryStore:
             raise InvalidInput("a share with this id or token already exists")
         share = Share(id=share_id, session_id=session_id, created_at=time.time(), expires_at=expires_at)
         self._shares[share_id] = (bytes(token_hash), share)
-        self._record(audit.share_made(share))
+        self._record(audit_records.share_made(share))
         return share
 
     async def share_by_token(self, token_hash: bytes) -> Share | None:
@@ -569,7 +571,7 @@ class MemoryStore:
         if share.revoked_at is None:
             share = msgspec.structs.replace(share, revoked_at=time.time())
             self._shares[share_id] = (token_hash, share)
-            self._record(audit.share_revoked(share))
+            self._record(audit_records.share_revoked(share))
         return share
 
     # --- the audit trail --------------------------------------------------------------------------------------

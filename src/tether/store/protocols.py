@@ -81,9 +81,11 @@ class Journal(Protocol):
         *,
         expect_seq: int | None = None,
         created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
     ) -> list[Entry]:
         """Append atomically, giving each body the next dense seq, and update the row's counters (and its
-        default title) in the same transaction. With `expect_seq` (the seq the first new entry must get) a
+        default title) in the same transaction, with the `audit` records given (a tool call's record goes with
+        its result: no transaction of its own on a run's steps). With `expect_seq` (the seq the first new entry must get) a
         writer that lost a race gets `SeqConflict` and nothing is written. `created_at` (one time per body)
         keeps the times an importer read from its source; by default every entry gets the commit time. The
         session's `updated_at` is the commit time either way."""

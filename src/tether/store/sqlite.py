@@ -596,6 +596,7 @@ class SqliteStore:
         *,
         expect_seq: int | None = None,
         created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
     ) -> list[Entry]:
         if session_id not in self._valid_ids:
             check_id(session_id, "session id")
@@ -664,12 +665,12 @@ class SqliteStore:
                 conn.execute(_APPEND_SQL[title_mode, False], (*counters, session_id))
             return self._insert_rows(conn, session_id, first, rows, now, now if bump else updated_at, times)
 
-        if has_revert:
+        if has_revert or audit:
             plain_tx = tx
 
-            def tx(conn: sqlite3.Connection) -> tuple[int, float]:  # the revert's audit record, in its transaction
+            def tx(conn: sqlite3.Connection) -> tuple[int, float]:  # the audit records, in the same transaction
                 first, now = plain_tx(conn)
-                for record in _reverted(session_id, bodies, first, now):
+                for record in [*audit, *(_reverted(session_id, bodies, first, now) if has_revert else ())]:
                     auditsql.insert(conn, record)
                 return first, now
 
