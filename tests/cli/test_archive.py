@@ -66,6 +66,7 @@ def test_archive_a_directory_and_restore_one(tmp_path: Path, s3: Bucket, scripte
     assert (
         ran.exit_code == 2 and f"is archived in s3://{s3.config.bucket}/" in ran.output and not scripted_model.requests
     )
+    assert tether(db, "sessions", "--dir", str(work)).stdout.count("[archived]") == 3
     listed = json.loads(tether(db, "sessions", "--dir", str(work), "--json").stdout)
     assert {s["id"] for s in listed} == set(ids) and all("archived" in s["metadata"] for s in listed)
     again = tether(db, "archive", "--restore", ids[0][-8:], env=env)

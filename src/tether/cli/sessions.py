@@ -40,7 +40,7 @@ from ..messages import (
 )
 from ..paths import canonical_directory
 from ..runtime import audit
-from ..runtime.archive import refuse_archived
+from ..runtime.archive import archived, refuse_archived
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
@@ -129,7 +129,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
     for s in items:
         row = [
             s.id,
-            ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),  # a sub-agent's (--children)
+            ("↳ " if s.parent_id else "") + escape_controls(s.title or "") + (" [archived]" if archived(s) else ""),
             ago(s.updated_at),
             str(s.message_count),
             human_count(s.input_tokens + s.output_tokens),
