@@ -14,12 +14,24 @@ from click.testing import CliRunner, Result
 
 from tether.cli.main import cli
 from tether.messages import Message
+from tether.providers.catalog import unknown_model
+from tether.providers.registry import ResolvedModel
+from tether.providers.scripted import ScriptedProvider
 from tether.store import SqliteStore
 from tether.store.objects import Bucket
 
-from .test_run import scripted
 
-scripted_model = pytest.fixture(scripted.__wrapped__, name="scripted_model")  # type: ignore[attr-defined]
+@pytest.fixture
+def scripted_model(monkeypatch: pytest.MonkeyPatch) -> ScriptedProvider:
+    """A run's model: scripted, with nothing to answer (a run that reached it would fail on it)."""
+    provider = ScriptedProvider(name="scripted")
+
+    def resolve(model: str | None = None, **_: object) -> ResolvedModel:
+        return ResolvedModel(provider=provider, model=model or "test", info=unknown_model("scripted", "test"))
+
+    monkeypatch.setattr("tether.runtime.launch.resolve_provider", resolve)
+    return provider
+
 
 pytestmark = pytest.mark.slow
 
