@@ -29,6 +29,9 @@ async def test_a_real_server_records_who_did_what(tmp_path: Path) -> None:
         assert request(served, "GET", "/sessions")[0] == 401
         assert request(served, "GET", "/sessions", headers={"Authorization": "Bearer wrong-wrong-wrong"})[0] == 401
         assert request(served, "GET", "/health", headers={"Host": "evil.example"})[0] == 403
+        sign_in = json.dumps({"token": "not-the-token-at-all"}).encode()
+        json_type = {"Content-Type": "application/json"}
+        assert request(served, "POST", "/auth/session", headers=json_type, body=sign_in)[0] == 401
         async with TetherClient(served.url, token=TOKEN) as client:
             created = await client.create_session(str(served.workspace), prompt="change it")
             assert created.run is not None
@@ -69,7 +72,8 @@ async def test_a_real_server_records_who_did_what(tmp_path: Path) -> None:
             ):
                 assert kind in kinds, (kind, kinds)
             unauthorized = [r for r in records if r.kind == "server.unauthorized"]
-            assert len(unauthorized) == 2 and unauthorized[0].outcome == "401 unauthorized"
+            assert len(unauthorized) == 3 and unauthorized[0].outcome == "401 unauthorized"
+            assert unauthorized[2].detail["path"] == "/auth/session"  # the web page's sign-in, failed
             assert unauthorized[0].actor == "anonymous 127.0.0.1" and unauthorized[0].detail["path"] == "/sessions"
             (refused,) = [r for r in records if r.kind == "server.refused"]
             assert refused.outcome == "403 forbidden_host"
