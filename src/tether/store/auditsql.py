@@ -23,7 +23,6 @@ CREATE TABLE IF NOT EXISTS audit (
     prev TEXT NOT NULL,
     hash TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 CREATE INDEX IF NOT EXISTS audit_session ON audit (session_id, seq) WHERE session_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
