@@ -30,6 +30,7 @@ from .runtime.activity import Activity
 from .runtime.mcp import McpOverview, McpServerView
 from .runtime.memory import Note
 from .runtime.operations import ModelsOverview
+from .store.audit import AuditRecord, AuditReport
 from .store.records import SessionInfo, Share
 
 T = TypeVar("T")
@@ -81,6 +82,8 @@ class Health(msgspec.Struct, kw_only=True):
     version: str
     store: str
     running: int
+    sinks: dict[str, dict[str, Any]] | None = None
+    """The event sinks the server delivers to: delivered, lag_seconds, error."""
 
 
 def _httpx() -> Any:
@@ -366,6 +369,17 @@ class TetherClient:
 
     async def start_mcp_server(self, name: str) -> McpServerView:
         return await self._call("POST", f"/mcp/servers/{name}/start", McpServerView)
+
+    # --- the audit trail -----------------------------------------------------------------------------------
+
+    async def audit(self, *, after: int = 0, limit: int = 100, **filters: Any) -> list[AuditRecord]:
+        """A page of the audit trail, oldest first, after seq `after` (`filters`: since, until, session, kind);
+        the server's bearer token only."""
+        page = await self._call("GET", "/audit", dict[str, Any], params={"after": after, "limit": limit, **filters})
+        return msgspec.convert(page["records"], list[AuditRecord])
+
+    async def verify_audit(self) -> AuditReport:
+        return await self._call("GET", "/audit/verify", AuditReport)
 
     # --- events --------------------------------------------------------------------------------------------
 

@@ -265,6 +265,43 @@ class MemoryConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     """Tokens of notes in the system prompt at most (default 2,000), newest first."""
 
 
+class AuditConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[audit]``: how long the audit trail keeps its records (``tether audit``)."""
+
+    keep_days: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """Days a record is kept (unset: for good). Older ones are pruned, leaving a record that says so."""
+
+
+class ArchiveConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[archive]``: the S3-compatible bucket `tether archive` moves sessions to (credentials: the usual
+    ``AWS_*`` variables)."""
+
+    bucket: str | None = None
+    prefix: str = "tether/"
+    endpoint_url: str | None = None
+    """A service other than AWS: ``http://127.0.0.1:7480`` (Ceph), ``https://ACCOUNT.r2.cloudflarestorage.com``."""
+    region: str | None = None
+
+
+class SinkConfig(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """``[[sinks]]``: where every session's durable events go (see `tether.runtime.sinks`)."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    """Its name: the store keeps its position under it (a new name starts from the beginning)."""
+    type: Literal["file", "s3", "webhook"]
+    path: str | None = None
+    """file: the folder of ``events.jsonl`` and its rotated files."""
+    max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 100_000_000
+    """file: the size at which the file is rotated."""
+    bucket: str | None = None
+    prefix: str = "tether/"
+    endpoint_url: str | None = None
+    region: str | None = None
+    url: str | None = None
+    """webhook: where each batch is POSTed."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
@@ -299,6 +336,9 @@ class Config(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fi
     instructions: InstructionsConfig = msgspec.field(default_factory=InstructionsConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    archive: ArchiveConfig = msgspec.field(default_factory=ArchiveConfig)
+    sinks: list[SinkConfig] = msgspec.field(default_factory=list)
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:

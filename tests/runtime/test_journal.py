@@ -121,6 +121,7 @@ async def test_a_steady_step_costs_one_append_per_entry_and_no_reads(
     for before, after in itertools.pairwise(marks[1:]):
         # between two model calls: the answer with its call, then the call's result; nothing read back. The
         # lease's own looks (every 0.5 s, on a timer, not per step) fall between steps on a slow machine.
+        # (The call's audit record goes in its result's append transaction.)
         steps = Counter({k: n for k, n in (after - before).items() if k not in LEASE_TIMER_CALLS})
         assert steps == Counter({"append": 2})
 

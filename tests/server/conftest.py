@@ -123,6 +123,7 @@ def serve(
     tmp_path: Path,
     model: Callable[[ModelRequest], Message | str] | None = None,
     settings: ServerSettings | None = None,
+    config: Config | None = None,
 ) -> Iterator[Served]:
     provider = ScriptedProvider(model or (lambda r: f"answer to {r.messages[-1].text}"))
     workspace = tmp_path / "work"
@@ -136,7 +137,9 @@ def serve(
         return SessionManager(opened, config=config, defaults=defaults, resolve=resolve)
 
     settings = replace(settings or ServerSettings(), port=0)
-    app = create_app(settings, config=Config(), make_manager=make_manager, store_url=str(tmp_path / "server.db"))
+    app = create_app(
+        settings, config=config or Config(), make_manager=make_manager, store_url=str(tmp_path / "server.db")
+    )
     server = TetherServer(app, settings)
     loop_box: list[asyncio.AbstractEventLoop] = []
 

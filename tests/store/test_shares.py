@@ -13,6 +13,7 @@ import pytest
 from tether.errors import InvalidId, InvalidInput, NotFound, SessionNotFound
 from tether.messages import Message
 from tether.store import SqliteStore, Store
+from tether.store.sqlite import SCHEMA_VERSION
 
 
 def digest(token: str) -> bytes:
@@ -110,7 +111,7 @@ async def test_a_schema_5_file_gains_the_shares_table_and_keeps_everything(tmp_p
     finally:
         await store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7  # and schema 7 after it: the streams table
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     columns = [row[1] for row in conn.execute("PRAGMA table_info(shares)")]
     assert columns == ["id", "session_id", "token_hash", "created_at", "expires_at", "revoked_at"]
     assert conn.execute("SELECT token_hash FROM shares").fetchone()[0] == digest("after-migration")

@@ -91,5 +91,5 @@ async def test_a_schema_6_file_gains_the_table(tmp_path: Path) -> None:
         record = await store.get_stream(sid)
         assert record is not None and record.after_seq == 1
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 8
     conn.close()

@@ -32,6 +32,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("memory", "tether.cli.memory:memory", "Memory notes kept for a project or for you: list, add, rm."),
     ("mcp", "tether.cli.mcp:mcp", "MCP servers: list, add, remove, test; serve tether's sessions over MCP."),
     ("trust", "tether.cli.trust:trust", "Accept the permissions a workspace's .tether/config.toml grants."),
+    ("archive", "tether.cli.archive:archive", "Move sessions to an S3-compatible bucket, or bring them back."),
+    ("audit", "tether.cli.audit:audit", "Who did what: the audit trail of tool calls, approvals, sessions, shares."),
 ]
 """The subcommands. Adding one is one line here and a module under `tether.cli`."""
 

@@ -42,6 +42,8 @@ from ..messages import (
     cut_reason,
 )
 from ..paths import canonical_directory
+from ..runtime import audit
+from ..runtime.archive import archived, refuse_archived
 from ..store import UNSET, Store
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
@@ -152,7 +154,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         estimated = "~" if s.metadata.get(USAGE_ESTIMATED) is True else ""
         row = [
             s.id,
-            ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),  # a sub-agent's (--children)
+            ("↳ " if s.parent_id else "") + escape_controls(s.title or "") + (" [archived]" if archived(s) else ""),
             ago(s.updated_at),
             str(s.message_count),
             estimated + human_count(s.input_tokens + s.output_tokens),
@@ -190,7 +192,9 @@ def show(session_ref: str, raw: bool, nested: bool, json_flag: bool) -> None:
     there, indented (with --json: a "children" list)."""
 
     async def run(store: Store) -> _View:
-        return await _view(store, await find_session(store, session_ref), raw=raw, nested=nested)
+        info = await find_session(store, session_ref)
+        refuse_archived(info)  # an archived session's stub: where it is, and how to bring it back
+        return await _view(store, info, raw=raw, nested=nested)
 
     view = with_store(run)
     if wants_json(json_flag):
@@ -609,6 +613,7 @@ def export(
 
     async def run(store: Store) -> SessionInfo:
         info = await find_session(store, session_ref)
+        await audit.record(store, "session.exported", session_id=info.id, detail={"format": fmt, "to": output or "-"})
         with _destination(output, binary=fmt == "json") as out:
             if fmt == "json":
                 if output in (None, "-") and sys.stdout.isatty():
@@ -641,6 +646,7 @@ def _export_foreign(session_ref: str, fmt: str, output: str | None, *, install: 
 
     async def run(store: Store) -> tuple[SessionInfo, ExportReport, str]:
         info = await find_session(store, session_ref)
+        await audit.record(store, "session.exported", session_id=info.id, detail={"format": fmt, "to": output or "-"})
         if not install:
             with _destination(output, binary=True) as out:
                 if output in (None, "-") and sys.stdout.isatty():

@@ -7,8 +7,10 @@ import click
 from rich.console import Console
 
 from ..paths import canonical_directory
+from ..runtime import audit
 from ..runtime.configuration import load_project_permissions, project_config_path
 from ..runtime.trust import accept, grants, pending_change
+from .common import with_store
 from .render import shown
 
 
@@ -39,4 +41,5 @@ def trust(directory: str | None, show_only: bool) -> None:
     if show_only:
         return
     accept(workspace, project)
+    with_store(audit.flush)  # the trail's record of it, now rather than with the next run's
     out.print("Accepted: runs in this workspace apply these permissions until the file grants more.")

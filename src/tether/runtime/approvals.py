@@ -16,6 +16,7 @@ from ..messages import APPROVAL_DECISION_MARKER, APPROVAL_REQUEST_MARKER, Entry,
 from ..store.protocols import Journal
 from ..store.reverts import ActiveWalk
 from ..tools.base import ToolContext
+from . import audit
 from .configuration import save_project_rules
 from .permission import ALLOWED, Answer, ApprovalRequest, Approver, Permission, strictest
 from .rules import SESSION_RULES_KEY, allow_hint, parse_rules
@@ -68,6 +69,22 @@ class Decision:
 
     permission: Permission
     asked: bool = False
+    by: str = ""
+    """Who answered, when someone was asked (`Answer.by`)."""
+
+
+def decided_by(state: RunState, decision: Decision) -> str:
+    """Who decided on a call, for the audit trail: a person (who answered), a rule, the program's check, the
+    mode (its built-in defaults)."""
+    if decision.asked:
+        return f"person: {decision.by}" if decision.by else "person"
+    if decision.permission.rule:
+        return f"rule: {decision.permission.rule}"
+    if state.options.permission is not None and state.rules is None:
+        return "check: the program's permission check"
+    if state.rules is not None:
+        return f"mode: {state.rules.mode}"
+    return "none: no rules (a program's own loop)"
 
 
 async def decide(state: RunState, call: ToolCallPart, ctx: ToolContext) -> Decision:
@@ -94,6 +111,7 @@ async def decide(state: RunState, call: ToolCallPart, ctx: ToolContext) -> Decis
     data = {"call_id": call.id, "tool": call.name, "arguments": call.arguments, "reason": decision.reason}
     await state.append(Marker(name=APPROVAL_REQUEST_MARKER, data={**data, "suggestion": suggested}))
     state.journal.reported.set()
+    await audit.record(state.session.store, "approval.requested", session_id=state.session_id, detail=data)
     timeout = state.options.approval_timeout
     answer = await _wait(approver, request, timeout)
     record: dict[str, object] = {"call_id": call.id, "approved": answer.approved, "by": answer.by, "scope": "once"}
@@ -106,9 +124,13 @@ async def decide(state: RunState, call: ToolCallPart, ctx: ToolContext) -> Decis
             record["note"] = note
     await state.append(Marker(name=APPROVAL_DECISION_MARKER, data=record))
     state.journal.reported.set()
+    outcome = "approved" if answer.approved else "denied"
+    await audit.record(
+        state.session.store, "approval.answered", session_id=state.session_id, outcome=outcome, detail=record
+    )
     if answer.approved:
-        return Decision(Permission(True, f"approved by {answer.by}"), asked=True)
-    return Decision(Permission(False, _denied(answer, timeout)), asked=True)
+        return Decision(Permission(True, f"approved by {answer.by}"), asked=True, by=answer.by)
+    return Decision(Permission(False, _denied(answer, timeout)), asked=True, by=answer.by)
 
 
 async def _wait(approver: Approver, request: ApprovalRequest, timeout: float | None) -> Answer:

@@ -21,6 +21,7 @@ from ..context.budget import ContextSettings
 from ..errors import ConfigError, InvalidInput
 from ..paths import config_path
 from ..tools.sandbox import Sandbox, SandboxPolicy
+from . import audit
 from .rules import Rules, layered
 from .trust import ConfirmProject, accept, accept_rules, pending_change, withheld
 
@@ -227,6 +228,7 @@ def save_project_rules(workspace: str | os.PathLike[str], rules: Sequence[str]) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    audit.note("config.changed", detail={"path": str(path), "workspace": os.fspath(workspace), "allow": new})
     accept_rules(os.fspath(workspace), new)  # a person's answer wrote them: they need no second yes
     return path
 

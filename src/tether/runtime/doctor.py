@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from ..config import Config
 from ..errors import ConfigError, InvalidInput, MissingExtra, TetherError
@@ -60,6 +61,7 @@ def diagnose(
         findings.extend(provider_findings(config, env))
         findings.append(default_model_finding(config, env))
         findings.append(sandbox_finding(config))
+        findings.extend(sink_findings(store_url or default_store_url(), config))
     findings.extend(extra_findings())
     return findings
 
@@ -119,6 +121,44 @@ def directory_finding(check: str, directory: Path) -> Finding:
 
 def home_finding(home: Path) -> Finding:
     return directory_finding("home", home)
+
+
+SINK_LAG_WARN = 300.0
+"""Seconds behind at which `tether doctor` warns about an event sink."""
+
+
+def sink_findings(url: str, config: Config) -> list[Finding]:
+    """How far behind each configured event sink is (`sinks.lag`: entries, sessions, the oldest one's age)."""
+    if not config.sinks:
+        return []
+    import asyncio
+
+    from ..store import open_store
+    from .sinks import lag
+
+    async def read() -> dict[str, dict[str, Any]]:
+        store = open_store(url)
+        try:
+            return await lag(store, config)
+        finally:
+            await store.close()
+
+    try:
+        report = asyncio.run(read())
+    except TetherError as e:
+        return [Finding("event sinks", "fail", str(e), "see the store's finding above")]
+    findings = []
+    for name, row in report.items():
+        detail = (
+            f"{name} ({row['type']}): {row['entries_behind']} entries of {row['sessions_behind']} sessions behind, "
+            f"the oldest {row['lag_seconds']:.0f}s old"
+        )
+        if row["lag_seconds"] > SINK_LAG_WARN:
+            fix = "is `tether serve` (which delivers them) running? its log says why a sink fails"
+            findings.append(Finding("event sink", "warn", detail, fix))
+        else:
+            findings.append(Finding("event sink", "ok", detail))
+    return findings
 
 
 def store_findings(url: str, full: bool | None, home: Finding | None = None) -> list[Finding]:

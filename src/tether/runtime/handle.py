@@ -12,10 +12,12 @@ import msgspec
 
 from ..messages import Entry, EntryBody, Message, Revert, TitleChange
 from ..paths import canonical_directory
+from ..store.audit import AuditDraft
 from ..store.bookkeeping import decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from ..store.protocols import Store
 from ..store.records import SessionInfo, SessionState
 from ..store.reverts import active_entries, active_tail
+from .archive import refuse_archived
 
 
 class SessionHandle:
@@ -67,12 +69,16 @@ class SessionHandle:
 
     @classmethod
     async def open(cls, store: Store, session_id: str) -> Self:
-        return cls(store, await store.get_session(session_id))
+        info = await store.get_session(session_id)
+        refuse_archived(info)  # says where it is and how to bring it back
+        return cls(store, info)
 
     @classmethod
     async def last(cls, store: Store, directory: str | os.PathLike[str] | None = None) -> Self | None:
         """The most recently updated top-level session of `directory` (default: the current one)."""
         info = await store.last_session(canonical_directory(directory))
+        if info is not None:
+            refuse_archived(info)
         return cls(store, info) if info is not None else None
 
     async def refresh(self) -> SessionInfo:
@@ -82,11 +88,17 @@ class SessionHandle:
 
     # --- the journal ----------------------------------------------------------------------------------
 
-    async def append(self, *bodies: EntryBody, expect_seq: int | None = None) -> list[Entry]:
+    async def append(
+        self, *bodies: EntryBody, expect_seq: int | None = None, audit: Sequence[AuditDraft] = ()
+    ) -> list[Entry]:
         """Append messages or markers atomically; returns them as stored entries (with their seqs). With
         `expect_seq` (the seq the first one must get) another writer that got there first is a `SeqConflict`
-        and nothing is written. The handle's counters follow, as the store computes them."""
-        entries = await self.store.append(self.id, bodies, expect_seq=expect_seq)
+        and nothing is written. The handle's counters follow, as the store computes them. `audit`: records
+        written in the same transaction."""
+        if audit:
+            entries = await self.store.append(self.id, bodies, expect_seq=expect_seq, audit=audit)
+        else:
+            entries = await self.store.append(self.id, bodies, expect_seq=expect_seq)
         if entries[0].seq == self.info.entry_count + 1:
             self._count(bodies, entries)
         else:  # another writer appended since this handle last did: its counters are in the row only

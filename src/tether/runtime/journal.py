@@ -18,6 +18,7 @@ from ..errors import SeqConflict
 from ..events import EVENT_SPAN, Event, durable_events, live_number
 from ..messages import Entry, EntryBody
 from ..redaction import Redactor
+from ..store.audit import AuditDraft
 from ..store.protocols import Store
 from .handle import SessionHandle
 
@@ -52,6 +53,8 @@ class RunJournal:
         self.engine = engine
         self.redactor = redactor or Redactor()
         self.pending: list[Event] = []
+        self.audit: list[AuditDraft] = []
+        """Audit records for the next append's transaction (a tool call's, with its result)."""
         self.reported = asyncio.Event()
         """Set when `note` or `forward` queued an event while the loop waits on tool calls (it wakes to yield it)."""
         # live events numbered since the last entry, counting those of earlier runs in this process
@@ -67,7 +70,12 @@ class RunJournal:
         expect = self.last_seq + 1 if expect_seq is None else expect_seq
         if self.redactor:
             bodies = tuple(self.redactor.value(body) for body in bodies)
-        stored = await self.session.append(*bodies, expect_seq=expect)
+        records, self.audit = self.audit, []
+        try:
+            stored = await self.session.append(*bodies, expect_seq=expect, audit=records)
+        except BaseException:
+            self.audit[:0] = records  # kept for the next append
+            raise
         if self.engine is not None:
             self.engine.observe(self.session.id, stored)
         for entry in stored:

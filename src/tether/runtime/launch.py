@@ -19,6 +19,8 @@ from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from ..store.records import IMPORTED
 from ..tools.base import AskFn, ToolRegistry
+from . import audit
+from .archive import refuse_archived
 from .configuration import context_settings, load_config, permission_rules, run_sandbox
 from .handle import SessionHandle
 from .lease import DEFAULT_TTL, LeaseTerms
@@ -246,6 +248,7 @@ async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
     """Open or create the session of a checked request (`SessionNotFound` when the one it names, or the
     last of its workspace, is not there)."""
     session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved)
+    await audit.retain(store, plan.config)
     resolved, options = plan.resolved, plan.options
     own = session.info.model
     profile_model = options.agent.model if options.agent is not None else None
@@ -308,6 +311,7 @@ async def _open_session(
     else:
         return await SessionHandle.create(store, directory=workspace, model=resolved.id, agent=request.agent), True
     info = session.info
+    refuse_archived(info)  # where it is, and how to bring it back
     imported = info.metadata.get(IMPORTED)
     updates: dict[str, Any] = {}
     if request.directory is not None and workspace != info.directory:

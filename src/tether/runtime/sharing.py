@@ -16,6 +16,7 @@ from ..errors import InvalidInput, NotFound
 from ..ids import is_valid_id
 from ..store.protocols import Store
 from ..store.records import SessionInfo, Share
+from . import audit
 
 TOKEN_BYTES = 32
 """Random bytes in a share token: 256 bits, far beyond guessing."""
@@ -74,9 +75,12 @@ async def open_share(store: Store, token: str) -> tuple[Share, SessionInfo]:
     share = await store.share_by_token(hash_token(token)) if _TOKEN_RE.match(token) else None
     if share is not None and share.live(time.time()):
         try:
-            return share, await store.get_session(share.session_id)
+            info = await store.get_session(share.session_id)
         except NotFound:
             pass
+        else:
+            await audit.record(store, "share.opened", session_id=info.id, detail={"share": share.id})
+            return share, info
     raise NotFound("no such share: the link is wrong, expired or revoked")
 
 

@@ -7,6 +7,7 @@ the model looks."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,8 @@ from ..events import Event
 from ..messages import Message, ToolCallPart, ToolResultPart
 from ..tools.base import ToolContext
 from ..tools.runner import run_tool_call
-from .approvals import Decision, decide
+from . import audit
+from .approvals import Decision, decide, decided_by
 from .condense import condense_tool_output
 from .journal import RunJournal
 from .state import RunState
@@ -45,6 +47,19 @@ def repeated_call(state: RunState, calls: Sequence[ToolCallPart]) -> str | None:
 
 
 async def _run_decided(state: RunState, call: ToolCallPart, ctx: ToolContext, decision: Decision) -> ToolResultPart:
+    started = time.perf_counter()
+    result = await _run_or_refuse(state, call, ctx, decision)
+    seconds, permission = time.perf_counter() - started, decision.permission
+    record = audit.tool_call(
+        state.session.store, state.session_id, call, result, seconds, allowed=permission.allowed,
+        decided_by=decided_by(state, decision), reason=permission.reason, redactor=state.journal.redactor,
+    )  # fmt: skip
+    if record is not None:
+        state.journal.audit.append(record)  # written with the next append: this call's result, as a rule
+    return result
+
+
+async def _run_or_refuse(state: RunState, call: ToolCallPart, ctx: ToolContext, decision: Decision) -> ToolResultPart:
     if not decision.permission.allowed:
         metadata: dict[str, object] = {"error": "denied"}
         if decision.asked:  # `sessions show` marks what a person refused

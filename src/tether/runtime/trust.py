@@ -21,6 +21,7 @@ from typing import Any
 
 from ..config import PermissionsConfig
 from ..paths import tether_home
+from . import audit
 
 TRUST_FILE = "trusted-projects.json"
 LOOSER_MODES = frozenset({"accept-edits"})
@@ -145,6 +146,7 @@ def _record(workspace: str, granted: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    audit.note("config.accepted", detail={"workspace": workspace, **granted})  # written with the next record
 
 
 def withheld(change: ProjectChange, permissions: PermissionsConfig) -> PermissionsConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,6 +18,7 @@ from starlette.responses import Response
 from .. import __version__
 from ..config import Config
 from ..errors import TetherError
+from ..runtime import audit, sinks
 from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
 from ..runtime.sharing import SHARE_PATH
@@ -53,6 +54,10 @@ def create_app(
         conf = config if config is not None else load_config()
         manager = make_manager(opened, conf) if make_manager is not None else SessionManager(opened, config=conf)
         state = ServerState(opened, manager, settings, conf)
+        await audit.retain(opened, conf)
+        state.sinks = sinks.runner_for(opened, conf)  # the event sinks follow the journal, off every run's path
+        if state.sinks is not None:
+            state.sinks.start()
         app.state.tether = state
         try:
             yield
@@ -79,12 +84,14 @@ def create_app(
         ],
     )
     routes = Routes()
+    from . import audit as audit_routes
     from . import routes as rest
     from . import share, streams, web
 
     rest.add_routes(app, routes)
     streams.add_routes(app, routes)
     share.add_routes(app, routes)
+    audit_routes.add_routes(app, routes)
     web.add_routes(app, routes)
     document: dict[str, Any] = {}
 
@@ -111,8 +118,29 @@ def create_app(
         open_exact=web.OPEN_EXACT,
         large_bodies=(IMPORT_PATH,),
         page=web.PAGE_PATH,
+        on_refusal=_refusal_recorder(app),
     )
     return app
+
+
+def _refusal_recorder(app: FastAPI) -> Callable[[Any, int, str], Awaitable[None]]:
+    """What the guard refused, into the audit trail: a missing or wrong token as ``server.unauthorized`` (a
+    failed sign-in), anything else as ``server.refused``. A share link's token is not written down."""
+
+    async def record(scope: Any, status: int, code: str) -> None:
+        state = getattr(app.state, "tether", None)
+        if state is None:
+            return
+        path = str(scope.get("path", ""))
+        if path.startswith(SHARE_PATH):
+            path = SHARE_PATH + "..."
+        client = scope.get("client")
+        kind = "server.unauthorized" if status == 401 else "server.refused"
+        detail = {"method": scope.get("method"), "path": path[:300], "client": client[0] if client else None}
+        who = f"anonymous {client[0]}" if client else "anonymous"
+        await audit.record(state.store, kind, actor=who, outcome=f"{status} {code}", detail=detail)
+
+    return record
 
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import cookie_parser
 
+from ..store.audit import ACTOR
 from .errors import error_body
 from .settings import ServerSettings
 
@@ -24,6 +25,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+OnRefusal = Callable[[Scope, int, str], Awaitable[None]]
+"""Told of each request the guard refuses (its scope, status and code): the audit trail's record."""
 
 COOKIE = "tether_session"
 """The web page's cookie: `cookie_value` of the token (HttpOnly, SameSite=Strict; set by `POST /auth/session`)."""
@@ -50,6 +53,7 @@ class Guard:
         open_exact: tuple[str, ...] = (),
         large_bodies: tuple[str, ...] = (),
         page: str | None = None,
+        on_refusal: OnRefusal | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -57,6 +61,7 @@ class Guard:
         self.open_exact = open_exact
         self.large_bodies = large_bodies
         self.page = page
+        self.on_refusal = on_refusal
         self._token = settings.token.encode() if settings.token else None
         self._cookie = cookie_value(settings.token).encode() if settings.token else None
 
@@ -68,12 +73,31 @@ class Guard:
         for name, value in scope.get("headers", []):
             headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
         refusal = self._refusal(scope, headers)
+        if refusal is not None and self.on_refusal is not None:
+            await self.on_refusal(scope, refusal[0], refusal[1])
         if refusal is not None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return
             await _answer(send, *refusal)
             return
+        actor = ACTOR.set(self._actor(scope, headers))  # who the audit trail names for what this request does
+        try:
+            await self._admit(scope, receive, send, headers)
+        finally:
+            ACTOR.reset(actor)
+
+    def _actor(self, scope: Scope, headers: dict[str, list[str]]) -> str:
+        client = scope.get("client")
+        where = f" {client[0]}" if client else ""
+        if any(scope["path"].startswith(p) for p in self.open_paths):
+            return "share" + where if self._token is not None else "open" + where
+        if self._token is None:
+            return "open" + where
+        given = headers.get("authorization", [""])[-1]
+        return ("token" if given.lower().startswith("bearer ") else "cookie") + where
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, list[str]]) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -26,6 +26,7 @@ from ..messages import Entry, encode_json
 from ..paths import canonical_directory
 from ..providers.registry import resolve_provider
 from ..recall import RecallResult, recall
+from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
 from ..runtime.lookup import find_session
@@ -68,6 +69,7 @@ from .schemas import (
     RunSettings,
     SessionPage,
     SessionView,
+    SinkHealth,
     UpdateSession,
 )
 from .state import IMPORT_PATH, ServerState
@@ -390,6 +392,7 @@ async def export(
     children: Annotated[bool, Query(description="HTML: nest each sub-agent's transcript under its call")] = False,
 ) -> Response:
     info = await find_session(state.store, session_id)
+    await audit.record(state.store, "session.exported", session_id=info.id, detail={"format": format, "to": "http"})
     if format in ("claude-code", "codex"):
         return await _export_foreign(state, info.id, format)
     name = f"{info.id}.{ {'json': 'json', 'markdown': 'md', 'html': 'html'}[format] }"
@@ -562,8 +565,10 @@ async def forget_note(
 
 
 async def health(state: State) -> Response:
+    sinks = {k: SinkHealth(**v) for k, v in state.sinks.health().items()} if state.sinks is not None else None
+    running = len(state.manager.running())
     return answer(
-        Health(status="ok", version=__version__, store=type(state.store).__name__, running=len(state.manager.running()))
+        Health(status="ok", version=__version__, store=type(state.store).__name__, running=running, sinks=sinks)
     )
 
 

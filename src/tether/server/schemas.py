@@ -239,6 +239,16 @@ class Health(msgspec.Struct, kw_only=True):
     store: str
     running: int
     """Sessions with a run in progress in this server."""
+    sinks: dict[str, SinkHealth] | None = None
+    """The event sinks this server delivers to, by name (absent when none are configured)."""
+
+
+class SinkHealth(msgspec.Struct, kw_only=True):
+    """One event sink: events delivered by this server, how far behind it is, its last error (null: none)."""
+
+    delivered: int
+    lag_seconds: float
+    error: str | None = None
 
 
 ExportDocument = dict[str, Any]

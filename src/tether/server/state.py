@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..runtime.manager import SessionManager
+from ..runtime.sinks import SinkRunner
 from ..store import Store
 from .settings import ServerSettings
 
@@ -24,6 +25,8 @@ class ServerState:
     settings: ServerSettings
     config: Config
     stopped: bool = False
+    sinks: SinkRunner | None = None
+    """The event sinks' followers, when `[[sinks]]` are configured."""
 
     async def stop(self) -> None:
         """Stop gracefully (once): no more prompts, the runs in progress get the grace period and are then
@@ -32,3 +35,5 @@ class ServerState:
         if not self.stopped:
             self.stopped = True
             await self.manager.shutdown(wait=self.settings.shutdown_grace)
+            if self.sinks is not None:
+                await self.sinks.stop()

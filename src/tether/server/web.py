@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from ..errors import NotFound
+from ..runtime import audit
 from .errors import error_body
 from .guard import COOKIE, cookie_value
 from .openapi import Answer, Routes
@@ -99,6 +100,10 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
         if token is None:
             return answer(WebSession(token_required=False, authenticated=True))
         if not hmac.compare_digest(body.token.encode(), token.encode()):
+            client = request.client.host if request.client else None
+            detail = {"method": "POST", "path": "/auth/session", "client": client}
+            who = f"anonymous {client}" if client else "anonymous"
+            await audit.record(state.store, "server.unauthorized", actor=who, outcome="401 unauthorized", detail=detail)
             return Response(
                 error_body("unauthorized", "that is not this server's token"),
                 status_code=401,

@@ -14,6 +14,8 @@ import msgspec
 from ..errors import InvalidInput, NotFound, SeqConflict, SessionNotFound, StoreClosed
 from ..ids import check_id, new_id, new_session_id
 from ..messages import Entry, EntryBody, Message, Revert, TitleChange, decode_body, encode_body
+from . import audit as audit_records
+from .audit import GENESIS, AuditDraft, AuditRecord, kind_matches, pruned_draft, seal
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .records import (
     UNSET,
@@ -36,6 +38,7 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 from .validate import (
     check_artifact_id,
+    check_audit_filters,
     check_created_at,
     check_lease,
     check_lease_request,
@@ -74,6 +77,9 @@ class MemoryStore:
         self._clock = 0.0
         # (session, seq) -> (role, text, stemmed terms) of indexed entries, filled lazily by search
         self._indexed: dict[tuple[str, int], tuple[str, str, list[str]] | None] = {}
+        self._audit: list[AuditRecord] = []
+        self._audit_head: tuple[int, str] | None = None
+        self._sinks: dict[str, dict[str, int]] = {}
 
     def _now(self) -> float:
         # strictly increasing, so that "most recent first" is well defined even within one clock tick
@@ -112,6 +118,7 @@ class MemoryStore:
         state: SessionState = "active",
         metadata: dict[str, Any] | None = None,
         created_at: float | None = None,
+        forking: bool = False,
     ) -> SessionInfo:
         self._check()
         fields: dict[str, Any] = {"title": title, "directory": directory, "agent": agent, "model": model}
@@ -137,6 +144,8 @@ class MemoryStore:
         )
         self._sessions[sid] = info
         self._entries[sid] = []
+        if not forking:
+            self._record(audit_records.created(sid, now, directory, parent_id, title, metadata))
         return _copy(info)
 
     async def get_session(self, session_id: str) -> SessionInfo:
@@ -167,6 +176,7 @@ class MemoryStore:
             rows = self._entries.pop(sid, [])
             for seq in range(1, len(rows) + 1):
                 self._indexed.pop((sid, seq), None)
+        self._record(audit_records.deleted(session_id, doomed))
         return doomed
 
     async def list_sessions(
@@ -205,7 +215,9 @@ class MemoryStore:
         *,
         expect_seq: int | None = None,
         created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
     ) -> list[Entry]:
+        given = list(audit)
         info = self._get(session_id)
         first = info.entry_count + 1
         if expect_seq is not None and expect_seq != first:
@@ -232,6 +244,8 @@ class MemoryStore:
             output_tokens=info.output_tokens + t_out,
             cost=pico_to_decimal(decimal_to_pico(info.cost) + decimal_to_pico(cost)),
         )
+        for record in [*given, *audit_records.reverted(session_id, bodies, first, now)]:
+            self._record(record)
         return [Entry(first + i, stamps[i], decode_body(data)) for i, data in enumerate(encoded)]
 
     async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
@@ -270,6 +284,7 @@ class MemoryStore:
             model=src.model,
             system_prompt=src.system_prompt,
             metadata=src.metadata,
+            forking=True,
         )
         rows = list(self._entries[session_id][:at])
         self._entries[new.id] = rows
@@ -286,9 +301,15 @@ class MemoryStore:
             cost=Decimal(0) + cost,
         )
         self._sessions[new.id] = info
+        self._record(audit_records.forked(new.id, session_id, at, info.created_at))
         return _copy(info)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        stored = await self._import(info, entries)
+        self._record(audit_records.imported(stored, len(entries)))
+        return stored
+
+    async def _import(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
         self._check()
         sid = validate_import(info, entries)
         if sid in self._sessions:
@@ -309,6 +330,37 @@ class MemoryStore:
         self._sessions[sid] = stored
         self._entries[sid] = rows
         return _copy(stored)
+
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        self._get(session_id)
+        for info, entries in sessions:  # every check before anything changes
+            validate_import(info, entries)
+            for e in entries:
+                encode_body(e.body)
+        saved = (dict(self._sessions), dict(self._entries), dict(self._leases), dict(self._shares), list(self._audit))
+        head = self._audit_head
+        try:
+            doomed = [session_id]
+            i = 0
+            while i < len(doomed):
+                doomed.extend(s.id for s in self._sessions.values() if s.parent_id == doomed[i])
+                i += 1
+            for sid in doomed:
+                self._sessions.pop(sid, None)
+                self._leases.pop(sid, None)
+                for share_id in [k for k, (_, share) in self._shares.items() if share.session_id == sid]:
+                    del self._shares[share_id]
+                for seq in range(1, len(self._entries.pop(sid, [])) + 1):
+                    self._indexed.pop((sid, seq), None)
+            made = [await self._import(info, entries) for info, entries in sessions]
+        except BaseException:
+            self._sessions, self._entries, self._leases, self._shares, self._audit = saved  # all or nothing
+            self._audit_head = head
+            raise
+        self._record(record)
+        return made
 
     # --- search: a scan with the tokeniser and BM25 of the SQLite index -----------------------------------
 
@@ -524,6 +576,7 @@ class MemoryStore:
             raise InvalidInput("a share with this id or token already exists")
         share = Share(id=share_id, session_id=session_id, created_at=time.time(), expires_at=expires_at)
         self._shares[share_id] = (bytes(token_hash), share)
+        self._record(audit_records.share_made(share))
         return share
 
     async def share_by_token(self, token_hash: bytes) -> Share | None:
@@ -546,7 +599,74 @@ class MemoryStore:
         if share.revoked_at is None:
             share = msgspec.structs.replace(share, revoked_at=time.time())
             self._shares[share_id] = (token_hash, share)
+            self._record(audit_records.share_revoked(share))
         return share
+
+    # --- the audit trail --------------------------------------------------------------------------------------
+
+    def _record(self, draft: AuditDraft) -> AuditRecord:
+        seq, prev = (self._audit_head[0] + 1, self._audit_head[1]) if self._audit_head else (1, GENESIS)
+        record = seal(seq, prev, draft)
+        self._audit.append(record)
+        self._audit_head = (seq, record.hash)
+        return record
+
+    async def append_audit(self, draft: AuditDraft) -> AuditRecord:
+        self._check()
+        return self._record(draft)
+
+    async def list_audit(
+        self,
+        *,
+        after: int = 0,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRecord]:
+        self._check()
+        check_audit_filters(after, session_id, kind, limit)
+        out: list[AuditRecord] = []
+        for record in self._audit:
+            if record.seq <= after or (since is not None and record.at < since):
+                continue
+            if until is not None and record.at >= until:
+                continue
+            if session_id is not None and record.session_id != session_id:
+                continue
+            if kind is not None and not kind_matches(record.kind, kind):
+                continue
+            out.append(record)
+            if len(out) >= limit:
+                break
+        return out
+
+    async def audit_head(self) -> tuple[int, str] | None:
+        self._check()
+        return self._audit_head
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        self._check()
+        return dict(self._sinks.get(sink, {}))
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        self._check()
+        kept = self._sinks.setdefault(sink, {})
+        for sid, seq in positions.items():
+            kept[sid] = max(kept.get(sid, 0), seq)
+
+    async def prune_audit(self, before: float) -> int:
+        self._check()
+        old = [r for r in self._audit if r.at < before]
+        if not old:
+            return 0
+        through = max(r.seq for r in old)
+        last = next(r for r in self._audit if r.seq == through)
+        count = sum(1 for r in self._audit if r.seq <= through)
+        self._audit = [r for r in self._audit if r.seq > through]
+        self._record(pruned_draft(through, last.hash, count, before, time.time()))
+        return count
 
     async def close(self) -> None:
         self._closed = True

@@ -1,7 +1,8 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
 them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Streams`, the answer a run is streaming
-now, and `Shares`, read-only links to a transcript. `Store` is all six; a backend implements it and passes one conformance suite
-(tests/store/test_conformance.py, tests/store/test_shares.py)."""
+now, `Shares`, read-only links to a transcript, the `Audit` trail and the `SinkPositions` of the event sinks.
+`Store` is all eight; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
+tests/store/test_shares.py, tests/store/test_streams.py, tests/store/test_audit.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Entry, EntryBody, Message
+from .audit import AuditDraft, AuditRecord
 from .records import (
     UNSET,
     BackfillProgress,
@@ -81,9 +83,11 @@ class Journal(Protocol):
         *,
         expect_seq: int | None = None,
         created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
     ) -> list[Entry]:
         """Append atomically, giving each body the next dense seq, and update the row's counters (and its
-        default title) in the same transaction. With `expect_seq` (the seq the first new entry must get) a
+        default title) in the same transaction, with the `audit` records given (a tool call's record goes with
+        its result: no transaction of its own on a run's steps). With `expect_seq` (the seq the first new entry must get) a
         writer that lost a race gets `SeqConflict` and nothing is written. `created_at` (one time per body)
         keeps the times an importer read from its source; by default every entry gets the commit time. The
         session's `updated_at` is the commit time either way."""
@@ -113,6 +117,14 @@ class Journal(Protocol):
         `entries` with their seqs (1..n) and `created_at` kept, in one transaction: all of it or nothing.
         Counters are computed from the entries, not taken from `info`. For restoring exports and backups;
         an id that exists or a parent that does not raises and writes nothing."""
+        ...
+
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        """In one transaction, all of it or nothing: delete the session and its descendants (as `delete_session`),
+        import `sessions` in order (each as `import_session`, parents first), and append the audit `record`.
+        The archive swaps a session for its stub this way, and back."""
         ...
 
 
@@ -260,8 +272,59 @@ class Shares(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Protocol):
-    """What every backend provides: the six roles, its durability, and closing."""
+class Audit(Protocol):
+    """One append-only trail of who did what, apart from the sessions (deleting a session keeps its records):
+    each record carries the hash of the one before (`tether.store.audit`). The backend appends a record
+    itself for what it does to sessions and shares (``session.created``, ``.deleted``, ``.forked``,
+    ``.imported``, ``.reverted``; ``share.created``, ``share.revoked``), in the same transaction; the runtime
+    and the faces append the others."""
+
+    async def append_audit(self, draft: AuditDraft) -> AuditRecord:
+        """Append `draft` (made by `audit.draft`: checked and redacted) after the last record, reading the
+        head and writing the record in one write transaction: writers in several processes keep one chain."""
+        ...
+
+    async def list_audit(
+        self,
+        *,
+        after: int = 0,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRecord]:
+        """Records with seq > `after`, oldest first, within the filters: `since <= at < until`, one session,
+        a kind (``session`` matches ``session.created`` and the others of that family)."""
+        ...
+
+    async def audit_head(self) -> tuple[int, str] | None:
+        """The seq and hash of the last record appended, kept apart from the records (None: none ever was)."""
+        ...
+
+    async def prune_audit(self, before: float) -> int:
+        """Remove the records made before `before` (a prefix of the trail) and append an ``audit.pruned``
+        record naming the seq and hash the rest continues from, in one transaction. Returns how many went."""
+        ...
+
+
+@runtime_checkable
+class SinkPositions(Protocol):
+    """How far each event sink (`tether.runtime.sinks`) has delivered each session: the last seq whose events
+    it wrote, kept in the store so that a restart resumes with no gap."""
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        """Session id -> the last seq `sink` delivered (sessions it never delivered are absent)."""
+        ...
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        """Record these positions of `sink`, in one transaction (a position never moves back)."""
+        ...
+
+
+@runtime_checkable
+class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, Protocol):
+    """What every backend provides: the eight roles, its durability, and closing."""
 
     durability: Durability
 

@@ -45,7 +45,15 @@ from ..messages import (
     encode_json,
     kind_of,
 )
-from . import health, searchindex
+from . import auditsql, health, searchindex
+from .audit import AuditDraft, AuditRecord
+from .audit import created as _created
+from .audit import deleted as _deleted
+from .audit import forked as _forked
+from .audit import imported as _imported
+from .audit import reverted as _reverted
+from .audit import share_made as _share_made
+from .audit import share_revoked as _share_revoked
 from .backup import BackupResult, Progress, backup_file
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .faults import RESTORE, is_busy, is_corrupt, store_fault
@@ -72,6 +80,7 @@ from .records import (
 )
 from .validate import (
     check_artifact_id,
+    check_audit_filters,
     check_created_at,
     check_lease,
     check_lease_request,
@@ -87,12 +96,12 @@ from .validate import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
 links (a new table, nothing else changes); 7: streamed answers, one row per session replaced in place (a new
-table)."""
+table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -308,7 +317,7 @@ class SqliteStore:
                     searchindex.drop(conn)  # an index of another shape: made again from the journal
                 if 1 <= version <= 4:
                     conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
-                for statement in _statements(_SCHEMA + searchindex.SCHEMA):
+                for statement in _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA):
                     conn.execute(statement)
                 if 1 <= version <= 3:
                     searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
@@ -494,6 +503,7 @@ class SqliteStore:
         meta = encode_json(metadata or {}).decode()
         now = time.time()
         created = created_at if created_at is not None else now
+        record = _created(sid, now, directory, parent_id, title, metadata)
 
         def tx(conn: sqlite3.Connection) -> SessionInfo:
             if (
@@ -509,6 +519,7 @@ class SqliteStore:
                 )
             except sqlite3.IntegrityError:
                 raise InvalidInput(f"session {sid} already exists") from None
+            auditsql.insert(conn, record)
             return self._get_row(conn, sid)
 
         return await self._write(tx)
@@ -549,6 +560,7 @@ class SqliteStore:
                 raise SessionNotFound(session_id)
             for sid in ids:
                 self._delete_rows(conn, sid)
+            auditsql.insert(conn, _deleted(session_id, ids))
             return ids
 
         return await self._write(tx)
@@ -607,6 +619,7 @@ class SqliteStore:
         *,
         expect_seq: int | None = None,
         created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
     ) -> list[Entry]:
         if session_id not in self._valid_ids:
             check_id(session_id, "session id")
@@ -674,6 +687,15 @@ class SqliteStore:
                 now = max(now, updated_at)
                 conn.execute(_APPEND_SQL[title_mode, False], (*counters, session_id))
             return self._insert_rows(conn, session_id, first, rows, now, now if bump else updated_at, times)
+
+        if has_revert or audit:
+            plain_tx = tx
+
+            def tx(conn: sqlite3.Connection) -> tuple[int, float]:  # the audit records, in the same transaction
+                first, now = plain_tx(conn)
+                for record in [*audit, *(_reverted(session_id, bodies, first, now) if has_revert else ())]:
+                    auditsql.insert(conn, record)
+                return first, now
 
         # The common case commits inline; only a write lock held by another process goes through _write.
         try:
@@ -821,11 +843,25 @@ class SqliteStore:
                 (messages, t_in, t_out, cost, new_id),
             )
             searchindex.mark_pending(conn, new_id, 1, at)
+            auditsql.insert(conn, _forked(new_id, session_id, at, now))
             return self._get_row(conn, new_id)
 
         return await self._write(tx)
 
     async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        write = self._importing(info, entries)
+        record = _imported(info, len(entries))
+
+        def tx(conn: sqlite3.Connection) -> SessionInfo:
+            imported = write(conn)
+            auditsql.insert(conn, record)
+            return imported
+
+        return await self._write(tx)
+
+    def _importing(self, info: SessionInfo, entries: Sequence[Entry]) -> Callable[[sqlite3.Connection], SessionInfo]:
+        """The import of one session, checked and encoded now, written when the returned function runs (in
+        the caller's transaction)."""
         sid = validate_import(info, entries)
         rows = [(sid, e.seq, kind_of(e.body), e.created_at, encode_body(e.body).decode()) for e in entries]
         messages, t_in, t_out, cost = message_counters([e.body for e in entries])
@@ -856,6 +892,31 @@ class SqliteStore:
             )
             searchindex.mark_pending(conn, sid, 1, len(rows))
             return self._get_row(conn, sid)
+
+        return tx
+
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        check_id(session_id, "session id")
+        writes = [self._importing(info, entries) for info, entries in sessions]
+
+        def tx(conn: sqlite3.Connection) -> list[SessionInfo]:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = ? "
+                    "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
+                    (session_id,),
+                )
+            ]
+            if not ids:
+                raise SessionNotFound(session_id)
+            for sid in ids:
+                self._delete_rows(conn, sid)
+            made = [write(conn) for write in writes]
+            auditsql.insert(conn, record)
+            return made
 
         return await self._write(tx)
 
@@ -1186,6 +1247,7 @@ class SqliteStore:
                 )
             except sqlite3.IntegrityError:
                 raise InvalidInput("a share with this id or token already exists") from None
+            auditsql.insert(conn, _share_made(share))
             return share
 
         return await self._write(tx)
@@ -1208,15 +1270,66 @@ class SqliteStore:
         check_id(share_id, "share id")
 
         def tx(conn: sqlite3.Connection) -> Share:
-            conn.execute(
+            revoked = conn.execute(
                 "UPDATE shares SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (time.time(), share_id)
-            )
+            ).rowcount
             row = conn.execute(f"SELECT {_SHARE_COLS} FROM shares WHERE id = ?", (share_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no share {share_id}")
+            if revoked:
+                auditsql.insert(conn, _share_revoked(_share(row)))
             return _share(row)
 
         return await self._write(tx)
+
+    # --- the audit trail --------------------------------------------------------------------------------------
+
+    async def append_audit(self, draft: AuditDraft) -> AuditRecord:
+        return await self._write(lambda conn: auditsql.insert(conn, draft))
+
+    async def list_audit(
+        self,
+        *,
+        after: int = 0,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRecord]:
+        check_audit_filters(after, session_id, kind, limit)
+        with self._reading() as conn:
+            return auditsql.select(
+                conn, after=after, since=since, until=until, session_id=session_id, kind=kind, limit=limit
+            )
+
+    async def audit_head(self) -> tuple[int, str] | None:
+        with self._reading() as conn:
+            return auditsql.head(conn)
+
+    async def prune_audit(self, before: float) -> int:
+        now = time.time()
+        return await self._write(lambda conn: auditsql.prune(conn, before, now))
+
+    # --- event sinks' positions -----------------------------------------------------------------------------
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        rows = self._read("SELECT session_id, seq FROM sink_positions WHERE sink = ?", (sink,))
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        if not positions:
+            return
+        rows = [(sink, sid, seq) for sid, seq in positions.items()]
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO sink_positions (sink, session_id, seq) VALUES (?,?,?) ON CONFLICT (sink, session_id)"
+                " DO UPDATE SET seq = max(seq, excluded.seq)",
+                rows,
+            )
+
+        await self._write(tx)
 
 
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ..ids import check_id
 from ..messages import Entry, EntryBody, Message, Revert, encode_body, encode_json
+from .audit import KIND_RE
 from .records import LEASE_REQUESTS, SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo
 
 MAX_LEASE_TTL = 24 * 3600.0
@@ -111,6 +112,19 @@ def check_limit(limit: int) -> int:
     if not isinstance(limit, int) or limit < 1 or limit > 10_000:
         raise InvalidInput(f"limit must be an integer from 1 to 10000, not {limit!r}")
     return limit
+
+
+def check_audit_filters(after: int, session_id: str | None, kind: str | None, limit: int) -> None:
+    """What every backend checks before it lists the audit trail."""
+    check_limit(limit)
+    if kind is not None and not (isinstance(kind, str) and KIND_RE.match(kind)):
+        raise InvalidInput(
+            f"an audit kind is lowercase words joined by dots (tool.call, or a family: tool), not {kind!r}"
+        )
+    if not isinstance(after, int) or after < 0:
+        raise InvalidInput(f"after must be a seq (0 or more), not {after!r}")
+    if session_id is not None:
+        check_id(session_id, "session id")
 
 
 def check_search_filters(role: str | None, limit: int, session_id: str | None) -> None:
