@@ -75,6 +75,10 @@ async def test_a_run_calls_an_mcp_tool_allowed_by_a_glob_rule(tmp_path: Path) ->
         assert "add" in markers[0].data["servers"]["t"]["tools"]
         info = await store.get_session(session.id)
         assert info.metadata[SESSION_KEY]["t"]["digest"] == markers[0].data["servers"]["t"]["digest"]
+        # the server's start is in the audit trail, with the session that started it (issue 28)
+        (started,) = await store.list_audit(kind="mcp.started")
+        assert started.session_id == session.id and started.outcome == "ok"
+        assert started.detail["server"] == "t" and started.detail["tools"] >= 10
     finally:
         await manager.close()
         await store.close()

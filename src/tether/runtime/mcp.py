@@ -32,6 +32,7 @@ from ..paths import config_path
 from ..redaction import config_secrets
 from ..tools.deferred import DEFAULT_SHARE, ToolSearchTool, defer
 from ..tools.sandbox import Sandbox
+from . import audit
 from .configuration import project_config_path, run_sandbox
 
 if TYPE_CHECKING:
@@ -165,7 +166,24 @@ async def bind_mcp(state: RunState) -> list[Event]:
     manager = state.options.mcp
     if manager is None or len(manager) == 0:
         return []
+    starts = {s.name: s.starts for s in manager.status()}
     found = await manager.tools()
+    for status in manager.status():  # who started what, kept where it lasts (the audit trail)
+        if status.starts > starts.get(status.name, 0):
+            await audit.record(
+                state.session.store,
+                "mcp.started",
+                session_id=state.session_id,
+                outcome="failed" if status.name in found.failed else "ok",
+                detail={
+                    "server": status.name,
+                    "source": status.source,
+                    "target": status.target,
+                    "tools": len(status.tools),
+                    "error": found.failed.get(status.name),
+                },
+                redactor=state.journal.redactor,
+            )
     profile = state.options.agent
     tools = state.tools.subset(state.tools.names())
     described: dict[str, list[dict[str, Any]]] = {}
