@@ -70,6 +70,7 @@ from _common import (
 )
 
 from tether import Message, Session, ToolCallPart
+from tether.config import Config, RuntimeConfig
 from tether.events import CompactionStarted, Done, RunStarted
 from tether.messages import Usage
 from tether.providers.base import ModelRequest, StreamDone, StreamEvent, TextPartDelta
@@ -246,13 +247,18 @@ async def stream_turn(store: Any, directory: Path, durable: bool) -> tuple[float
 
     store.save_stream = counted
     try:
+        # the answer is longer than an unknown model's default output limit: let it run to its end
+        config = Config(runtime=RuntimeConfig(max_answer_tokens=1_000_000))
+        done = None
         t0 = time.perf_counter_ns()
         async for event in session.stream(
-            "go", provider=DeltaProvider(), model="bench", tools=ToolRegistry(), durable_stream=durable
+            "go", provider=DeltaProvider(), model="bench", tools=ToolRegistry(), durable_stream=durable, config=config
         ):
             if isinstance(event, Done):
-                assert event.reason == "completed", event
-        return (time.perf_counter_ns() - t0) / 1e6, saves
+                done = event
+        elapsed = (time.perf_counter_ns() - t0) / 1e6
+        assert done is not None and done.reason == "completed", "the answer did not stream to its end"
+        return elapsed, saves
     finally:
         del store.save_stream
 
