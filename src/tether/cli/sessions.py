@@ -154,9 +154,10 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         estimated = "~" if s.metadata.get(USAGE_ESTIMATED) is True else ""
         row = [
             s.id,
-            ("↳ " if s.parent_id else "") + escape_controls(s.title or "") + (" [archived]" if archived(s) else ""),
+            ("↳ " if s.parent_id else "") + escape_controls(s.title or ""),
             ago(s.updated_at),
-            str(s.message_count),
+            # an archived session's messages are in its bucket: said where the count would be, never cut
+            "[archived]" if archived(s) else str(s.message_count),
             estimated + human_count(s.input_tokens + s.output_tokens),
         ]
         if where is None:

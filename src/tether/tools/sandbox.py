@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Sequence
@@ -308,6 +309,8 @@ class Sandbox:
             args.append("--unshare-net")
         args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
         args += ["--bind", self.private_tmp(), "/tmp"]
+        for path in _programs_under_tmp(argv):  # seen again, read-only: a virtualenv or a checkout in /tmp
+            args += ["--ro-bind", path, path]
         if self.policy.mode == "read-only":  # seen again, should the private /tmp have covered it
             args += ["--ro-bind", str(workspace), str(workspace)]
         for path in self.writable_paths(workspace):
@@ -345,6 +348,24 @@ class Sandbox:
             ruleset.close()
             raise
         return ruleset
+
+
+def _programs_under_tmp(argv: Sequence[str]) -> list[str]:
+    """The places programs come from that the private /tmp would hide: this Python's prefixes, the
+    directories on PATH, and those of the program and of the files its arguments name (an MCP server's
+    script), when they are in the real /tmp."""
+    found: list[str] = []
+    candidates = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    candidates += os.environ.get("PATH", "").split(os.pathsep)
+    for arg in argv:
+        if os.path.isabs(arg) and os.path.exists(arg):
+            real = os.path.realpath(arg)
+            candidates.append(real if os.path.isdir(real) else os.path.dirname(real))
+    for path in candidates:
+        real = os.path.realpath(path) if path else ""
+        if real.startswith("/tmp/") and os.path.isdir(real) and not any(real.startswith(f + "/") for f in found):
+            found = [f for f in found if not f.startswith(real + "/")] + [real]
+    return found
 
 
 def present(workspace: Path) -> frozenset[str]:
