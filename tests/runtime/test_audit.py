@@ -93,7 +93,13 @@ async def test_trust_records_the_acceptance_with_the_next_record(store: Store, t
     accept(str(tmp_path), PermissionsConfig(allow=["bash(make *)"], mode="accept-edits"))
     assert await audit.flush(store) == 1
     (record,) = await store.list_audit(kind="config.accepted")
-    assert record.detail == {"workspace": str(tmp_path), "allow": ["bash(make *)"], "mode": "accept-edits"}
+    assert record.detail == {
+        "workspace": str(tmp_path),
+        "allow": ["bash(make *)"],
+        "ask": [],
+        "deny": [],
+        "mode": "accept-edits",
+    }
     assert record.actor and record.actor.startswith("cli ")
 
 
