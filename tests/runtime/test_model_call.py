@@ -183,7 +183,7 @@ async def test_tool_call_arguments_that_never_end_count_too(session: Session) ->
     # a half call is never journaled as a call: the answer, if kept, holds no tool call (what streamed of it
     # is in its metadata only, as the durable stream keeps it)
     messages = await session.messages()
-    assert [m.role for m in messages][0] == "user"
+    assert messages[0].role == "user"
     assert all(not m.tool_calls for m in messages)
     assert not [r for m in messages for r in m.tool_results]
 
