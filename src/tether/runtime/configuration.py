@@ -219,6 +219,15 @@ def save_project_rules(workspace: str | os.PathLike[str], rules: Sequence[str]) 
         written = None
     if written != [*current, *new]:
         raise ConfigError(f"{path}: cannot add {items} to [permissions] allow safely; add it by hand")
+    write_config(path, text)
+    audit.note("config.changed", detail={"path": str(path), "workspace": os.fspath(workspace), "allow": new})
+    accept_rules(os.fspath(workspace), new)  # a person's answer wrote them: they need no second yes
+    return path
+
+
+def write_config(path: Path, text: str) -> None:
+    """Replace a config file with `text` all at once (its directory made if missing): a crash leaves the old
+    file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".config.", suffix=".toml")
     try:
@@ -228,9 +237,6 @@ def save_project_rules(workspace: str | os.PathLike[str], rules: Sequence[str]) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    audit.note("config.changed", detail={"path": str(path), "workspace": os.fspath(workspace), "allow": new})
-    accept_rules(os.fspath(workspace), new)  # a person's answer wrote them: they need no second yes
-    return path
 
 
 def _closing_bracket(text: str, start: int) -> int | None:

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,7 +32,7 @@ from ..redaction import config_secrets
 from ..tools.deferred import DEFAULT_SHARE, ToolSearchTool, defer
 from ..tools.sandbox import Sandbox
 from . import audit
-from .configuration import project_config_path, run_sandbox
+from .configuration import project_config_path, run_sandbox, write_config
 
 if TYPE_CHECKING:
     from ..mcp.manager import McpManager
@@ -427,7 +426,7 @@ def save_server(path: Path, name: str, table: McpServerConfig, *, replace: bool 
     written = parse_config(text, source=str(path)).mcp.get(name)
     if written != table:
         raise ConfigError(f"{path}: cannot write [mcp.{name}] safely; add it by hand")
-    _write(path, text)
+    write_config(path, text)
     return path
 
 
@@ -436,7 +435,7 @@ def delete_server(path: Path, name: str) -> bool:
     text = _read(path)
     if not text or name not in parse_config(text, source=str(path)).mcp:
         return False
-    _write(path, _without_table(path, text, name))
+    write_config(path, _without_table(path, text, name))
     return True
 
 
@@ -447,18 +446,6 @@ def _read(path: Path) -> str:
         return ""
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from exc
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".config.", suffix=".toml")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _without_table(path: Path, text: str, name: str) -> str:
