@@ -544,22 +544,27 @@ class SqliteStore:
 
         return await self._write(tx)
 
+    def _delete_tree(self, conn: sqlite3.Connection, session_id: str) -> list[str]:
+        """Delete a session and its sub-agents' sessions (inside the caller's transaction); their ids."""
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = ? "
+                "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
+                (session_id,),
+            )
+        ]
+        if not ids:
+            raise SessionNotFound(session_id)
+        for sid in ids:
+            self._delete_rows(conn, sid)
+        return ids
+
     async def delete_session(self, session_id: str) -> list[str]:
         check_id(session_id, "session id")
 
         def tx(conn: sqlite3.Connection) -> list[str]:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = ? "
-                    "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
-                    (session_id,),
-                )
-            ]
-            if not ids:
-                raise SessionNotFound(session_id)
-            for sid in ids:
-                self._delete_rows(conn, sid)
+            ids = self._delete_tree(conn, session_id)
             auditsql.insert(conn, _deleted(session_id, ids))
             return ids
 
@@ -902,18 +907,7 @@ class SqliteStore:
         writes = [self._importing(info, entries) for info, entries in sessions]
 
         def tx(conn: sqlite3.Connection) -> list[SessionInfo]:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = ? "
-                    "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
-                    (session_id,),
-                )
-            ]
-            if not ids:
-                raise SessionNotFound(session_id)
-            for sid in ids:
-                self._delete_rows(conn, sid)
+            self._delete_tree(conn, session_id)
             made = [write(conn) for write in writes]
             auditsql.insert(conn, record)
             return made
