@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 LAYERS: list[tuple[int, tuple[str, ...]]] = [
     # (layer, module prefixes), as in ARCHITECTURE.md; the longest matching prefix wins
     (1, ("tether.messages", "tether.events", "tether.errors", "tether.ids", "tether.paths", "tether.config")),
-    (1, ("tether.redaction",)),
+    (1, ("tether.redaction", "tether.markers")),
     (2, ("tether.store",)),
     (3, ("tether.context", "tether.rlm", "tether.recall", "tether.providers", "tether.tools", "tether.mcp")),
     (4, ("tether.runtime", "tether.session")),

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from . import markers
 from .messages import (
     APPROVAL_DECISION_MARKER,
     APPROVAL_REQUEST_MARKER,
@@ -353,32 +354,27 @@ def durable_events(entry: Entry, session_id: str) -> list[Event]:
 
 def _approval_event(marker: Marker, seq: int) -> Event | None:
     """The event of an approval marker; None for one whose data is not what the runtime writes (an import)."""
-    data = marker.data
-    call_id = data.get("call_id")
-    if not isinstance(call_id, str):
-        return None
-
-    def texts(value: Any) -> list[str]:
-        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-    if marker.name == APPROVAL_REQUEST_MARKER:
+    body = markers.parse(marker)
+    if isinstance(body, markers.ApprovalRequest):
         return ApprovalRequested(
-            call_id=call_id,
-            name=str(data.get("tool", "")),
-            arguments=data.get("arguments"),
-            reason=str(data.get("reason", "")),
-            suggestion=texts(data.get("suggestion")),
+            call_id=body.call_id,
+            name=body.tool,
+            arguments=body.arguments,
+            reason=body.reason,
+            suggestion=list(body.suggestion),
             seq=seq,
         )
-    return ApprovalResolved(
-        call_id=call_id,
-        approved=data.get("approved") is True,
-        by=str(data.get("by", "")),
-        scope=str(data.get("scope", "once")),
-        rules=texts(data.get("rules")),
-        message=str(data.get("message", "")),
-        seq=seq,
-    )
+    if isinstance(body, markers.ApprovalDecision):
+        return ApprovalResolved(
+            call_id=body.call_id,
+            approved=body.approved,
+            by=body.by,
+            scope=body.scope,
+            rules=list(body.rules),
+            message=body.message or "",
+            seq=seq,
+        )
+    return None
 
 
 def preview(text: str, limit: int = 160) -> str:

@@ -219,30 +219,21 @@ class Compaction(_Body, tag="compaction"):
 
 
 class Marker(_Body, tag="marker"):
-    """Anything else worth journaling (approvals, run events, imports): a name and free-form data."""
+    """Anything else worth journaling (approvals, run events, imports): a name and data. What the data holds
+    for each name tether writes is a typed body in `tether.markers`, which writes and reads them."""
 
     name: str
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 INTERRUPTED_MARKER = "interrupted"
-"""``Marker(name="interrupted", data={"seq": N})``: user message N got no answer (the run stopped before the
-model replied, and the next prompt came). Derived contexts show the model a short note in its place."""
-
-
+"""`tether.markers.Interrupted`: a user message got no answer."""
 ERROR_MARKER = "error"
-"""``Marker(name="error", data={"message": <the error's text>, "source": <where it was recorded>, ...})``: an
-error another tool wrote into its session (an API error and its retries, an aborted message), shown with its
-text wherever the session is read. Not part of what a model sees."""
-
-
+"""`tether.markers.ErrorRecord`: an error another tool wrote into its session."""
 APPROVAL_REQUEST_MARKER = "approval_request"
-"""``Marker(name="approval_request", data={"call_id", "tool", "arguments", "reason", "suggestion"})``: tool
-call `call_id` waits for a person's decision. Without a decision after it, it is still pending: the next
-run of the session asks again, and the call never runs before a yes."""
+"""`tether.markers.ApprovalRequest`: a tool call waits for a person's decision."""
 APPROVAL_DECISION_MARKER = "approval_decision"
-"""``Marker(name="approval_decision", data={"call_id", "approved", "by", "scope", "rules"?, "message"?})``:
-the answer to the request for `call_id`."""
+"""`tether.markers.ApprovalDecision`: the answer to a request."""
 
 
 INTERRUPTED_ANSWER = "interrupted"

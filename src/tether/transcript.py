@@ -9,9 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from . import markers
 from .messages import (
-    ERROR_MARKER,
-    INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
     Entry,
@@ -76,10 +75,10 @@ def result_outcome(result: ToolResultPart | None, width: int = 80) -> str:
 
 
 def error_text(marker: Marker) -> str:
-    """The text of an error marker (`ERROR_MARKER`), on one line."""
-    message = marker.data.get("message")
-    text = " ".join(message.split()) if isinstance(message, str) and message.strip() else "an error (no text)"
-    return text
+    """The text of an error marker (`markers.ErrorRecord`), on one line."""
+    record = markers.read(marker, markers.ErrorRecord)
+    message = record.message if record is not None else ""
+    return " ".join(message.split()) if message.strip() else "an error (no text)"
 
 
 def span_label(lo: int, hi: int) -> str:
@@ -227,9 +226,10 @@ def _md_marker(entry: Entry, spans: Sequence[RevertSpan]) -> list[str]:
             "</details>",
             "",
         ]
-    if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
-        return [f"> ⚡ Turn interrupted: entry {body.data.get('seq', '?')} got no answer", ""]
-    if isinstance(body, Marker) and body.name == ERROR_MARKER:
+    known = markers.parse(body)
+    if isinstance(known, markers.Interrupted):
+        return [f"> ⚡ Turn interrupted: entry {known.seq} got no answer", ""]
+    if isinstance(known, markers.ErrorRecord) and isinstance(body, Marker):
         return [f"> ✗ **Error**: {error_text(body)}", ""]
     if isinstance(body, Marker):
         data = f" `{_clip(json.dumps(body.data, ensure_ascii=False, default=str), 200)}`" if body.data else ""

@@ -15,12 +15,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from functools import lru_cache
 from typing import IO, Any, NamedTuple
 
-from . import __version__
+from . import __version__, markers
 from .messages import (
-    APPROVAL_DECISION_MARKER,
-    APPROVAL_REQUEST_MARKER,
-    ERROR_MARKER,
-    INTERRUPTED_MARKER,
     Checkpoint,
     Compaction,
     Entry,
@@ -231,27 +227,24 @@ class _Turn:
                     self.results[result.call_id] = result
             self.after.append((entry, hidden))
             return True
-        if isinstance(body, Marker) and body.name in (APPROVAL_REQUEST_MARKER, APPROVAL_DECISION_MARKER):
-            call_id = body.data.get("call_id")
-            if isinstance(call_id, str) and call_id in self.calls:
-                self.approvals.setdefault(call_id, []).append(_approval_text(body))
+        approval = markers.parse(body)
+        if isinstance(approval, markers.ApprovalRequest | markers.ApprovalDecision):
+            if approval.call_id in self.calls:
+                self.approvals.setdefault(approval.call_id, []).append(_approval_text(approval))
                 return True
             self.after.append((entry, hidden))
             return True
         return False
 
 
-def _approval_text(marker: Marker) -> str:
-    data = marker.data
-    if marker.name == APPROVAL_REQUEST_MARKER:
-        reason = data.get("reason")
-        return "approval asked" + (f": {reason}" if reason else "")
-    by = str(data.get("by", "")) or "someone"
-    if data.get("approved") is not True:
-        said = f": {data['message']}" if data.get("message") else ""
+def _approval_text(approval: markers.ApprovalRequest | markers.ApprovalDecision) -> str:
+    if isinstance(approval, markers.ApprovalRequest):
+        return "approval asked" + (f": {approval.reason}" if approval.reason else "")
+    by = approval.by or "someone"
+    if not approval.approved:
+        said = f": {approval.message}" if approval.message else ""
         return f"✗ denied by {by}{said}"
-    scope = data.get("scope")
-    reach = {"session": " for this session", "project": " for the project"}.get(str(scope), "")
+    reach = {"session": " for this session", "project": " for the project"}.get(approval.scope, "")
     return f"✓ approved by {by}{reach}"
 
 
@@ -382,12 +375,14 @@ class _Writer:
         elif isinstance(body, Checkpoint):
             text = f"Checkpoint ({body.reason}, {body.steps} steps): {body.objective}"
             text += f" — next: {body.next_action}" if body.next_action else ""
-        elif isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
-            text = f"Turn interrupted: entry {body.data.get('seq', '?')} got no answer"
-        elif isinstance(body, Marker) and body.name == ERROR_MARKER:
+        elif isinstance(known := markers.parse(body), markers.Interrupted):
+            text = f"Turn interrupted: entry {known.seq} got no answer"
+        elif isinstance(known, markers.ErrorRecord) and isinstance(body, Marker):
             text = f"✗ Error: {error_text(body)}"
-        elif isinstance(body, Marker) and body.name in (APPROVAL_REQUEST_MARKER, APPROVAL_DECISION_MARKER):
-            text = f"{body.data.get('tool', 'a call')}: {_approval_text(body)}"
+        elif isinstance(known, markers.ApprovalRequest):
+            text = f"{known.tool or 'a call'}: {_approval_text(known)}"
+        elif isinstance(known, markers.ApprovalDecision):
+            text = f"a call: {_approval_text(known)}"
         elif isinstance(body, Marker):
             text = f"• {body.name}"
         else:

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tether.context.derive import INTERRUPTED_MARKER, INTERRUPTED_NOTE, ContextPolicy, DerivedContext, derive_context
+from tether.context.derive import INTERRUPTED_NOTE, ContextPolicy, DerivedContext, derive_context
 from tether.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCache, get_counter
 from tether.errors import InvalidInput
 from tether.messages import (
+    INTERRUPTED_MARKER,
     Compaction,
     Entry,
     EntryBody,

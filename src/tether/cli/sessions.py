@@ -16,15 +16,12 @@ from typing import IO, Any, AnyStr, Generic, cast
 
 import click
 
+from .. import markers
 from ..importers.claude_code_export import export_claude_code
 from ..importers.codex_export import export_codex
 from ..importers.foreign_export import EXPORT_FORMATS, ExportReport
 from ..importers.tether_json import export_json, import_file, import_json, parse_export, session_record
 from ..messages import (
-    APPROVAL_DECISION_MARKER,
-    APPROVAL_REQUEST_MARKER,
-    ERROR_MARKER,
-    INTERRUPTED_MARKER,
     USAGE_ESTIMATED,
     Checkpoint,
     Compaction,
@@ -286,10 +283,10 @@ def _print_transcript(view: _View, indent: str = "") -> None:
         if isinstance(entry.body, Message):
             results.update((r.call_id, r) for r in entry.body.tool_results)
             calls.update(c.id for c in entry.body.tool_calls)
-        elif isinstance(entry.body, Marker) and entry.body.name == APPROVAL_REQUEST_MARKER:
-            asked.add(str(entry.body.data.get("call_id")))
-        elif isinstance(entry.body, Marker) and entry.body.name == APPROVAL_DECISION_MARKER:
-            asked.discard(str(entry.body.data.get("call_id")))
+        elif isinstance(approval := markers.parse(entry.body), markers.ApprovalRequest):
+            asked.add(approval.call_id)
+        elif isinstance(approval, markers.ApprovalDecision):
+            asked.discard(approval.call_id)
     waiting = {call_id for call_id in asked if call_id not in results}
     for entry, hidden in view.shown:
         lines = _entry_lines(entry, results, calls, view.spans, view.children, waiting)
@@ -397,16 +394,16 @@ def _entry_lines(
         return [
             head.append(f"⧉ compaction: entries before #{body.first_kept_seq} summarized ({size})", style="magenta")
         ]
-    if isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
-        seq = escape_controls(str(body.data.get("seq", "?")))
-        return [head.append(f"⚡ turn interrupted: entry {seq} got no answer", style="yellow")]
-    if isinstance(body, Marker) and body.name == ERROR_MARKER:
+    known = markers.parse(body)
+    if isinstance(known, markers.Interrupted):
+        return [head.append(f"⚡ turn interrupted: entry {known.seq} got no answer", style="yellow")]
+    if isinstance(known, markers.ErrorRecord) and isinstance(body, Marker):
         return [head.append(escape_controls(f"✗ error: {error_text(body)}"), style="red")]
-    if isinstance(body, Marker) and body.name == APPROVAL_REQUEST_MARKER:
-        text = f"? approval asked for {body.data.get('tool', 'a call')}: {body.data.get('reason', '')}"
+    if isinstance(known, markers.ApprovalRequest):
+        text = f"? approval asked for {known.tool or 'a call'}: {known.reason}"
         return [head.append(escape_controls(text), style="yellow")]
-    if isinstance(body, Marker) and body.name == APPROVAL_DECISION_MARKER:
-        return [head.append(escape_controls(_decision_text(body.data)), style="dim")]
+    if isinstance(known, markers.ApprovalDecision):
+        return [head.append(escape_controls(_decision_text(known)), style="dim")]
     if isinstance(body, Marker):
         return [head.append(escape_controls(f"• {body.name}"), style="dim")]
     return []
@@ -424,18 +421,15 @@ def _call_outcome(result: ToolResultPart | None, waiting: bool) -> str:
     return outcome
 
 
-def _decision_text(data: dict[str, Any]) -> str:
-    by = str(data.get("by", "")) or "someone"
-    if data.get("approved") is not True:
-        said = f": {data['message']}" if data.get("message") else ""
+def _decision_text(decision: markers.ApprovalDecision) -> str:
+    by = decision.by or "someone"
+    if not decision.approved:
+        said = f": {decision.message}" if decision.message else ""
         return f"✗ denied by {by}{said}"
-    scope = data.get("scope")
-    rules = (
-        ", ".join(str(r) for r in data.get("rules", []) if isinstance(r, str))
-        if isinstance(data.get("rules"), list)
-        else ""
+    rules = ", ".join(decision.rules)
+    reach = {"session": f" for this session ({rules})", "project": f" for the project ({rules})"}.get(
+        decision.scope, ""
     )
-    reach = {"session": f" for this session ({rules})", "project": f" for the project ({rules})"}.get(str(scope), "")
     return f"✓ approved by {by}{reach}"
 
 

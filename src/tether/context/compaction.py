@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .. import markers
 from ..errors import InvalidInput, NotFound, SeqConflict, TetherError
 from ..events import CompactionCompleted, CompactionFailed, CompactionStarted, durable_events
 from ..messages import (
@@ -21,7 +22,6 @@ from ..messages import (
     EntryBody,
     FilePart,
     ImagePart,
-    Marker,
     Message,
     Revert,
     TextPart,
@@ -34,8 +34,6 @@ from ..providers.base import ModelRequest, Provider, complete
 from ..store.protocols import Store
 from .budget import Budget, ContextSettings
 from .derive import (
-    PIN_MARKER,
-    UNPIN_MARKER,
     ContextPolicy,
     cut_text,
     derive_context,
@@ -393,12 +391,11 @@ async def _pinned(
     marked: set[int] = set()
     unmarked: set[int] = set()
     for entry in entries:
-        body = entry.body
-        if isinstance(body, Marker) and body.name in (PIN_MARKER, UNPIN_MARKER):
-            seq = body.data.get("seq")
-            if isinstance(seq, int):
-                (marked if body.name == PIN_MARKER else unmarked).add(seq)
-                (unmarked if body.name == PIN_MARKER else marked).discard(seq)
+        known = markers.parse(entry.body)
+        if isinstance(known, markers.Pin | markers.Unpin):
+            pinning = isinstance(known, markers.Pin)
+            (marked if pinning else unmarked).add(known.seq)
+            (unmarked if pinning else marked).discard(known.seq)
     in_span = {e.seq: e for e in plan.span if isinstance(e.body, Message)}
     for seq, entry in in_span.items():
         assert isinstance(entry.body, Message)
@@ -648,6 +645,6 @@ async def pin(store: Store, session_id: str, seq: int, *, pinned: bool = True) -
     found = await store.read(session_id, seq, seq)
     if not found or not isinstance(found[0].body, Message):
         raise InvalidInput(f"entry {seq} of session {session_id} is not a message")
-    marker = Marker(name=PIN_MARKER if pinned else UNPIN_MARKER, data={"seq": seq})
+    marker = markers.to_marker(markers.Pin(seq=seq) if pinned else markers.Unpin(seq=seq))
     (entry,) = await store.append(session_id, [marker])
     return entry

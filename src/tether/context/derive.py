@@ -14,15 +14,15 @@ from typing import Any, Literal
 
 import msgspec
 
+from .. import markers
 from ..errors import InvalidInput
+from ..markers import CONDENSED_MARKER, PIN_MARKER, UNPIN_MARKER
 from ..messages import (
     INTERRUPTED_ANSWER,
-    INTERRUPTED_MARKER,
     Compaction,
     Entry,
     FilePart,
     ImagePart,
-    Marker,
     Message,
     Part,
     TextPart,
@@ -54,14 +54,7 @@ PRUNE_MIN_PART = 200
 CALIBRATION_MAX = 1.5
 """How far a provider's count may tighten the budget: beyond this the anchor is more likely stale (the
 context changed since) than the tokenizer that far off."""
-PIN_MARKER = "pin"
-UNPIN_MARKER = "unpin"
-"""``Marker(name="pin", data={"seq": N})`` pins message N (as does ``metadata["pinned"] = True`` on a message):
-compaction keeps it verbatim, and derivation drops it only after every unpinned turn. ``unpin`` undoes it."""
-CONDENSED_MARKER = "condensed"
-"""``Marker(name="condensed", data={"seq": N, "text": ..., "call_id": ...})``: message N (a user message too
-large for the window, or with `call_id` one result of a bulk tool) is shown to the model as `text`, the RLM
-result with the original's head. The history keeps the original; this only changes what is derived."""
+__all__ = ["CONDENSED_MARKER", "PIN_MARKER", "UNPIN_MARKER"]  # their bodies: `markers.Pin`, `Unpin`, `Condensed`
 CUT_NOTE = "[This answer was cut off here: tether stopped (a crash or kill) while it was being written.]"
 """What the model reads at the end of its own answer that a kill cut (`messages.INTERRUPTED_ANSWER`), after its
 text and before any complete tool call (whose result says it never ran)."""
@@ -316,17 +309,14 @@ def derive_context(
             items.append(_Item(entry.seq, body, counts))
             if body.metadata.get("pinned") is True:
                 pinned_seqs.add(entry.seq)
-        elif isinstance(body, Marker) and body.name == INTERRUPTED_MARKER:
+        elif isinstance(known := markers.parse(body), markers.Interrupted):
             if items and items[-1].message.role == "user":
                 note = Message.assistant(INTERRUPTED_NOTE)
                 items.append(_Item(entry.seq, note, part_counts(note, counter)))
-        elif isinstance(body, Marker) and body.name in (PIN_MARKER, UNPIN_MARKER):
-            seq = body.data.get("seq")
-            if isinstance(seq, int):
-                if body.name == PIN_MARKER:
-                    pinned_seqs.add(seq)
-                else:
-                    pinned_seqs.discard(seq)
+        elif isinstance(known, markers.Pin):
+            pinned_seqs.add(known.seq)
+        elif isinstance(known, markers.Unpin):
+            pinned_seqs.discard(known.seq)
     items = _answer_unanswered(items, counter)
     for item in items:
         item.pinned = item.seq is not None and item.seq in pinned_seqs
@@ -465,11 +455,9 @@ def _condensed(entries: Sequence[Entry]) -> dict[int, dict[str, Any]]:
     """The stand-ins that `condensed` markers give messages, by the message's seq (the latest marker wins)."""
     out: dict[int, dict[str, Any]] = {}
     for entry in entries:
-        body = entry.body
-        if isinstance(body, Marker) and body.name == CONDENSED_MARKER:
-            seq, text = body.data.get("seq"), body.data.get("text")
-            if isinstance(seq, int) and isinstance(text, str):
-                out.setdefault(seq, {}).update({str(body.data.get("call_id") or ""): text})
+        condensed = markers.read(entry.body, markers.Condensed)
+        if condensed is not None:
+            out.setdefault(condensed.seq, {}).update({condensed.call_id or "": condensed.text})
     return out
 
 

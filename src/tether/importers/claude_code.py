@@ -37,13 +37,12 @@ from uuid import UUID
 
 import msgspec
 
+from .. import markers
 from ..messages import (
-    ERROR_MARKER,
     Compaction,
     EntryBody,
     FilePart,
     ImagePart,
-    Marker,
     Message,
     Part,
     TextPart,
@@ -644,15 +643,11 @@ class _FileImport:
             if kind == "assistant" and obj.get("isApiErrorMessage") is True:
                 # Claude Code's reply when the API failed for good: an error, not the model's answer
                 text = _user_text(obj) or str(obj.get("error") or "")
-                return Marker(
-                    name=ERROR_MARKER, data={"message": text, "source": "claude-code", "line": no, "raw": obj}
-                )
+                return markers.to_marker(markers.ErrorRecord(message=text, source="claude-code", line=no, raw=obj))
             return self._message(obj, message, kind)
         if kind == "system" and (obj.get("subtype") == "api_error" or obj.get("level") == "error"):
-            return Marker(
-                name=ERROR_MARKER,
-                data={"message": _system_error_text(obj), "source": "claude-code", "line": no, "raw": obj},
-            )
+            error = markers.ErrorRecord(message=_system_error_text(obj), source="claude-code", line=no, raw=obj)
+            return markers.to_marker(error)
         if kind == "system" and obj.get("subtype") == "compact_boundary":
             meta = obj.get("compactMetadata")
             if isinstance(meta, dict) and isinstance(meta.get("preTokens"), int):

@@ -34,8 +34,8 @@ from typing import Any
 
 import msgspec
 
+from .. import markers
 from ..messages import (
-    ERROR_MARKER,
     Compaction,
     EntryBody,
     FilePart,
@@ -818,7 +818,6 @@ def _error_marker(message_id: str, error: Any, info: dict[str, Any] | None) -> M
     if not isinstance(detail, str) or not detail:
         detail = error if isinstance(error, str) else None
     text = ": ".join(p for p in (name if isinstance(name, str) else None, detail) if p) or "an error"
-    marker: dict[str, Any] = {"message": text, "source": "opencode", "message_id": message_id, "error": error}
-    if info is not None:
-        marker["info"] = info
-    return Marker(name=ERROR_MARKER, data=marker)
+    return markers.to_marker(
+        markers.ErrorRecord(message=text, source="opencode", message_id=message_id, error=error, info=info)
+    )

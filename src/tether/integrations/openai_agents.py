@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from .. import markers
 from ..errors import InvalidInput, SeqConflict, SessionNotFound
 from ..ids import is_valid_id
 from ..importers.jsonl import source_session_id
@@ -36,7 +37,6 @@ from ..messages import (
     EntryBody,
     FilePart,
     ImagePart,
-    Marker,
     Message,
     Part,
     Revert,
@@ -57,8 +57,8 @@ Item = dict[str, Any]
 
 META_KEY = "openai_agents"
 """``Message.metadata[META_KEY] = {"item": <the item's JSON>}`` when tether's form does not give it back."""
-ITEM_MARKER = "openai_agents.item"
-"""``Marker(ITEM_MARKER, {"item": ...})``: an item with no tether meaning (a web search, a computer call...)."""
+ITEM_MARKER = markers.OPENAI_AGENTS_MARKER
+"""An item with no tether meaning (a web search, a computer call...): `markers.OpenAiAgentsItem`."""
 SOURCE = "openai-agents"
 """The tool name a session key is derived under (`source_session_id`), and the session's `agent`."""
 
@@ -165,7 +165,7 @@ def item_to_entry(item: Mapping[str, Any], tool_names: Mapping[str, str] | None 
         raise InvalidInput(f"an Agents SDK item must be a dict, not {type(item).__name__}")
     message = _message_of(item)
     if message is None:
-        return Marker(name=ITEM_MARKER, data={"item": dict(item)})
+        return markers.to_marker(markers.OpenAiAgentsItem(item=dict(item)))
     if _message_items(message) != [item]:
         message.metadata[META_KEY] = {"item": dict(item)}
     provider_data = item.get("provider_data")
@@ -243,9 +243,8 @@ def entry_to_items(body: EntryBody) -> list[Item]:
         if isinstance(kept, dict) and isinstance(kept.get("item"), dict):
             return [kept["item"]]
         return _message_items(body)
-    if isinstance(body, Marker) and body.name == ITEM_MARKER and isinstance(body.data.get("item"), dict):
-        return [body.data["item"]]
-    return []
+    kept = markers.read(body, markers.OpenAiAgentsItem)
+    return [kept.item] if kept is not None else []
 
 
 def summary_item(compaction: Compaction) -> Item:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from .. import markers
 from ..errors import InvalidInput, MissingExtra, SessionNotFound
 from ..ids import is_valid_id
 from ..importers.jsonl import source_session_id
@@ -57,8 +58,8 @@ except ModuleNotFoundError as e:  # pragma: no cover - the extra is installed wh
 META_KEY = "pydantic_ai"
 """On the first entry of a message: ``{"message": <its JSON>, "entries": N}`` (the message is N entries);
 on the others ``{"continues": True}``."""
-MESSAGE_MARKER = "pydantic_ai.message"
-"""``Marker(MESSAGE_MARKER, {"message": ...})``: a message with no part that tether has a meaning for."""
+MESSAGE_MARKER = markers.PYDANTIC_AI_MARKER
+"""A message with no part that tether has a meaning for (`markers.PydanticAiMessage`)."""
 SOURCE = "pydantic-ai"
 """The tool name a session key is derived under, and the `agent` of the sessions `save_messages` creates."""
 
@@ -186,7 +187,7 @@ def to_entries(messages: Sequence[pai.ModelMessage]) -> list[tuple[EntryBody, fl
             stamp = message.timestamp
         when = stamp.timestamp() if isinstance(stamp, datetime) else None
         if not bodies:
-            out.append((Marker(name=MESSAGE_MARKER, data={"message": raw}), when))
+            out.append((markers.to_marker(markers.PydanticAiMessage(message=raw)), when))
             continue
         for i, body in enumerate(bodies):
             assert isinstance(body, Message)
@@ -291,8 +292,9 @@ def to_model_messages(entries: Sequence[Entry]) -> list[pai.ModelMessage]:
         entry, body = window[i], window[i].body
         i += 1
         if isinstance(body, Marker):
-            if body.name == MESSAGE_MARKER and isinstance(body.data.get("message"), dict):
-                out.extend(_adapter.validate_python([body.data["message"]]))
+            kept = markers.read(body, markers.PydanticAiMessage)
+            if kept is not None:
+                out.extend(_adapter.validate_python([kept.message]))
                 translated.append(False)
             continue
         if not isinstance(body, Message):

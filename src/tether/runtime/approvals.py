@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import markers
 from ..errors import ConfigError
-from ..messages import APPROVAL_DECISION_MARKER, APPROVAL_REQUEST_MARKER, Entry, Marker, Message, ToolCallPart
+from ..messages import Entry, Message, ToolCallPart
 from ..store.protocols import Journal
 from ..store.reverts import ActiveWalk
 from ..tools.base import ToolContext
@@ -108,21 +109,25 @@ async def decide(state: RunState, call: ToolCallPart, ctx: ToolContext) -> Decis
         suggestion=tuple(suggested),
         workspace=str(ctx.workspace),
     )
+    asked = markers.ApprovalRequest(
+        call_id=call.id, tool=call.name, arguments=call.arguments, reason=decision.reason, suggestion=suggested
+    )
+    await state.append(markers.to_marker(asked))
     data = {"call_id": call.id, "tool": call.name, "arguments": call.arguments, "reason": decision.reason}
-    await state.append(Marker(name=APPROVAL_REQUEST_MARKER, data={**data, "suggestion": suggested}))
     state.journal.reported.set()
     await audit.record(state.session.store, "approval.requested", session_id=state.session_id, detail=data)
     timeout = state.options.approval_timeout
     answer = await _wait(approver, request, timeout)
-    record: dict[str, object] = {"call_id": call.id, "approved": answer.approved, "by": answer.by, "scope": "once"}
-    if answer.message:
-        record["message"] = answer.message
+    decided = markers.ApprovalDecision(
+        call_id=call.id, approved=answer.approved, by=answer.by, message=answer.message or None
+    )
     if answer.approved and answer.scope != "once" and suggested:
-        record["scope"], note = await _remember(state, answer, suggested, ctx.workspace)
-        record["rules"] = suggested
-        if note:
-            record["note"] = note
-    await state.append(Marker(name=APPROVAL_DECISION_MARKER, data=record))
+        decided.scope, note = await _remember(state, answer, suggested, ctx.workspace)
+        decided.rules = list(suggested)
+        decided.note = note or None
+    decision_entry = markers.to_marker(decided)
+    record = decision_entry.data
+    await state.append(decision_entry)
     state.journal.reported.set()
     outcome = "approved" if answer.approved else "denied"
     await audit.record(
@@ -192,22 +197,19 @@ def undecided(entries: Sequence[Entry], session_id: str = "") -> list[ApprovalRe
                 continue
             if body.role != "system":
                 break
-        elif isinstance(body, Marker) and body.name == APPROVAL_DECISION_MARKER:
-            decided.add(str(body.data.get("call_id")))
-        elif isinstance(body, Marker) and body.name == APPROVAL_REQUEST_MARKER:
-            call_id = body.data.get("call_id")
-            if isinstance(call_id, str) and call_id not in decided and call_id not in found:
-                suggestion = body.data.get("suggestion")
-                found[call_id] = ApprovalRequest(
-                    session_id=session_id,
-                    call_id=call_id,
-                    tool=str(body.data.get("tool", "")),
-                    arguments=body.data.get("arguments"),
-                    reason=str(body.data.get("reason", "")),
-                    suggestion=tuple(s for s in suggestion if isinstance(s, str))
-                    if isinstance(suggestion, list)
-                    else (),
-                )
+            continue
+        marker = markers.parse(body)
+        if isinstance(marker, markers.ApprovalDecision):
+            decided.add(marker.call_id)
+        elif isinstance(marker, markers.ApprovalRequest) and marker.call_id not in decided | found.keys():
+            found[marker.call_id] = ApprovalRequest(
+                session_id=session_id,
+                call_id=marker.call_id,
+                tool=marker.tool,
+                arguments=marker.arguments,
+                reason=marker.reason,
+                suggestion=tuple(marker.suggestion),
+            )
     return list(reversed(found.values()))
 
 

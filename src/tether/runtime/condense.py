@@ -8,11 +8,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..context.derive import CONDENSED_MARKER
 from ..context.engine import ModelLimits
 from ..context.tokens import TokenCounter
 from ..events import Event, RlmEvent, RlmProgress
-from ..messages import Marker, ToolCallPart, ToolResultPart
+from ..markers import Condensed, to_marker
+from ..messages import ToolCallPart, ToolResultPart
 from ..rlm.engine import RlmLimits
 from ..rlm.policy import RLM_SHARE, condensable, condense, text_needs_rlm, tool_output_question
 from ..rlm.sizing import model_counter
@@ -114,15 +114,18 @@ async def condense_text(
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    data: dict[str, Any] = {
-        "seq": seq,
-        "text": condensed.text,
-        "fallback": condensed.result.fallback,
-        "input_tokens": condensed.result.usage.input_tokens,
-        "output_tokens": condensed.result.usage.output_tokens,
-    }
-    if call_id is not None:
-        data["call_id"] = call_id
-    await state.append(Marker(name=CONDENSED_MARKER, data=data))
+    usage = condensed.result.usage
+    await state.append(
+        to_marker(
+            Condensed(
+                seq=seq,
+                text=condensed.text,
+                call_id=call_id,
+                fallback=condensed.result.fallback,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+            )
+        )
+    )
     for event in journal.drain():
         yield event

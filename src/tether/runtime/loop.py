@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
+from .. import markers
 from ..config import Config
 from ..context.budget import ContextSettings, compute_budget
 from ..context.engine import ContextEngine
@@ -28,10 +29,8 @@ from ..errors import (
 from ..events import Done, Error, Event, Progress, RunStarted
 from ..ids import new_id
 from ..messages import (
-    INTERRUPTED_MARKER,
     Checkpoint,
     EntryBody,
-    Marker,
     Message,
     TitleChange,
     ToolCallPart,
@@ -289,7 +288,7 @@ class AgentRun:
                 bodies: list[EntryBody] = []
                 unanswered = state.unanswered_prompt()
                 if unanswered is not None:  # the last prompt got no answer: say so before the next one
-                    bodies.append(Marker(name=INTERRUPTED_MARKER, data={"seq": unanswered}))
+                    bodies.append(markers.to_marker(markers.Interrupted(seq=unanswered)))
                 bodies.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
                 user_entry = (await state.append(*bodies))[-1]
                 text = user_entry.body.text if isinstance(user_entry.body, Message) else ""

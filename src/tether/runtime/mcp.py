@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .. import markers
 from ..config import Config, McpServerConfig, parse_config
 from ..context.tokens import count_tools, get_counter
 from ..errors import ConfigError, NotFound
 from ..events import Event, Progress
 from ..mcp.servers import ServerSpec, read_mcp_json, spec_from_config
-from ..messages import Marker, Message, ToolSpec
+from ..messages import Message, ToolSpec
 from ..paths import config_path
 from ..redaction import config_secrets
 from ..tools.deferred import DEFAULT_SHARE, ToolSearchTool, defer
@@ -39,9 +40,8 @@ if TYPE_CHECKING:
     from .state import RunState
 
 MCP_JSON = ".mcp.json"
-MCP_MARKER = "mcp_tools"
-"""``Marker(name="mcp_tools", data={"servers": {NAME: {"tools": [...], "digest"}}, "changed": {...},
-"failed": {NAME: why}})``: the MCP servers and tools a run had, journaled as it starts."""
+MCP_MARKER = markers.MCP_MARKER
+"""The MCP servers and tools a run had, journaled as it starts (`markers.McpTools`)."""
 SESSION_KEY = "mcp_tools"
 """Where a session keeps what its last run saw of each server: ``metadata["mcp_tools"][NAME] = {"digest",
 "tools", "tokens"}``, and ``["tool_search"]`` when the tools were offered through it."""
@@ -215,17 +215,16 @@ async def bind_mcp(state: RunState) -> list[Event]:
     before = state.session.info.metadata.get(SESSION_KEY)
     before = before if isinstance(before, dict) else {}
     now = {server: tool_digest(items) for server, items in described.items()}
-    changed: dict[str, dict[str, list[str]]] = {}
+    changed: dict[str, markers.McpToolsChange] = {}
     events: list[Event] = []
     for server, digest in now.items():
         old = before.get(server)
         if isinstance(old, dict) and old.get("digest") != digest:
             names = {t["name"] for t in described[server]}
             old_names = set(old.get("tools") or [])
-            changed[server] = {"added": sorted(names - old_names), "removed": sorted(old_names - names)}
-            same = (
-                "" if changed[server]["added"] or changed[server]["removed"] else " (their descriptions or parameters)"
-            )
+            change = markers.McpToolsChange(added=sorted(names - old_names), removed=sorted(old_names - names))
+            changed[server] = change
+            same = "" if change.added or change.removed else " (their descriptions or parameters)"
             events.append(
                 _warning(
                     f"MCP server {server!r}: its tools changed since this session last ran{same}: "
@@ -235,16 +234,11 @@ async def bind_mcp(state: RunState) -> list[Event]:
     for problem in found.failed.values():
         events.append(_warning(problem + " (its tools are not offered in this run)"))
     events.extend(_warning(notice) for notice in manager.notices)
-    data: dict[str, Any] = {
-        "servers": {s: {"tools": [t["name"] for t in items], "digest": now[s]} for s, items in described.items()},
+    servers = {
+        s: markers.McpServerTools(tools=[t["name"] for t in items], digest=now[s]) for s, items in described.items()
     }
-    if changed:
-        data["changed"] = changed
-    if found.failed:
-        data["failed"] = dict(found.failed)
-    if search is not None:
-        data["tool_search"] = search
-    await state.append(Marker(name=MCP_MARKER, data=data))
+    body = markers.McpTools(servers=servers, changed=changed, failed=dict(found.failed), tool_search=search)
+    await state.append(markers.to_marker(body))
     counter = get_counter(model=state.options.model)
     offered = set(mcp_names)
     costs = {
@@ -258,11 +252,9 @@ async def bind_mcp(state: RunState) -> list[Event]:
         )
         for s in now
     }
-    for s in now:
-        data["servers"][s]["tokens"] = costs[s]
     remembered: dict[str, Any] = {
         **{k: v for k, v in before.items() if k != SEARCH_KEY},
-        **{s: {"digest": now[s], "tools": data["servers"][s]["tools"], "tokens": costs[s]} for s in now},
+        **{s: {"digest": now[s], "tools": servers[s].tools, "tokens": costs[s]} for s in now},
     }
     if search is not None:
         remembered[SEARCH_KEY] = search
@@ -271,7 +263,7 @@ async def bind_mcp(state: RunState) -> list[Event]:
     return events
 
 
-def _offer(state: RunState, mcp_names: list[str]) -> dict[str, Any] | None:
+def _offer(state: RunState, mcp_names: list[str]) -> dict[str, int] | None:
     """Set the definitions the model is sent: every tool when they fit in ``[tools] search_share`` of the
     window (default 10%); else the MCP tools go behind `tool_search` (those the session's history called stay
     offered) and what that saves is returned, for the journal."""
@@ -323,12 +315,12 @@ def mcp_costs(metadata: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _delta(change: dict[str, list[str]]) -> str:
+def _delta(change: markers.McpToolsChange) -> str:
     parts = []
-    if change["added"]:
-        parts.append("added " + ", ".join(change["added"]))
-    if change["removed"]:
-        parts.append("removed " + ", ".join(change["removed"]))
+    if change.added:
+        parts.append("added " + ", ".join(change.added))
+    if change.removed:
+        parts.append("removed " + ", ".join(change.removed))
     return "; ".join(parts) or "same names"
 
 

@@ -18,10 +18,11 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from .. import markers
 from ..context.tokens import get_counter
 from ..errors import InvalidInput, NotFound, ToolError
 from ..ids import check_id, new_id
-from ..messages import Marker, Message, TextPart
+from ..messages import Message, TextPart
 from ..store.protocols import Store
 from ..tools.base import ToolContext, ToolOutput
 
@@ -29,7 +30,8 @@ Scope = Literal["project", "user"]
 MEMORY_KEY = "memory"
 """``metadata["memory"]``: on a notes session, ``{"scope", "project"?}``; on a note, ``{"id", "scope", "by",
 "session"?, "at"}``."""
-FORGET_MARKER = "memory_forget"
+FORGET_MARKER = markers.FORGET_MARKER
+"""A note forgotten (`markers.MemoryForget`)."""
 DEFAULT_MAX_TOKENS = 2_000
 MAX_NOTE_CHARS = 4_000
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -123,8 +125,8 @@ async def notes(
         kept: dict[str, Note] = {}
         async for entry in store.iter_entries(sid):
             body = entry.body
-            if isinstance(body, Marker) and body.name == FORGET_MARKER:
-                kept.pop(str(body.data.get("id")), None)
+            if (forgotten := markers.read(body, markers.MemoryForget)) is not None:
+                kept.pop(forgotten.id, None)
             elif isinstance(body, Message) and isinstance(body.metadata.get(MEMORY_KEY), dict):
                 m = body.metadata[MEMORY_KEY]
                 kept[str(m.get("id"))] = Note(
@@ -140,7 +142,7 @@ async def forget(store: Store, note_id: str, workspace: str | os.PathLike[str] |
     for note in await notes(store, workspace):
         if note.id == note_id:
             sid = notes_session_id(note.scope, note.project)
-            await store.append(sid, [Marker(name=FORGET_MARKER, data={"id": note_id, "by": by, "at": time.time()})])
+            await store.append(sid, [markers.to_marker(markers.MemoryForget(id=note_id, by=by, at=time.time()))])
             return note
     raise NotFound(f"no memory note {note_id!r} here (tether memory list shows them)")
 
