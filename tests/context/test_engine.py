@@ -8,7 +8,7 @@ import pytest
 
 from tether.context.budget import ContextSettings, compute_budget
 from tether.context.compaction import CompactionEvent, CompactionStarted
-from tether.context.engine import ContextEngine
+from tether.context.engine import CompactionScope, ContextEngine
 from tether.errors import ContextOverflow, ProviderError
 from tether.messages import Compaction, Message, ToolCallPart, ToolResultPart
 from tether.providers import ScriptedProvider
@@ -17,6 +17,10 @@ from tether.store import Store
 
 BUDGET = compute_budget(40_000, 4_000)  # usable 35,200; threshold 31,680
 SUMMARY = "## Goal\nShip it.\n## Current state\nHalfway."
+
+
+def SCOPE(provider: ScriptedProvider) -> CompactionScope:
+    return CompactionScope(budget=BUDGET, provider=provider, model="m")
 
 
 async def grow(session: Session, turns: int, output: int = 4_000) -> None:
@@ -46,7 +50,7 @@ async def test_below_the_threshold_nothing_happens(store: Store) -> None:
     engine = ContextEngine(store)
     provider = ScriptedProvider([SUMMARY])
     derived = await engine.derive(session.id, budget=BUDGET)
-    assert await engine.before_step(session.id, derived, budget=BUDGET, provider=provider, model="m") is None
+    assert await engine.before_step(session.id, derived, SCOPE(provider)) is None
     assert provider.requests == []
 
 
@@ -57,16 +61,14 @@ async def test_past_the_threshold_it_compacts_before_the_step(store: Store) -> N
     derived = await engine.derive(session.id, budget=BUDGET)
     assert derived.needed_tokens >= BUDGET.threshold()
     events: list[CompactionEvent] = []
-    result = await engine.before_step(
-        session.id, derived, budget=BUDGET, provider=provider, model="m", emit=events.append
-    )
+    result = await engine.before_step(session.id, derived, SCOPE(provider), emit=events.append)
     assert result is not None and result.ok and result.reason == "auto" and result.strategy == "model"
     after = await engine.derive(session.id, budget=BUDGET)
     assert after.compaction_seq == result.entry.seq  # type: ignore[union-attr]
     assert after.estimate.tokens < BUDGET.threshold()
     assert isinstance(events[0], CompactionStarted) and events[0].reason == "auto"
     # the next step does not compact again
-    again = await engine.before_step(session.id, after, budget=BUDGET, provider=provider, model="m")
+    again = await engine.before_step(session.id, after, SCOPE(provider))
     assert again is None and len(provider.requests) == 1
 
 
@@ -85,7 +87,7 @@ async def test_auto_compact_off_is_honoured_before_a_step(store: Store, where: s
         engine = ContextEngine(store, settings=ContextSettings(auto_compact=False))
     provider = ScriptedProvider([SUMMARY])
     derived = await engine.derive(session.id, budget=BUDGET)
-    assert await engine.before_step(session.id, derived, budget=BUDGET, provider=provider, model="m") is None
+    assert await engine.before_step(session.id, derived, SCOPE(provider)) is None
     assert provider.requests == []
     assert derived.fits  # the step still gets a context that fits: turns dropped, not compacted
 
@@ -97,7 +99,7 @@ async def test_auto_compact_off_is_honoured_on_the_overflow_path(store: Store) -
     count = (await store.get_session(session.id)).entry_count
     error = overflow()
     with pytest.raises(ContextOverflow) as raised:
-        await engine.on_overflow(session.id, error, budget=BUDGET, provider=provider, model="m")
+        await engine.on_overflow(session.id, error, SCOPE(provider))
     assert raised.value is error
     assert provider.requests == []
     assert (await store.get_session(session.id)).entry_count == count  # nothing appended
@@ -107,15 +109,15 @@ async def test_overflow_compacts_once(store: Store) -> None:
     session = await big_session(store)
     engine = ContextEngine(store)
     provider = ScriptedProvider([SUMMARY, SUMMARY])
-    result = await engine.on_overflow(session.id, overflow(), budget=BUDGET, provider=provider, model="m")
+    result = await engine.on_overflow(session.id, overflow(), SCOPE(provider))
     assert result.ok and result.reason == "overflow"
     # the retried call overflowed too, with nothing appended in between: no second compaction
     with pytest.raises(ContextOverflow):
-        await engine.on_overflow(session.id, overflow(), budget=BUDGET, provider=provider, model="m")
+        await engine.on_overflow(session.id, overflow(), SCOPE(provider))
     assert len(provider.requests) == 1
     # after the session moves on, a new overflow may compact again
     await grow(session, 9)
-    again = await engine.on_overflow(session.id, overflow(), budget=BUDGET, provider=provider, model="m")
+    again = await engine.on_overflow(session.id, overflow(), SCOPE(provider))
     assert again.ok and len(provider.requests) == 2
 
 
@@ -124,7 +126,7 @@ async def test_a_failed_overflow_compaction_raises_the_overflow(store: Store) ->
     await session.append(Message.user("x" * 200_000))  # one turn: nothing to compact
     engine = ContextEngine(store)
     with pytest.raises(ContextOverflow):
-        await engine.on_overflow(session.id, overflow(), budget=BUDGET, provider=None, model=None)
+        await engine.on_overflow(session.id, overflow(), CompactionScope(budget=BUDGET))
 
 
 async def test_a_failing_summarizer_on_the_auto_path_does_not_loop(store: Store) -> None:
@@ -133,7 +135,7 @@ async def test_a_failing_summarizer_on_the_auto_path_does_not_loop(store: Store)
     provider = ScriptedProvider(lambda request: ProviderError("down", provider="scripted"))
     for _ in range(3):  # three steps in a row
         derived = await engine.derive(session.id, budget=BUDGET)
-        await engine.before_step(session.id, derived, budget=BUDGET, provider=provider, model="m")
+        await engine.before_step(session.id, derived, SCOPE(provider))
     assert len(provider.requests) == 1  # one try; the mechanical fallback then made the context small
     derived = await engine.derive(session.id, budget=BUDGET)
     assert derived.compaction_seq is not None and derived.estimate.tokens < BUDGET.threshold()
@@ -147,7 +149,7 @@ async def test_an_auto_compaction_that_cannot_help_is_not_retried_until_the_sess
     for _ in range(3):
         derived = await engine.derive(session.id, budget=BUDGET)
         assert derived.fits  # truncated to fit
-        result = await engine.before_step(session.id, derived, budget=BUDGET, provider=provider, model="m")
+        result = await engine.before_step(session.id, derived, SCOPE(provider))
     assert result is None  # the first attempt failed; the later ones were not made
     assert len(provider.requests) == 1
 
@@ -155,7 +157,7 @@ async def test_an_auto_compaction_that_cannot_help_is_not_retried_until_the_sess
 async def test_manual_compaction_runs_even_with_auto_off(store: Store) -> None:
     session = await big_session(store, auto_compact=False)
     engine = ContextEngine(store)
-    result = await engine.compact(session.id, budget=BUDGET, provider=ScriptedProvider([SUMMARY]), model="m")
+    result = await engine.compact(session.id, SCOPE(ScriptedProvider([SUMMARY])))
     assert result.ok and result.reason == "manual"
 
 

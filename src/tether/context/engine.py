@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..errors import ContextOverflow
@@ -37,6 +37,26 @@ class ModelLimits(Protocol):
 
     @property
     def max_output_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionScope:
+    """What every compaction a caller asks of the engine shares: the `budget` the context must fit, the
+    summarizer (`provider` and `model`, None for the mechanical summary) and what it takes in one call
+    (`summarizer_input_limit`, default `budget.usable`), the run's `system` prompt and `tools` (counted as the
+    fixed part), the context `settings` (default: the session's), the session's entry count when the caller
+    knows it (`last_seq`, else it is read), and the `append` that journals the compaction (see
+    `compact_session`; default: a store append checked against the seq it read)."""
+
+    budget: Budget | None
+    provider: Provider | None = None
+    model: str | None = None
+    system: str | None = None
+    tools: Sequence[ToolSpec] = ()
+    settings: ContextSettings | None = None
+    summarizer_input_limit: int | None = None
+    last_seq: int | None = None
+    append: Appender | None = None
 
 
 @dataclass
@@ -167,125 +187,64 @@ class ContextEngine:
     # --- compaction ------------------------------------------------------------------------------
 
     async def _compact(
-        self,
-        session_id: str,
-        reason: CompactionReason,
-        *,
-        budget: Budget | None,
-        provider: Provider | None,
-        model: str | None,
-        settings: ContextSettings,
-        system: str | None,
-        tools: Sequence[ToolSpec],
-        emit: EventSink | None,
-        summarizer_input_limit: int | None = None,
-        append: Appender | None = None,
+        self, session_id: str, reason: CompactionReason, scope: CompactionScope, emit: EventSink | None
     ) -> CompactionResult:
+        model = scope.model
         return await compact_session(
             self.store,
             session_id,
-            provider=provider,
+            provider=scope.provider,
             model=model,
             reason=reason,
-            budget=budget,
-            settings=settings,
-            system=system,
-            tools=tools,
+            budget=scope.budget,
+            settings=scope.settings or await self.settings_for(session_id),
+            system=scope.system,
+            tools=scope.tools,
             counter=self._counter(model),
             cache=self.cache,
             emit=emit,
-            summarizer_input_limit=summarizer_input_limit,
-            append=append,
+            summarizer_input_limit=scope.summarizer_input_limit,
+            append=scope.append,
         )
 
+    async def _last_seq(self, session_id: str, scope: CompactionScope) -> int:
+        if scope.last_seq is not None:
+            return scope.last_seq
+        return (await self.store.get_session(session_id)).entry_count
+
     async def before_step(
-        self,
-        session_id: str,
-        derived: DerivedContext,
-        *,
-        budget: Budget,
-        provider: Provider | None,
-        model: str | None,
-        system: str | None = None,
-        tools: Sequence[ToolSpec] = (),
-        emit: EventSink | None = None,
-        settings: ContextSettings | None = None,
-        summarizer_input_limit: int | None = None,
-        last_seq: int | None = None,
-        append: Appender | None = None,
+        self, session_id: str, derived: DerivedContext, scope: CompactionScope, *, emit: EventSink | None = None
     ) -> CompactionResult | None:
         """Compact if `derived` passed the threshold (default 90% of the usable budget) and automatic
         compaction is on. None when nothing was tried. A failed attempt is not retried until the session
-        has grown: the caller goes on with the fitted context. `provider`/`model` write the summary;
-        `summarizer_input_limit` is what that model takes in one call (default: `budget.usable`). `last_seq`
-        is the session's entry count when the caller knows it; `append` journals the compaction (see
-        `compact_session`)."""
-        settings = settings or await self.settings_for(session_id)
-        if settings.auto_compact is False:
+        has grown: the caller goes on with the fitted context."""
+        settings = scope.settings or await self.settings_for(session_id)
+        if settings.auto_compact is False or scope.budget is None:
             return None
         share = settings.compact_threshold or DEFAULT_COMPACT_THRESHOLD
-        if max(derived.estimate.tokens, derived.needed_tokens) < budget.threshold(share):
+        if max(derived.estimate.tokens, derived.needed_tokens) < scope.budget.threshold(share):
             return None
-        if last_seq is None:
-            last_seq = (await self.store.get_session(session_id)).entry_count
+        last_seq = await self._last_seq(session_id, scope)
         if self._auto_failed_at.get(session_id) == last_seq:
             return None
-        result = await self._compact(
-            session_id,
-            "auto",
-            budget=budget,
-            provider=provider,
-            model=model,
-            settings=settings,
-            system=system,
-            tools=tools,
-            emit=emit,
-            summarizer_input_limit=summarizer_input_limit,
-            append=append,
-        )
+        result = await self._compact(session_id, "auto", replace(scope, settings=settings), emit)
         if not result.ok:
             self._auto_failed_at[session_id] = last_seq
         return result
 
     async def on_overflow(
-        self,
-        session_id: str,
-        error: ContextOverflow,
-        *,
-        budget: Budget | None,
-        provider: Provider | None,
-        model: str | None,
-        system: str | None = None,
-        tools: Sequence[ToolSpec] = (),
-        emit: EventSink | None = None,
-        settings: ContextSettings | None = None,
-        summarizer_input_limit: int | None = None,
-        last_seq: int | None = None,
-        append: Appender | None = None,
+        self, session_id: str, error: ContextOverflow, scope: CompactionScope, *, emit: EventSink | None = None
     ) -> CompactionResult:
         """React to a provider's `ContextOverflow`: compact once, then the caller re-derives and retries.
         Raises `error` again when automatic compaction is off, when the session already compacted for an
         overflow and nothing was appended since (the retry overflowed too), or when compaction failed."""
-        settings = settings or await self.settings_for(session_id)
+        settings = scope.settings or await self.settings_for(session_id)
         if settings.auto_compact is False:
             raise error
-        if last_seq is None:
-            last_seq = (await self.store.get_session(session_id)).entry_count
+        last_seq = await self._last_seq(session_id, scope)
         if self._overflow_at.get(session_id) == last_seq:
             raise error
-        result = await self._compact(
-            session_id,
-            "overflow",
-            budget=budget,
-            provider=provider,
-            model=model,
-            settings=settings,
-            system=system,
-            tools=tools,
-            emit=emit,
-            summarizer_input_limit=summarizer_input_limit,
-            append=append,
-        )
+        result = await self._compact(session_id, "overflow", replace(scope, settings=settings), emit)
         if result.entry is None:
             self._overflow_at[session_id] = last_seq
             raise error
@@ -293,29 +252,7 @@ class ContextEngine:
         return result
 
     async def compact(
-        self,
-        session_id: str,
-        *,
-        budget: Budget | None,
-        provider: Provider | None,
-        model: str | None,
-        system: str | None = None,
-        tools: Sequence[ToolSpec] = (),
-        emit: EventSink | None = None,
-        settings: ContextSettings | None = None,
-        append: Appender | None = None,
+        self, session_id: str, scope: CompactionScope, *, emit: EventSink | None = None
     ) -> CompactionResult:
         """Compact now because a person asked (``tether compact``): runs whatever ``auto_compact`` says."""
-        settings = settings or await self.settings_for(session_id)
-        return await self._compact(
-            session_id,
-            "manual",
-            budget=budget,
-            provider=provider,
-            model=model,
-            settings=settings,
-            system=system,
-            tools=tools,
-            emit=emit,
-            append=append,
-        )
+        return await self._compact(session_id, "manual", scope, emit)

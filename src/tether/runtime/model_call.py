@@ -207,7 +207,7 @@ class ModelCall:
                     raise
                 overflowed = True
                 try:
-                    await state.engine.on_overflow(sid, overflow, emit=journal.note, **compaction_scope(state))
+                    await state.engine.on_overflow(sid, overflow, compaction_scope(state), emit=journal.note)
                 finally:
                     for event in journal.drain():
                         yield event

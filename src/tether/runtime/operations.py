@@ -16,7 +16,7 @@ from ..config import Config
 from ..context.budget import Budget, ContextSettings, compute_budget
 from ..context.compaction import CompactionResult, EventSink
 from ..context.derive import DerivedContext
-from ..context.engine import ContextEngine
+from ..context.engine import CompactionScope, ContextEngine
 from ..context.tokens import count_message, count_tools, get_counter
 from ..errors import ConfigError
 from ..messages import Entry, EntryBody
@@ -128,9 +128,8 @@ async def compact_now(
     async def append(bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
         return await session.append(*bodies, expect_seq=expect_seq)
 
-    return await engine.compact(
-        session_id, budget=budget, provider=provider, model=summarizer, emit=emit, settings=settings, append=append
-    )
+    scope = CompactionScope(budget=budget, provider=provider, model=summarizer, settings=settings, append=append)
+    return await engine.compact(session_id, scope, emit=emit)
 
 
 async def ask_run(store: Store, session_id: str, request: LeaseRequest) -> Lease | None:

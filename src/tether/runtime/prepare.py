@@ -5,9 +5,9 @@ the run's journal for the loop to yield them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..context.derive import DerivedContext
+from ..context.engine import CompactionScope
 from ..errors import ContextOverflow
 from ..providers.base import ModelRequest
 from .state import RunState
@@ -20,21 +20,21 @@ class PreparedStep:
     """None when the run bypasses the context engine (`RunOptions.context`)."""
 
 
-def compaction_scope(state: RunState) -> dict[str, Any]:
+def compaction_scope(state: RunState) -> CompactionScope:
     """What every compaction the run asks of the context engine shares: its budget, prompt, tools, settings,
     summarizer, where the session stands and the append that journals the compaction."""
     summarizer = state.summarizer
-    return {
-        "budget": state.budget,
-        "system": system_prompt(state),
-        "tools": state.specs,
-        "settings": state.settings,
-        "provider": summarizer.provider,
-        "model": summarizer.model,
-        "summarizer_input_limit": summarizer.input_limit,
-        "last_seq": state.journal.last_seq,
-        "append": state.journal.append_for_engine,
-    }
+    return CompactionScope(
+        budget=state.budget,
+        system=system_prompt(state),
+        tools=state.specs,
+        settings=state.settings,
+        provider=summarizer.provider,
+        model=summarizer.model,
+        summarizer_input_limit=summarizer.input_limit,
+        last_seq=state.journal.last_seq,
+        append=state.journal.append_for_engine,
+    )
 
 
 def system_prompt(state: RunState) -> str | None:
@@ -67,7 +67,7 @@ async def prepare_step(state: RunState) -> PreparedStep:
     else:
         derived = await derive(state)
         compacted = await state.engine.before_step(
-            state.session_id, derived, emit=state.journal.note, **compaction_scope(state)
+            state.session_id, derived, compaction_scope(state), emit=state.journal.note
         )
         if compacted is not None and compacted.entry is not None:
             derived = await derive(state)
