@@ -26,7 +26,7 @@ from .messages import (
     ToolResultPart,
     cut_reason,
 )
-from .store.protocols import Store
+from .store.protocols import Journal
 from .store.records import RevertSpan, SessionInfo
 from .store.reverts import effective_reverts, hidden_spans, is_hidden
 
@@ -237,7 +237,7 @@ def _md_marker(entry: Entry, spans: Sequence[RevertSpan]) -> list[str]:
     return []
 
 
-async def export_markdown(store: Store, session_id: str, out: IO[str], *, raw: bool = False) -> SessionInfo:
+async def export_markdown(store: Journal, session_id: str, out: IO[str], *, raw: bool = False) -> SessionInfo:
     """Write a readable transcript: roles as headings, tool calls on one line, tool results truncated,
     thinking collapsed. Reverted entries are left out (a note marks each revert) unless `raw`. Streams the
     journal twice, keeping only the reverts from the first pass, so memory does not grow with the session."""

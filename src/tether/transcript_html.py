@@ -32,7 +32,7 @@ from .messages import (
     ToolResultPart,
     cut_reason,
 )
-from .store.protocols import Store
+from .store.protocols import Journal, JournalSearchIndex
 from .store.records import RevertSpan, SessionInfo
 from .store.reverts import effective_reverts
 from .transcript import attachment_label, call_signature, cut_calls, error_text, revert_note, shown_as_hidden
@@ -413,7 +413,7 @@ class Page(NamedTuple):
 
 
 async def html_chunks(
-    store: Store,
+    store: JournalSearchIndex,
     session_id: str,
     *,
     raw: bool = False,
@@ -447,7 +447,7 @@ async def html_chunks(
 
 
 async def _transcript(
-    store: Store,
+    store: JournalSearchIndex,
     info: SessionInfo,
     *,
     raw: bool,
@@ -515,7 +515,7 @@ async def _transcript(
             yield piece
 
 
-async def _children(store: Store, session_id: str) -> dict[str, SessionInfo]:
+async def _children(store: Journal, session_id: str) -> dict[str, SessionInfo]:
     """The session's sub-agent sessions by the call that ran each (`metadata.task.call_id`)."""
     found: dict[str, SessionInfo] = {}
     cursor: str | None = None
@@ -532,7 +532,7 @@ async def _children(store: Store, session_id: str) -> dict[str, SessionInfo]:
 
 
 async def export_html(
-    store: Store, session_id: str, out: IO[str], *, raw: bool = False, children: bool = False
+    store: JournalSearchIndex, session_id: str, out: IO[str], *, raw: bool = False, children: bool = False
 ) -> SessionInfo:
     """Write the session as one self-contained HTML file (see `html_chunks`)."""
     info = await store.get_session(session_id)

@@ -14,6 +14,7 @@ from ..errors import NotFound
 from ..runtime.audit import KINDS, walk_trail
 from ..store import Store
 from ..store.audit import AuditRecord, AuditReport, verify
+from ..store.protocols import Audit
 from .common import echo_json, find_session, wants_json, with_store
 from .sanitize import escape_controls
 from .share import parse_duration
@@ -142,7 +143,7 @@ def verify_command(json_flag: bool) -> None:
     before, no seq missing, and the end against the head the store keeps. A record changed or removed in the
     database is named by its position (seq). Exits 1 when anything is wrong."""
 
-    async def run(store: Store) -> AuditReport:
+    async def run(store: Audit) -> AuditReport:
         return await verify(walk_trail(store), await store.audit_head())
 
     report = with_store(run)
@@ -172,7 +173,7 @@ def prune_command(older: str) -> None:
     if seconds is None:
         raise OptionError("--older-than takes a duration such as 90d")
 
-    async def run(store: Store) -> int:
+    async def run(store: Audit) -> int:
         return await store.prune_audit(time.time() - seconds)
 
     removed = with_store(run)

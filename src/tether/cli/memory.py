@@ -8,7 +8,7 @@ import time
 
 import click
 
-from ..store import Store
+from ..store.protocols import Journal
 from .common import console, echo_json, wants_json, with_store
 from .sanitize import escape_controls as shown
 
@@ -31,7 +31,7 @@ def list_command(directory: str | None, json_flag: bool) -> None:
     """The notes of this project and yours, newest first."""
     from ..runtime.memory import notes
 
-    async def go(store: Store) -> list[dict[str, object]]:
+    async def go(store: Journal) -> list[dict[str, object]]:
         return [n.as_dict() for n in await notes(store, _workspace(directory))]
 
     found = with_store(go)
@@ -58,7 +58,7 @@ def add(text: str, for_user: bool, directory: str | None) -> None:
     """Keep a note."""
     from ..runtime.memory import remember
 
-    async def go(store: Store) -> str:
+    async def go(store: Journal) -> str:
         note = await remember(store, text, scope="user" if for_user else "project", workspace=_workspace(directory))
         return note.id
 
@@ -72,7 +72,7 @@ def rm(note_id: str, directory: str | None) -> None:
     """Forget a note (it leaves the prompts and the lists; the history keeps it)."""
     from ..runtime.memory import forget
 
-    async def go(store: Store) -> None:
+    async def go(store: Journal) -> None:
         await forget(store, note_id, _workspace(directory))
 
     with_store(go)

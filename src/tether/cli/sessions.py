@@ -42,6 +42,7 @@ from ..paths import canonical_directory
 from ..runtime import audit
 from ..runtime.archive import archived, refuse_archived
 from ..store import UNSET, Store
+from ..store.protocols import Journal
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
 from ..store.reverts import effective_reverts, hidden_spans
 from ..transcript import (
@@ -121,7 +122,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         raise click.UsageError("give --all or --dir, not both")
     where = None if all_dirs else canonical_directory(directory)
 
-    async def run(store: Store) -> tuple[list[SessionInfo], bool]:
+    async def run(store: Journal) -> tuple[list[SessionInfo], bool]:
         page = await store.list_sessions(directory=where, parent_id=UNSET if children else None, limit=limit)
         return page.items, page.next_cursor is not None
 
@@ -213,7 +214,7 @@ class _View:
     nested: dict[str, _View] = field(default_factory=dict)
 
 
-async def _view(store: Store, info: SessionInfo, *, raw: bool, nested: bool) -> _View:
+async def _view(store: Journal, info: SessionInfo, *, raw: bool, nested: bool) -> _View:
     entries = [e async for e in store.iter_entries(info.id) if e.seq <= info.entry_count]
     spans = hidden_spans((e.seq, e.body.to_seq) for e in entries if isinstance(e.body, Revert))
     effective = effective_reverts(spans)
@@ -468,7 +469,7 @@ def rm(session_ref: str, yes: bool, json_flag: bool) -> None:
     click.echo(f"Deleted {deleted[0]}" + (f" and {extra} child session{'s' * (extra != 1)}" if extra else "") + ".")
 
 
-async def _count_descendants(store: Store, session_id: str) -> int:
+async def _count_descendants(store: Journal, session_id: str) -> int:
     count, frontier = 0, [session_id]
     while frontier:
         parent = frontier.pop()
@@ -734,7 +735,7 @@ def _destination(output: str | None, *, binary: bool) -> Iterator[IO[Any]]:
 def import_command(file: str, new_id: bool, json_flag: bool) -> None:
     """Import a session from a tether JSON export (FILE, or - for stdin). A bad file writes nothing."""
 
-    async def run(store: Store) -> SessionInfo:
+    async def run(store: Journal) -> SessionInfo:
         if file == "-":
             data = sys.stdin.buffer.read()
             return await import_json(store, parse_export(data, source="<stdin>"), new_id=new_id)

@@ -31,7 +31,7 @@ from ..messages import (
     Usage,
 )
 from ..providers.base import ModelRequest, Provider, complete
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from .budget import Budget, ContextSettings
 from .derive import (
     ContextPolicy,
@@ -383,7 +383,7 @@ def plan_compaction(
 
 
 async def _pinned(
-    store: Store, session_id: str, entries: Sequence[Entry], plan: CompactionPlan, carried: list[Fact]
+    store: Journal, session_id: str, entries: Sequence[Entry], plan: CompactionPlan, carried: list[Fact]
 ) -> list[Fact]:
     """Pinned messages the new summary must hold verbatim: those carried, plus pinned messages of the span
     (by metadata or by a pin marker anywhere in the loaded entries), less those unpinned since."""
@@ -433,7 +433,7 @@ async def _emit(sink: EventSink | None, event: CompactionEvent) -> None:
 
 
 async def compact_session(
-    store: Store,
+    store: Journal,
     session_id: str,
     *,
     provider: Provider | None = None,
@@ -624,7 +624,7 @@ async def compact_session(
     return result
 
 
-async def undo_compaction(store: Store, session_id: str, seq: int | None = None) -> Entry:
+async def undo_compaction(store: Journal, session_id: str, seq: int | None = None) -> Entry:
     """Undo a compaction (default: the latest active one) by a revert to just before it. Entries appended
     after the compaction are hidden too, like any revert; nothing is deleted."""
     if seq is None:
@@ -640,7 +640,7 @@ async def undo_compaction(store: Store, session_id: str, seq: int | None = None)
     return entry
 
 
-async def pin(store: Store, session_id: str, seq: int, *, pinned: bool = True) -> Entry:
+async def pin(store: Journal, session_id: str, seq: int, *, pinned: bool = True) -> Entry:
     """Pin message `seq` (compactions keep it verbatim), or unpin it, with a marker entry."""
     found = await store.read(session_id, seq, seq)
     if not found or not isinstance(found[0].body, Message):

@@ -5,7 +5,7 @@ it jumps over), not the history."""
 from __future__ import annotations
 
 from ..messages import Compaction, Entry
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..store.reverts import DEFAULT_CHUNK, active_until
 
 
@@ -15,7 +15,7 @@ def _kept_start(entry: Entry) -> int | None:
 
 
 async def load_context_history(
-    store: Store, session_id: str, *, chunk: int = DEFAULT_CHUNK, last_seq: int | None = None
+    store: Journal, session_id: str, *, chunk: int = DEFAULT_CHUNK, last_seq: int | None = None
 ) -> list[Entry]:
     """The active entries that `derive_context` needs, in seq order: from the `first_kept_seq` of the
     latest compaction still in the active history (or from the start when there is none) to the end. A

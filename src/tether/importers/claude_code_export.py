@@ -34,7 +34,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..store.records import SessionInfo
 from .claude_code import TOOL_NAMES
 from .foreign_export import (
@@ -317,7 +317,7 @@ def _title_line(w: _Writer, title: str) -> None:
 
 
 async def export_claude_code(
-    store: Store, session_id: str, out: IO[bytes], *, target_id: str | None = None
+    store: Journal, session_id: str, out: IO[bytes], *, target_id: str | None = None
 ) -> ExportReport:
     """Write session `session_id` to `out` as a Claude Code transcript and say what it left out. The
     transcript's session id is `target_id` (default: a UUID derived from the tether id). Its first line
@@ -328,7 +328,7 @@ async def export_claude_code(
     return await _export(store, info, out, target, export_mark(info, lines))
 
 
-async def _export(store: Store, info: SessionInfo, out: IO[bytes], target: str, mark: dict[str, Any]) -> ExportReport:
+async def _export(store: Journal, info: SessionInfo, out: IO[bytes], target: str, mark: dict[str, Any]) -> ExportReport:
     report = ExportReport("claude-code", info.id, target)
     w = _Writer(out, report, info.directory, mark)
     titles: list[str] = []

@@ -40,7 +40,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..store.records import SessionInfo
 from .foreign_export import (
     NO_RESULT,
@@ -298,7 +298,9 @@ def _compaction(w: _Writer, entry: Entry, body: Compaction) -> None:
     w.line(entry.created_at, "compacted", {"message": body.summary, "replacement_history": history})
 
 
-async def export_codex(store: Store, session_id: str, out: IO[bytes], *, target_id: str | None = None) -> ExportReport:
+async def export_codex(
+    store: Journal, session_id: str, out: IO[bytes], *, target_id: str | None = None
+) -> ExportReport:
     """Write session `session_id` to `out` as a Codex rollout and say what it left out. The rollout's
     session id is `target_id` (default: a UUID derived from the tether id). Its ``session_meta`` says
     where it came from (`export_mark`), so that importing it back adds only what Codex added."""
@@ -308,7 +310,7 @@ async def export_codex(store: Store, session_id: str, out: IO[bytes], *, target_
     return await _export(store, info, out, target, export_mark(info, lines))
 
 
-async def _export(store: Store, info: SessionInfo, out: IO[bytes], target: str, mark: dict[str, Any]) -> ExportReport:
+async def _export(store: Journal, info: SessionInfo, out: IO[bytes], target: str, mark: dict[str, Any]) -> ExportReport:
     report = ExportReport("codex", info.id, target)
     w = _Writer(out, report, info.directory)
     kept = info.metadata.get("codex")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..messages import Compaction, Marker, Message
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from ..store.records import SessionInfo
 from .foreign_export import TETHER_KEY
 from .jsonl import (
@@ -138,7 +138,7 @@ class Plan:
 
 
 async def plan_continuation(
-    store: Store, path: str, fmt: str, source_id: str, mark: ExportMark, size: int
+    store: Journal, path: str, fmt: str, source_id: str, mark: ExportMark, size: int
 ) -> Plan | Problem | None:
     """How the exported file at `path` (its session id in the tool: `source_id`) comes back: None when its
     origin is not in this store or the export did not say how far it goes (it imports as a copy), a `Problem`
@@ -189,7 +189,7 @@ async def plan_continuation(
     )
 
 
-async def _all_from(store: Store, fmt: str, session_id: str, start: int) -> bool:
+async def _all_from(store: Journal, fmt: str, session_id: str, start: int) -> bool:
     """Whether every entry of the session from `start` on came from a `fmt` file (a message or compaction
     keeping the tool's fields, a marker of one of its lines): written by an import of the file that was cut
     short (killed) before it recorded how far it got, not by tether continuing the session."""
@@ -204,7 +204,7 @@ async def _all_from(store: Store, fmt: str, session_id: str, start: int) -> bool
     return True
 
 
-async def continuation_of(store: Store, path: str, fmt: str, source_id: str) -> str | None:
+async def continuation_of(store: Journal, path: str, fmt: str, source_id: str) -> str | None:
     """The session the lines the tool added to tether's export at `path` go to (the original, or the fork
     made of it), when the file is one whose origin is in this store; else None."""
     first = first_object(path)
@@ -246,7 +246,7 @@ def continuation_writer(store: Store, plan: Plan, *, dry_run: bool) -> SessionWr
     return SessionWriter(store, plan.into, start=plan.start, known=plan.known, dry_run=dry_run, create=begin)
 
 
-async def begin_continuation(store: Store, plan: Plan) -> None:
+async def begin_continuation(store: Journal, plan: Plan) -> None:
     """Before the first entry is written: make the fork a diverged continuation goes to (when the plan needs
     one), and note on the original that entries are being written to it (so that an import killed midway
     is taken up where it stopped, not mistaken for the session continued in tether)."""
@@ -268,7 +268,7 @@ async def begin_continuation(store: Store, plan: Plan) -> None:
     await store.update_session(origin.id, metadata={**origin.metadata, CONTINUED: records})
 
 
-async def _fork(store: Store, plan: Plan, source: str, at: int) -> None:
+async def _fork(store: Journal, plan: Plan, source: str, at: int) -> None:
     base = await store.get_session(source)
     title = f"{base.title or 'untitled'} (continued in {plan.tool})"
     forked = await store.fork(source, at, id=plan.into, title=title)
@@ -280,7 +280,7 @@ async def _fork(store: Store, plan: Plan, source: str, at: int) -> None:
 
 
 async def record_continuation(
-    store: Store, plan: Plan, *, offset: int, size: int, lines: int, extra: dict[str, Any] | None = None
+    store: Journal, plan: Plan, *, offset: int, size: int, lines: int, extra: dict[str, Any] | None = None
 ) -> None:
     """Keep on the original session how far the file was taken, and where to: the next import goes on from
     there (and a file that did not grow since is not read again)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..messages import Checkpoint, Compaction, Entry, Marker, Message, Revert, TitleChange
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..store.records import SessionInfo
 from ..store.reverts import hidden_spans, is_hidden
 
@@ -130,7 +130,7 @@ class ExportReport:
 
 
 async def continuation_order(
-    store: Store, info: SessionInfo, report: ExportReport, unanswered: set[str] | None = None
+    store: Journal, info: SessionInfo, report: ExportReport, unanswered: set[str] | None = None
 ) -> AsyncIterator[Entry]:
     """The entries another tool gets, in order: the active history only (what the session's next step
     builds on; reverted entries and revert markers are counted in `report` as left out), with each
@@ -250,7 +250,7 @@ def last_title(title: str | None, exported: list[str]) -> str | None:
     return title
 
 
-async def child_count(store: Store, session_id: str) -> int:
+async def child_count(store: Journal, session_id: str) -> int:
     page = await store.list_sessions(parent_id=session_id, limit=1000)
     return len(page.items)
 

@@ -19,7 +19,7 @@ import msgspec
 from ..errors import SessionNotFound
 from ..ids import check_id
 from ..messages import EntryBody, Marker, encode_body
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from ..store.records import IMPORTED, SessionInfo
 
 __all__ = [
@@ -299,7 +299,7 @@ class SessionWriter:
         self._bodies, self._times, self._bytes = [], [], 0
 
 
-async def existing(store: Store, session_id: str) -> SessionInfo | None:
+async def existing(store: Journal, session_id: str) -> SessionInfo | None:
     try:
         return await store.get_session(session_id)
     except SessionNotFound:

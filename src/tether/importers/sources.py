@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import ImportFormatError, InvalidInput
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from . import claude_code, codex, opencode
 from .jsonl import FileResult, Problem, decode_json, existing, read_lines
 
@@ -221,7 +221,7 @@ async def import_path(
     return [await import_file(store, path, fmt, dry_run=dry_run)]
 
 
-async def _import_tether(store: Store, path: str, *, dry_run: bool) -> FileResult:
+async def _import_tether(store: Journal, path: str, *, dry_run: bool) -> FileResult:
     from .tether_json import import_json, parse_export
 
     result = FileResult(path, "tether", "imported")

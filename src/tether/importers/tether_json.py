@@ -15,7 +15,7 @@ import msgspec
 from ..errors import CorruptEntry, ImportFormatError, InvalidId, InvalidInput, SessionNotFound
 from ..ids import check_id, new_session_id
 from ..messages import Entry, decode_body, encode_json
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..store.records import IMPORTED, SessionInfo
 from ..store.validate import validate_bodies
 
@@ -53,7 +53,7 @@ def session_record(info: SessionInfo) -> dict[str, Any]:
     return record
 
 
-async def export_json(store: Store, session_id: str, out: IO[bytes]) -> SessionInfo:
+async def export_json(store: Journal, session_id: str, out: IO[bytes]) -> SessionInfo:
     """Write the session as a tether JSON document to `out`, one entry per line, reading the journal in
     batches so that a long session is never held in memory whole. Entries appended while this runs are left
     out: the export is the session as it was when it started. Returns that session row."""
@@ -216,7 +216,7 @@ def parse_export(data: bytes | str, *, source: str = "input") -> SessionExport:
 
 
 async def import_json(
-    store: Store, data: bytes | str | SessionExport, *, new_id: bool = False, source: str = "input"
+    store: Journal, data: bytes | str | SessionExport, *, new_id: bool = False, source: str = "input"
 ) -> SessionInfo:
     """Import a tether export, keeping its id, timestamps and entries exactly, so that exporting it again
     gives the same document. With `new_id` the session gets a fresh id and `metadata["imported_from"]` names
@@ -242,7 +242,7 @@ async def import_json(
     return await store.import_session(info, export.entries)
 
 
-async def import_file(store: Store, path: str | os.PathLike[str], *, new_id: bool = False) -> SessionInfo:
+async def import_file(store: Journal, path: str | os.PathLike[str], *, new_id: bool = False) -> SessionInfo:
     """`import_json` on a file's contents; an unreadable file is an `ImportFormatError` too."""
     try:
         data = Path(path).read_bytes()
@@ -251,7 +251,7 @@ async def import_file(store: Store, path: str | os.PathLike[str], *, new_id: boo
     return await import_json(store, data, new_id=new_id, source=os.fspath(path))
 
 
-async def _exists(store: Store, session_id: str) -> bool:
+async def _exists(store: Journal, session_id: str) -> bool:
     try:
         await store.get_session(session_id)
     except SessionNotFound:

@@ -44,7 +44,7 @@ from ..messages import (
     Usage,
 )
 from ..paths import canonical_directory
-from ..store import Store
+from ..store.protocols import Journal
 from ..store.reverts import active_until
 
 try:
@@ -318,7 +318,7 @@ def to_model_messages(entries: Sequence[Entry]) -> list[pai.ModelMessage]:
 # --- the store -----------------------------------------------------------------------------------------
 
 
-async def load_messages(store: Store, session: str) -> list[pai.ModelMessage]:
+async def load_messages(store: Journal, session: str) -> list[pai.ModelMessage]:
     """The `message_history` for an agent from session `session` (a tether id or a key, see `session_id_for`):
     its active history from the latest compaction on; [] when the session does not exist yet."""
     sid = session_id_for(session)
@@ -334,7 +334,7 @@ async def load_messages(store: Store, session: str) -> list[pai.ModelMessage]:
 
 
 async def save_messages(
-    store: Store,
+    store: Journal,
     session: str,
     messages: Sequence[pai.ModelMessage],
     *,

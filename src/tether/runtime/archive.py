@@ -35,7 +35,7 @@ from ..errors import InvalidInput, NotFound
 from ..messages import Entry, decode_body, encode_body
 from ..store.audit import draft
 from ..store.objects import Bucket, BucketConfig
-from ..store.protocols import Store
+from ..store.protocols import Journal, JournalLeases
 from ..store.records import SessionInfo
 
 ARCHIVED = "archived"
@@ -124,7 +124,7 @@ class Archived:
     raw_bytes: int
 
 
-async def _tree(store: Store, info: SessionInfo) -> Tree:
+async def _tree(store: Journal, info: SessionInfo) -> Tree:
     tree: Tree = []
     frontier = [info]
     while frontier:
@@ -151,7 +151,7 @@ def _stub(info: SessionInfo, marker: dict[str, Any]) -> SessionInfo:
     return msgspec.structs.replace(info, metadata={**info.metadata, ARCHIVED: {**marker, "counters": counters}})
 
 
-async def archive_session(store: Store, bucket: Bucket, session_id: str) -> Archived:
+async def archive_session(store: JournalLeases, bucket: Bucket, session_id: str) -> Archived:
     """Move one top-level session (with its sub-agent sessions) to the bucket; see the module docstring."""
     info = await store.get_session(session_id)
     if archived(info) is not None:
@@ -222,7 +222,7 @@ def bucket_of(marker: dict[str, Any], config: BucketConfig | None) -> BucketConf
     return BucketConfig(str(marker["bucket"]), str(marker.get("prefix") or ""), endpoint, region)
 
 
-async def restore_session(store: Store, session_id: str, *, config: BucketConfig | None = None) -> list[SessionInfo]:
+async def restore_session(store: Journal, session_id: str, *, config: BucketConfig | None = None) -> list[SessionInfo]:
     """Bring an archived session back exactly as it was (with its sub-agent sessions)."""
     info = await store.get_session(session_id)
     marker = archived(info)
@@ -240,7 +240,7 @@ async def restore_session(store: Store, session_id: str, *, config: BucketConfig
 
 
 async def select(
-    store: Store, *, ids: Sequence[str] = (), older_than: float | None = None, directory: str | None = None
+    store: Journal, *, ids: Sequence[str] = (), older_than: float | None = None, directory: str | None = None
 ) -> list[SessionInfo]:
     """The top-level sessions to archive: those named, or those not updated for `older_than` seconds and/or
     filed under `directory`; archived ones left out."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import LeaseLost, SessionBusy, StoreError
-from ..store.protocols import Store
+from ..store.protocols import Leases, Store
 from ..store.records import Lease, LeaseRequest
 
 log = logging.getLogger("tether.runtime")
@@ -56,7 +56,7 @@ def process_alive(pid: int) -> bool:
         return True  # no /proc to look in: alive, as far as we can tell
 
 
-async def live_lease(store: Store, session_id: str) -> Lease | None:
+async def live_lease(store: Leases, session_id: str) -> Lease | None:
     """The session's lease, unless its holder is a process of this machine that is gone (its lease would
     be taken over at once: the session is not busy)."""
     lease = await store.get_lease(session_id)

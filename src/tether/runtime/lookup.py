@@ -9,7 +9,7 @@ import re
 
 from ..errors import InvalidId, InvalidInput, SessionNotFound
 from ..ids import is_valid_id
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from ..store.records import SessionInfo
 from .streaming import settle_stream
 
@@ -29,7 +29,7 @@ async def find_session(store: Store, ref: str) -> SessionInfo:
     return await settle_stream(store, await _find(store, ref))
 
 
-async def _find(store: Store, ref: str) -> SessionInfo:
+async def _find(store: Journal, ref: str) -> SessionInfo:
     ref = ref.strip()
     if is_valid_id(ref):
         return await store.get_session(ref)

@@ -23,7 +23,7 @@ from ..context.tokens import get_counter
 from ..errors import InvalidInput, NotFound, ToolError
 from ..ids import check_id, new_id
 from ..messages import Message, TextPart
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..tools.base import ToolContext, ToolOutput
 
 Scope = Literal["project", "user"]
@@ -67,7 +67,7 @@ def _project(workspace: str | os.PathLike[str] | None) -> str:
     return os.path.realpath(workspace)
 
 
-async def _notes_session(store: Store, scope: Scope, project: str | None, *, create: bool) -> str | None:
+async def _notes_session(store: Journal, scope: Scope, project: str | None, *, create: bool) -> str | None:
     sid = notes_session_id(scope, project)
     try:
         await store.get_session(sid)
@@ -85,7 +85,7 @@ async def _notes_session(store: Store, scope: Scope, project: str | None, *, cre
 
 
 async def remember(
-    store: Store,
+    store: Journal,
     text: str,
     *,
     scope: Scope = "project",
@@ -111,7 +111,7 @@ async def remember(
 
 
 async def notes(
-    store: Store, workspace: str | os.PathLike[str] | None, *, scopes: tuple[Scope, ...] = ("project", "user")
+    store: Journal, workspace: str | os.PathLike[str] | None, *, scopes: tuple[Scope, ...] = ("project", "user")
 ) -> list[Note]:
     """The notes kept (not forgotten) for the project of `workspace` and the user, newest first."""
     out: list[Note] = []
@@ -137,7 +137,7 @@ async def notes(
     return sorted(out, key=lambda n: n.at, reverse=True)
 
 
-async def forget(store: Store, note_id: str, workspace: str | os.PathLike[str] | None, *, by: str = "user") -> Note:
+async def forget(store: Journal, note_id: str, workspace: str | os.PathLike[str] | None, *, by: str = "user") -> Note:
     """Forget a note of the project or the user (`NotFound` when there is no such note)."""
     for note in await notes(store, workspace):
         if note.id == note_id:

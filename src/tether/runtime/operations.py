@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..messages import Entry, EntryBody
 from ..providers.catalog import Catalog, ModelInfo
 from ..providers.registry import KEY_ENVS, choose_model, provider_names, resolve_provider, usable
-from ..store.protocols import Store
+from ..store.protocols import JournalSearchIndex, Leases, Store
 from ..store.records import Lease, LeaseRequest, SessionInfo
 from .configuration import context_settings
 from .handle import SessionHandle
@@ -132,7 +132,7 @@ async def compact_now(
     return await engine.compact(session_id, scope, emit=emit)
 
 
-async def ask_run(store: Store, session_id: str, request: LeaseRequest) -> Lease | None:
+async def ask_run(store: Leases, session_id: str, request: LeaseRequest) -> Lease | None:
     """Ask the run that holds the session, in this process or another, to stop now (``cancel``: it keeps
     what it has, marks its unfinished calls aborted) or at its next step (``pause``: a checkpoint, the session
     marked paused; a later run resumes it). The request waits in the session's lease, which its run reads
@@ -141,7 +141,12 @@ async def ask_run(store: Store, session_id: str, request: LeaseRequest) -> Lease
 
 
 async def search_sessions(
-    store: Store, query: str, *, directory: str | None = None, limit: int = 50, include_children: bool = False
+    store: JournalSearchIndex,
+    query: str,
+    *,
+    directory: str | None = None,
+    limit: int = 50,
+    include_children: bool = False,
 ) -> list[SessionInfo]:
     """The sessions whose messages best match `query` (the search index, best hit first), at most `limit`,
     within `directory` when given; top-level sessions only unless `include_children`."""

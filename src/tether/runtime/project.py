@@ -14,7 +14,7 @@ from ..config import Config
 from ..context.tokens import count_tools, get_counter
 from ..events import Event, Progress
 from ..messages import ToolSpec
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..tools.base import ToolRegistry
 from .instructions import DEFAULT_MAX_CHARS, read_instructions
 from .memory import DEFAULT_MAX_TOKENS, MemoryTool, notes, prompt_block
@@ -35,7 +35,7 @@ class ProjectContext:
 
 
 async def project_context(
-    store: Store,
+    store: Journal,
     workspace: str | os.PathLike[str],
     config: Config,
     *,

@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import InvalidInput, NotFound
 from ..ids import is_valid_id
-from ..store.protocols import Store
+from ..store.protocols import JournalShares, Shares
 from ..store.records import SessionInfo, Share
 from . import audit
 
@@ -59,7 +59,7 @@ def token_in(ref: str) -> str | None:
     return ref if _TOKEN_RE.match(ref) else None
 
 
-async def create_share(store: Store, session_id: str, *, expires_in: float | None = None) -> NewShare:
+async def create_share(store: Shares, session_id: str, *, expires_in: float | None = None) -> NewShare:
     """Share the session: a new link that serves until revoked or, with `expires_in` (seconds), until then."""
     if expires_in is not None and not 0 < expires_in <= MAX_EXPIRY:
         raise InvalidInput(f"a share expires in 1 second to 10 years, not {expires_in!r} seconds")
@@ -69,7 +69,7 @@ async def create_share(store: Store, session_id: str, *, expires_in: float | Non
     return NewShare(share=share, token=token)
 
 
-async def open_share(store: Store, token: str) -> tuple[Share, SessionInfo]:
+async def open_share(store: JournalShares, token: str) -> tuple[Share, SessionInfo]:
     """The live share that `token` opens and its session, read now (a revoke or a delete takes effect on the
     next request). One `NotFound` for every reason a link does not open, so that the answer tells nothing."""
     share = await store.share_by_token(hash_token(token)) if _TOKEN_RE.match(token) else None
@@ -84,7 +84,7 @@ async def open_share(store: Store, token: str) -> tuple[Share, SessionInfo]:
     raise NotFound("no such share: the link is wrong, expired or revoked")
 
 
-async def find_share(store: Store, ref: str, *, session_id: str | None = None) -> Share:
+async def find_share(store: Shares, ref: str, *, session_id: str | None = None) -> Share:
     """The share that `ref` names: its id (``shr_...``), its token, or its link; with `session_id`, only one
     of that session's. Raises `NotFound`."""
     ref = ref.strip()
@@ -103,6 +103,6 @@ async def find_share(store: Store, ref: str, *, session_id: str | None = None) -
     return found
 
 
-async def revoke_share(store: Store, ref: str, *, session_id: str | None = None) -> Share:
+async def revoke_share(store: Shares, ref: str, *, session_id: str | None = None) -> Share:
     """Revoke the share that `ref` names (see `find_share`): its link stops serving at once."""
     return await store.revoke_share((await find_share(store, ref, session_id=session_id)).id)

@@ -32,7 +32,7 @@ from ..config import Config, SinkConfig
 from ..errors import ConfigError, TetherError
 from ..events import durable_events, event_json
 from ..store.objects import Bucket, BucketConfig
-from ..store.protocols import Store
+from ..store.protocols import Journal, JournalSinkPositions, Store
 
 log = logging.getLogger("tether.sinks")
 
@@ -265,7 +265,7 @@ class SinkRunner:
         return more
 
 
-async def _changed(store: Store, since: float, positions: dict[str, int]) -> list[tuple[str, int]]:
+async def _changed(store: Journal, since: float, positions: dict[str, int]) -> list[tuple[str, int]]:
     """Sessions updated since `since` whose last seq is past the sink's position, oldest update first."""
     out: list[tuple[str, int]] = []
     cursor: str | None = None
@@ -281,7 +281,7 @@ async def _changed(store: Store, since: float, positions: dict[str, int]) -> lis
         cursor = page.next_cursor
 
 
-async def lag(store: Store, config: Config) -> dict[str, dict[str, Any]]:
+async def lag(store: JournalSinkPositions, config: Config) -> dict[str, dict[str, Any]]:
     """Per configured sink: entries not delivered yet, sessions behind, and the age of the oldest such
     entry (what `tether doctor` and `/health` report)."""
     report: dict[str, dict[str, Any]] = {}

@@ -335,3 +335,22 @@ class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, Sin
         ...
 
     async def __aexit__(self, *exc: object) -> None: ...
+
+
+# Two roles together, for callers that need both (a caller asks for the roles it uses, not the whole `Store`).
+
+
+class JournalLeases(Journal, Leases, Protocol):
+    """What reads and writes sessions under their lease (archiving a session: `runtime/archive.py`)."""
+
+
+class JournalSearchIndex(Journal, SearchIndex, Protocol):
+    """What reads sessions and searches them or their revert spans (search, the HTML transcript)."""
+
+
+class JournalShares(Journal, Shares, Protocol):
+    """What opens a share link: the share, then its session (`runtime/sharing.py`)."""
+
+
+class JournalSinkPositions(Journal, SinkPositions, Protocol):
+    """What compares the journal with how far each event sink delivered it (`runtime/sinks.lag`)."""

@@ -20,7 +20,7 @@ import msgspec
 
 from ..errors import InvalidInput
 from ..redaction import Redactor
-from ..store.protocols import Store
+from ..store.protocols import Artifacts
 
 DEFAULT_LIMIT = 30_000
 """Characters a tool result may have before it is cut."""
@@ -189,7 +189,7 @@ class OutputSpool:
             return self.lines
         return self._saved_newlines + (0 if self._saved_last == b"\n" else 1)
 
-    async def finish(self, store: Store, session_id: str) -> FittedOutput:
+    async def finish(self, store: Artifacts, session_id: str) -> FittedOutput:
         """The output as the model should see it: whole if it fits, else head + marker + tail with the full
         output saved to `store`. Closes the spool."""
         try:
@@ -218,7 +218,7 @@ class OutputSpool:
         finally:
             self.close()
 
-    async def _save(self, store: Store) -> str:
+    async def _save(self, store: Artifacts) -> str:
         if self._file is None:
             return await put_output_artifact(store, bytes(self._mem), redactor=self._redactor)
         self._file.flush()
@@ -238,7 +238,7 @@ class OutputSpool:
         self._mem = bytearray()
 
 
-async def put_output_artifact(store: Store, data: bytes, *, redactor: Redactor | None = None) -> str:
+async def put_output_artifact(store: Artifacts, data: bytes, *, redactor: Redactor | None = None) -> str:
     """Save a tool output in `store` (known secrets redacted), in chunks when it is large; returns the id to
     show the model."""
     if redactor:
@@ -250,7 +250,7 @@ async def put_output_artifact(store: Store, data: bytes, *, redactor: Redactor |
     return await _put_chunked(store, blocks)
 
 
-async def _put_chunked(store: Store, blocks: Iterator[bytes]) -> str:
+async def _put_chunked(store: Artifacts, blocks: Iterator[bytes]) -> str:
     """Store `blocks` one artifact each (one in memory at a time), then their manifest; returns its id."""
     chunks: list[ChunkRef] = []
     line = 1
@@ -273,7 +273,7 @@ async def _put_chunked(store: Store, blocks: Iterator[bytes]) -> str:
 async def fit_output(
     text: str,
     *,
-    store: Store,
+    store: Artifacts,
     session_id: str,
     limit: int = DEFAULT_LIMIT,
     max_lines: int = DEFAULT_MAX_LINES,
@@ -429,7 +429,7 @@ class ArtifactView:
     """A stored output, plain or chunked, read in blocks so a large one never has to be in memory whole."""
 
     def __init__(
-        self, store: Store, artifact_id: str, *, data: bytes | None = None, manifest: ChunkedArtifact | None = None
+        self, store: Artifacts, artifact_id: str, *, data: bytes | None = None, manifest: ChunkedArtifact | None = None
     ) -> None:
         self.id = artifact_id
         self._store = store
@@ -456,7 +456,7 @@ class ArtifactView:
             yield ref.first_line, await self._store.get_artifact(ref.id)
 
 
-async def open_artifact(store: Store, artifact_id: str) -> ArtifactView:
+async def open_artifact(store: Artifacts, artifact_id: str) -> ArtifactView:
     """Open a stored output by the id that a cut result names. Raises `NotFound` / `InvalidInput`."""
     data = await store.get_artifact(artifact_id)
     if data.startswith(_MANIFEST_PREFIX):
@@ -469,7 +469,7 @@ async def open_artifact(store: Store, artifact_id: str) -> ArtifactView:
     return ArtifactView(store, artifact_id, data=data)
 
 
-async def read_artifact_bytes(store: Store, artifact_id: str) -> bytes:
+async def read_artifact_bytes(store: Artifacts, artifact_id: str) -> bytes:
     """A stored output whole (chunks joined); for exports and small outputs, not for paging."""
     view = await open_artifact(store, artifact_id)
     parts = [block async for _, block in view.blocks()]
