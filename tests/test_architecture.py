@@ -1,0 +1,78 @@
+"""ARCHITECTURE.md against the tree: every module under `src/tether` (every .py file, and every folder) is
+named in it by its path, and every module, folder or file it names exists. A room added, moved or removed
+without the document changing fails here with the list of names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "tether"
+DOC = ROOT / "ARCHITECTURE.md"
+
+SPAN = re.compile(r"`([^`\n]+)`")
+PATHLIKE = re.compile(r"^(?:src/tether/|tether/)?(?:[\w.-]+/)*(?:[\w.-]+\.(?:py|md)|[\w-]+/)$")
+"""A span that names a file or a folder: ``runtime/lease.py``, ``store/``, ``tests/test_layers.py``."""
+
+
+def doc_spans(text: str) -> set[str]:
+    return {m.group(1).strip() for m in SPAN.finditer(text)}
+
+
+def tree_names() -> set[str]:
+    """Every .py file and every folder under src/tether, as a path relative to it (folders end with /)."""
+    names: set[str] = set()
+    for path in SRC.rglob("*"):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(SRC).as_posix()
+        if path.is_dir():
+            names.add(rel + "/")
+        elif path.suffix == ".py":
+            names.add(rel)
+    return names
+
+
+def unnamed(names: set[str], spans: set[str]) -> list[str]:
+    """The names of the tree that no span of the document names: ``runtime/lease.py`` is named by
+    ``runtime/lease.py``, ``tether/runtime/lease.py`` or ``src/tether/runtime/lease.py``."""
+    named = {s.removeprefix("src/").removeprefix("tether/") for s in spans}
+    return sorted(n for n in names if n not in named)
+
+
+def missing(spans: set[str], names: set[str]) -> list[str]:
+    """The spans that look like a path and name nothing here: not a module or folder of the package (by its
+    path, or a bare file name some module has), not a file or folder of the repository."""
+    basenames = {n.rsplit("/", 1)[-1] for n in names if not n.endswith("/")}
+    out = []
+    for span in sorted(spans):
+        if not PATHLIKE.match(span):
+            continue
+        rel = span.removeprefix("src/").removeprefix("tether/")
+        if rel in names or (ROOT / span).exists() or ("/" not in span and span in basenames):
+            continue
+        out.append(span)
+    return out
+
+
+def test_every_module_is_named_in_architecture_md() -> None:
+    left_out = unnamed(tree_names(), doc_spans(DOC.read_text(encoding="utf-8")))
+    assert not left_out, f"ARCHITECTURE.md does not name {len(left_out)} module(s) by path: {', '.join(left_out)}"
+
+
+def test_every_name_in_architecture_md_exists() -> None:
+    gone = missing(doc_spans(DOC.read_text(encoding="utf-8")), tree_names())
+    assert not gone, f"ARCHITECTURE.md names {len(gone)} file(s) that are not in the tree: {', '.join(gone)}"
+
+
+def test_the_checks_catch_what_they_are_for() -> None:
+    """The two checks on a made-up document: a module it leaves out, a file it names that is not there."""
+    names = {"runtime/", "runtime/lease.py", "runtime/loop.py", "messages.py"}
+    spans = doc_spans("`runtime/` holds `runtime/lease.py` and `lease.py`; `tether/messages.py`; see `DESIGN.md`")
+    assert unnamed(names, spans) == ["runtime/loop.py"]
+    assert missing(spans | {"runtime/gone.py", "pacing.py", "RunRequest", "a b"}, names) == [
+        "DESIGN.md",
+        "pacing.py",
+        "runtime/gone.py",
+    ]
