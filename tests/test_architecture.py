@@ -5,6 +5,7 @@ without the document changing fails here with the list of names."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,15 +37,27 @@ def tree_names() -> set[str]:
 
 def unnamed(names: set[str], spans: set[str]) -> list[str]:
     """The names of the tree that no span of the document names: ``runtime/lease.py`` is named by
-    ``runtime/lease.py``, ``tether/runtime/lease.py`` or ``src/tether/runtime/lease.py``."""
+    ``runtime/lease.py``, ``tether/runtime/lease.py`` or ``src/tether/runtime/lease.py``, and by a bare
+    ``lease.py`` only while no other module has that file name (``memory.py`` names none of the three)."""
     named = {s.removeprefix("src/").removeprefix("tether/") for s in spans}
-    return sorted(n for n in names if n not in named)
+    files = Counter(n.rsplit("/", 1)[-1] for n in names if not n.endswith("/"))
+    return sorted(
+        n for n in names if n not in named and not (files[n.rsplit("/", 1)[-1]] == 1 and n.rsplit("/", 1)[-1] in named)
+    )
 
 
-def missing(spans: set[str], names: set[str]) -> list[str]:
+def repository_files() -> set[str]:
+    """The file names of the repository's own code, tests, benchmarks and documents."""
+    return {p.name for top in ("src", "tests", "bench", "docs", "scripts") for p in (ROOT / top).rglob("*")} | {
+        p.name for p in ROOT.glob("*")
+    }
+
+
+def missing(spans: set[str], names: set[str], files: set[str] | None = None) -> list[str]:
     """The spans that look like a path and name nothing here: not a module or folder of the package (by its
-    path, or a bare file name some module has), not a file or folder of the repository."""
-    basenames = {n.rsplit("/", 1)[-1] for n in names if not n.endswith("/")}
+    path), not a file or folder of the repository (by its path from the root, or a bare file name that one of
+    its files has: ``test_layers.py``)."""
+    basenames = {n.rsplit("/", 1)[-1] for n in names if not n.endswith("/")} | (files or set())
     out = []
     for span in sorted(spans):
         if not PATHLIKE.match(span):
@@ -62,17 +75,15 @@ def test_every_module_is_named_in_architecture_md() -> None:
 
 
 def test_every_name_in_architecture_md_exists() -> None:
-    gone = missing(doc_spans(DOC.read_text(encoding="utf-8")), tree_names())
+    gone = missing(doc_spans(DOC.read_text(encoding="utf-8")), tree_names(), repository_files())
     assert not gone, f"ARCHITECTURE.md names {len(gone)} file(s) that are not in the tree: {', '.join(gone)}"
 
 
 def test_the_checks_catch_what_they_are_for() -> None:
     """The two checks on a made-up document: a module it leaves out, a file it names that is not there."""
-    names = {"runtime/", "runtime/lease.py", "runtime/loop.py", "messages.py"}
-    spans = doc_spans("`runtime/` holds `runtime/lease.py` and `lease.py`; `tether/messages.py`; see `DESIGN.md`")
-    assert unnamed(names, spans) == ["runtime/loop.py"]
-    assert missing(spans | {"runtime/gone.py", "pacing.py", "RunRequest", "a b"}, names) == [
-        "DESIGN.md",
-        "pacing.py",
-        "runtime/gone.py",
-    ]
+    names = {"runtime/", "runtime/lease.py", "runtime/loop.py", "runtime/memory.py", "cli/memory.py", "messages.py"}
+    text = "`runtime/` holds `runtime/lease.py`, `loop.py` and `memory.py`; `tether/messages.py`; see `DESIGN.md`"
+    spans = doc_spans(text)
+    assert unnamed(names, spans) == ["cli/memory.py", "runtime/memory.py"]  # a bare name two modules have
+    odd = {"runtime/gone.py", "pacing.py", "test_layers.py", "RunRequest", "a b"}
+    assert missing(spans | odd, names, {"test_layers.py"}) == ["DESIGN.md", "pacing.py", "runtime/gone.py"]
