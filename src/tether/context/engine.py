@@ -13,7 +13,7 @@ from typing import Protocol
 from ..errors import ContextOverflow
 from ..messages import Compaction, Entry, Revert, ToolSpec
 from ..providers.base import Provider
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from ..store.records import SessionInfo
 from .budget import (
     DEFAULT_COMPACT_THRESHOLD,
@@ -73,7 +73,7 @@ class ContextEngine:
 
     def __init__(
         self,
-        store: Store,
+        store: Journal,
         *,
         settings: ContextSettings | None = None,
         counter: TokenCounter | None = None,

@@ -52,7 +52,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from ..store.records import IMPORTED, SessionInfo
 from .continuation import (
     Plan,
@@ -161,7 +161,7 @@ class _Target:
 
 
 class _FileImport:
-    def __init__(self, store: Store, path: str, *, dry_run: bool) -> None:
+    def __init__(self, store: Journal, path: str, *, dry_run: bool) -> None:
         self.store = store
         self.path = path
         self.dry_run = dry_run

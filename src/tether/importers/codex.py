@@ -52,7 +52,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from ..store.records import IMPORTED
 from .continuation import (
     Plan,
@@ -174,7 +174,7 @@ class _Group:
 
 
 class _RolloutImport:
-    def __init__(self, store: Store, path: str, *, dry_run: bool) -> None:
+    def __init__(self, store: Journal, path: str, *, dry_run: bool) -> None:
         self.store = store
         self.path = path
         self.dry_run = dry_run

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..messages import Compaction, Marker, Message
-from ..store.protocols import Journal, Store
+from ..store.protocols import Journal
 from ..store.records import SessionInfo
 from .foreign_export import TETHER_KEY
 from .jsonl import (
@@ -235,7 +235,7 @@ def copy_note(origin: str) -> str:
     return f"exported from tether session {origin}, which is not in this store: a copy"
 
 
-def continuation_writer(store: Store, plan: Plan, *, dry_run: bool) -> SessionWriter:
+def continuation_writer(store: Journal, plan: Plan, *, dry_run: bool) -> SessionWriter:
     """The writer of what the tool appended to an export: before its first entry it notes on the original
     that entries are being written (`begin_continuation`)."""
 

@@ -19,7 +19,7 @@ import msgspec
 from ..errors import SessionNotFound
 from ..ids import check_id
 from ..messages import EntryBody, Marker, encode_body
-from ..store.protocols import Journal, Store
+from ..store.protocols import Journal
 from ..store.records import IMPORTED, SessionInfo
 
 __all__ = [
@@ -244,7 +244,7 @@ class SessionWriter:
 
     def __init__(
         self,
-        store: Store,
+        store: Journal,
         session_id: str,
         *,
         start: int = 0,

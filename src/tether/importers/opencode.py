@@ -52,7 +52,7 @@ from ..messages import (
     Usage,
     encode_body,
 )
-from ..store.protocols import Store
+from ..store.protocols import Journal, Store
 from ..store.records import IMPORTED, SessionInfo
 from .jsonl import (
     BATCH_BYTES,
@@ -186,7 +186,7 @@ class _SessionImport:
     """One opencode session into its tether session: created, or appended to with the messages after the
     last one an earlier import took."""
 
-    def __init__(self, store: Store, source: OpencodeSource, session: SessionRecord, *, dry_run: bool) -> None:
+    def __init__(self, store: Journal, source: OpencodeSource, session: SessionRecord, *, dry_run: bool) -> None:
         self.store = store
         self.source = source
         self.session = session

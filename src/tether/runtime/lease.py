@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import LeaseLost, SessionBusy, StoreError
-from ..store.protocols import Leases, Store
+from ..store.protocols import Leases
 from ..store.records import Lease, LeaseRequest
 
 log = logging.getLogger("tether.runtime")
@@ -70,7 +70,7 @@ class RunLease:
     the terms say so, with `on_wait` told who holds it); `watch` keeps it, calling `on_request` with what
     another process asked and `on_lost` when the lease is no longer the run's; `release` gives it back."""
 
-    def __init__(self, store: Store, session_id: str, holder: str, terms: LeaseTerms) -> None:
+    def __init__(self, store: Leases, session_id: str, holder: str, terms: LeaseTerms) -> None:
         self.store = store
         self.session_id = session_id
         self.holder = holder

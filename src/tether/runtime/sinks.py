@@ -165,7 +165,7 @@ class SinkRunner:
 
     def __init__(
         self,
-        store: Store,
+        store: JournalSinkPositions,
         sinks: Sequence[Sink],
         *,
         interval: float = 0.2,
