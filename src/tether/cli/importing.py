@@ -27,7 +27,7 @@ from ..importers.sources import (
     import_path,
     is_opencode_store,
 )
-from ..store import Store
+from ..store.protocols import Journal
 from .common import console, echo_json, wants_json, with_store
 from .sanitize import escape_controls
 
@@ -142,7 +142,7 @@ def import_command(
         return
     files = _files(paths, fmt, all_tools, where, when)
 
-    async def run(store: Store) -> list[FileResult]:
+    async def run(store: Journal) -> list[FileResult]:
         return await _import_all(store, files, fmt if paths else None, dry_run, where, when)
 
     results = with_store(run)
@@ -165,7 +165,7 @@ def _watch(
     the file in progress; the store is closed as after any import)."""
     from ..importers.watch import Watcher
 
-    async def run(store: Store) -> int:
+    async def run(store: Journal) -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = [s for s in (signal.SIGINT, signal.SIGTERM) if hasattr(signal, s.name)]
@@ -236,7 +236,7 @@ def _files(
 
 
 async def _import_all(
-    store: Store,
+    store: Journal,
     files: list[tuple[Path, str | None]],
     fmt: str | None,
     dry_run: bool,

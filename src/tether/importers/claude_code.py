@@ -52,7 +52,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from ..store.protocols import Journal, Store
+from ..store.protocols import Journal
 from ..store.records import IMPORTED, SessionInfo
 from .continuation import (
     Plan,
@@ -1066,7 +1066,7 @@ def _part(block: Any, names: dict[str, str], renamed: dict[str, str]) -> Part | 
     return None
 
 
-async def import_claude_code(store: Store, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:
+async def import_claude_code(store: Journal, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:
     """Import one Claude Code transcript file (a session's or a sub-agent's), or append what it gained since
     it was last imported. Bad lines are skipped and reported in the result; nothing raises for them."""
     return await _FileImport(store, os.fspath(path), dry_run=dry_run).run()

@@ -52,7 +52,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
-from ..store.protocols import Journal, Store
+from ..store.protocols import Journal
 from ..store.records import IMPORTED
 from .continuation import (
     Plan,
@@ -814,7 +814,7 @@ def _output(output: Any) -> tuple[str, bool, dict[str, Any], list[Part]]:
     return "", False, {"output": output}, []
 
 
-async def import_codex(store: Store, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:
+async def import_codex(store: Journal, path: str | os.PathLike[str], *, dry_run: bool = False) -> FileResult:
     """Import one Codex rollout file, or append what it gained since it was last imported. Bad lines are
     skipped and reported in the result; nothing raises for them."""
     return await _RolloutImport(store, os.fspath(path), dry_run=dry_run).run()

@@ -52,7 +52,7 @@ from ..messages import (
     Usage,
     encode_body,
 )
-from ..store.protocols import Journal, Store
+from ..store.protocols import Journal
 from ..store.records import IMPORTED, SessionInfo
 from .jsonl import (
     BATCH_BYTES,
@@ -746,7 +746,7 @@ def _depth(session: SessionRecord, by_id: dict[str, SessionRecord]) -> int:
 
 
 async def import_opencode(
-    store: Store,
+    store: Journal,
     path: str | os.PathLike[str],
     *,
     dry_run: bool = False,

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import ImportFormatError, InvalidInput
-from ..store.protocols import Journal, Store
+from ..store.protocols import Journal
 from . import claude_code, codex, opencode
 from .jsonl import FileResult, Problem, decode_json, existing, read_lines
 
@@ -170,7 +170,7 @@ def discover(
     return files
 
 
-async def import_file(store: Store, path: str, fmt: str | None = None, *, dry_run: bool = False) -> FileResult:
+async def import_file(store: Journal, path: str, fmt: str | None = None, *, dry_run: bool = False) -> FileResult:
     """Import one file (its format detected when `fmt` is None), or append what it gained since it was last
     imported. Never raises for bad content: a file that cannot be imported at all is a `failed` result."""
     try:
@@ -203,7 +203,7 @@ def is_opencode_store(path: Path) -> bool:
 
 
 async def import_path(
-    store: Store,
+    store: Journal,
     path: str,
     fmt: str | None = None,
     *,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..store.protocols import Store
+from ..store.protocols import Journal
 from .jsonl import FileResult, Problem
 from .sources import import_path
 
@@ -48,7 +48,7 @@ class Watcher:
     reported: set[tuple[str, int | None, str]] = field(default_factory=set)
     listed: int = 0  # how many sources the last round found
 
-    async def round(self, store: Store, stop: Callable[[], bool] = lambda: False) -> list[FileResult]:
+    async def round(self, store: Journal, stop: Callable[[], bool] = lambda: False) -> list[FileResult]:
         """One pass: the results of the files that changed (every file, the first time), until `stop` says
         so between two files. A file whose import failed is tried again next round; a problem already
         reported is left out of later results. opencode's stores are asked every round: a message left

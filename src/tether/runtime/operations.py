@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..messages import Entry, EntryBody
 from ..providers.catalog import Catalog, ModelInfo
 from ..providers.registry import KEY_ENVS, choose_model, provider_names, resolve_provider, usable
-from ..store.protocols import JournalSearchIndex, Leases, Store
+from ..store.protocols import Journal, JournalSearchIndex, Leases, Store
 from ..store.records import Lease, LeaseRequest, SessionInfo
 from .configuration import context_settings
 from .handle import SessionHandle
@@ -62,7 +62,7 @@ def model_limits(spec: str | None, info: SessionInfo, config: Config) -> tuple[s
     return f"{provider}/{model}", entry.context_window, entry.max_output_tokens
 
 
-async def context_view(store: Store, session_id: str, *, config: Config, model: str | None = None) -> ContextView:
+async def context_view(store: Journal, session_id: str, *, config: Config, model: str | None = None) -> ContextView:
     """The context of the session's next step as a run would derive it: the configuration's settings under
     the session's own, the default tools' definitions in the budget. Nothing is written."""
     info = await store.get_session(session_id)

@@ -32,7 +32,7 @@ from ..config import Config, SinkConfig
 from ..errors import ConfigError, TetherError
 from ..events import durable_events, event_json
 from ..store.objects import Bucket, BucketConfig
-from ..store.protocols import Journal, JournalSinkPositions, Store
+from ..store.protocols import Journal, JournalSinkPositions
 
 log = logging.getLogger("tether.sinks")
 
@@ -303,7 +303,7 @@ async def lag(store: JournalSinkPositions, config: Config) -> dict[str, dict[str
     return report
 
 
-def runner_for(store: Store, config: Config) -> SinkRunner | None:
+def runner_for(store: JournalSinkPositions, config: Config) -> SinkRunner | None:
     """A runner for the configured sinks (None when there are none)."""
     if not config.sinks:
         return None
