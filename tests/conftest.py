@@ -11,7 +11,7 @@ import pytest
 
 from tether.store import MemoryStore, SqliteStore, Store
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 
 @pytest.fixture(autouse=True)
@@ -25,17 +25,22 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
             monkeypatch.delenv(key, raising=False)
 
 
-def make_store(kind: str, path: Path) -> Store:
+def make_store(kind: str, path: Path, request: pytest.FixtureRequest | None = None) -> Store:
+    """A store of `kind`; PostgreSQL's is a fresh database of the test's own (the `postgres_url` fixture)."""
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
         return SqliteStore(path / "tether.db")
+    if kind == "postgres" and request is not None:
+        from tether.store.postgres import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("postgres_url"))
     raise ValueError(kind)
 
 
 @pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s = make_store(request.param, tmp_path)
+    s = make_store(request.param, tmp_path, request)
     try:
         yield s
     finally:
