@@ -150,8 +150,8 @@ ins AS (
     INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
         CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-    FROM s, unnest(%(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
-        %(docs)s::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
+    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+        %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
 )
 SELECT base, at FROM s
 """
@@ -163,8 +163,8 @@ _INSERT_ENTRIES_SQL = """
 INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
 SELECT %(sid)s, t.seq, t.kind, t.at, t.payload, t.role,
     CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-FROM unnest(%(seqs)s::int8[], %(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
-    %(docs)s::text[]) AS t(seq, kind, payload, at, role, doc)
+FROM unnest(%(seqs)b::int8[], %(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+    %(docs)b::text[]) AS t(seq, kind, payload, at, role, doc)
 """
 _LEASE_COLS = "l.holder, l.pid, l.host, l.since, l.expires_at, l.request"
 _LEASE_SQL = f"SELECT {_LEASE_COLS} FROM sessions s LEFT JOIN leases l ON l.session_id = s.id WHERE s.id = %s"
@@ -1280,7 +1280,7 @@ class PostgresStore:
         async def go(conn: Any) -> None:
             await conn.execute(
                 "INSERT INTO sink_positions (sink, session_id, seq) SELECT %s, t.sid, t.seq"
-                " FROM unnest(%s::text[], %s::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
+                " FROM unnest(%b::text[], %b::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
                 " DO UPDATE SET seq = greatest(sink_positions.seq, excluded.seq)",
                 (_esc(sink), sids, [positions[s] for s in sids]),
             )
