@@ -1,8 +1,8 @@
 """The schema of a `PostgresStore`, as numbered migrations applied when a store opens (`migrate`).
 
 `tether_schema` holds the version. A store that opens reads it first and, when it is current, takes no
-lock at all; otherwise it takes a transaction-scoped advisory lock (`LOCK_KEY`), reads the version again
-and applies what is missing in that one transaction: two processes (or nodes) that open a fresh database at
+lock at all; otherwise it takes an advisory lock (`LOCK_KEY`), reads the version again and applies what is
+missing in one transaction: two processes (or nodes) that open a fresh database at
 once apply each migration exactly once, the second waiting for the first and then finding nothing to do.
 A database written by a newer tether is refused, never touched.
 
@@ -142,21 +142,28 @@ def migrate(conn: Any, *, known: int = SCHEMA_VERSION) -> tuple[int, int]:
         if version > known:
             raise NewerSchema(version, known)
         return version, version
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-        version = _version(conn)  # again, under the lock: another process may have done it meanwhile
-        if version is None:
-            conn.execute("CREATE TABLE tether_schema (version integer NOT NULL)")
-            conn.execute("INSERT INTO tether_schema (version) VALUES (0)")
-            version = 0
-        if version > known:
-            raise NewerSchema(version, known)
-        before = version
-        for number, sql in MIGRATIONS:
-            if version < number <= known:
-                conn.execute(sql)
-                version = number
-        conn.execute("UPDATE tether_schema SET version = %s", (version,))
+    # A session-level lock taken before the transaction begins: the transaction's first statement then
+    # reads the catalog as it is after whoever held the lock committed (inside a transaction that took the
+    # lock itself, a catalog lookup may still see the tables as they were before).
+    conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+    try:
+        with conn.transaction():
+            version = _version(conn)  # again, under the lock: another process may have done it meanwhile
+            if version is None:
+                conn.execute("CREATE TABLE tether_schema (version integer NOT NULL)")
+                conn.execute("INSERT INTO tether_schema (version) VALUES (0)")
+                version = 0
+            if version > known:
+                raise NewerSchema(version, known)
+            before = version
+            for number, sql in MIGRATIONS:
+                if version < number <= known:
+                    conn.execute(sql)
+                    version = number
+            conn.execute("UPDATE tether_schema SET version = %s", (version,))
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return before, version
 
 

@@ -222,16 +222,22 @@ def _check_idle(conn: Any) -> Awaitable[None]:
     async def check() -> None:
         if conn.closed:
             raise psycopg.OperationalError("the connection is closed")
-        try:
-            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-        except (OSError, ValueError) as e:
-            raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
-        if readable:
-            conn.pgconn.consume_input()  # the server's goodbye (or EOF), or a notification
-            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        pgconn = conn.pgconn
+        for _ in range(3):
+            try:
+                readable, _, _ = select.select([pgconn.socket], [], [], 0)
+            except (OSError, ValueError) as e:
+                raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
+            if not readable:
+                return
+            # The server's goodbye, then the end of the stream (which stays readable), or a notification:
+            # read what came; a connection that is still readable after that is at its end.
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
                 raise psycopg.OperationalError("the server closed the connection")
-            while conn.pgconn.notifies() is not None:
+            while pgconn.notifies() is not None:
                 pass
+        raise psycopg.OperationalError("the server closed the connection")
 
     return check()
 
