@@ -217,3 +217,48 @@ async def test_a_cancelled_append_still_commits_whole(postgres_url: str) -> None
                 break
             await asyncio.sleep(0.02)
         assert [e.body.text for e in await store.read(info.id)] == ["a", "b"]  # type: ignore[union-attr]
+
+
+async def test_numbers_and_change_ids_hold_across_stores_and_a_pruned_feed(postgres_url: str) -> None:
+    """Two stores on one database (as two processes or nodes): reservations continue each other's, change ids
+    are shared and increasing, and a change id is never given again after its row is gone."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        block = await store.reserve_numbers(sid, 1_499_999, 64)
+        last = (await store.append_change("one")).id
+    async with PostgresStore(postgres_url) as again, PostgresStore(postgres_url) as beside:
+        assert await beside.reserve_numbers(sid, 1_499_999, 64) == block + 64
+        assert await again.reserve_numbers(sid, 1_499_999, 1) == block + 128
+        assert await again.last_change_id() == last
+        assert (await beside.append_change("two")).id == last + 1
+        assert [c.kind for c in await again.changes_after(0)] == ["one", "two"]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM changes")  # a pruned feed
+    async with PostgresStore(postgres_url) as store:
+        assert await store.last_change_id() == last + 1
+        assert (await store.append_change("three")).id == last + 2
+
+
+async def test_changes_commit_in_id_order_under_concurrent_writers(postgres_url: str) -> None:
+    """A follower that polls while many writers record changes never sees an id appear below one it has
+    already read (ids are taken and committed under one lock), so following by id misses nothing."""
+    async with PostgresStore(postgres_url, max_size=8) as store:
+        done = asyncio.Event()
+        seen: list[int] = []
+
+        async def follow() -> None:
+            after = 0
+            while True:
+                finished = done.is_set()
+                for change in await store.changes_after(after, 1000):
+                    seen.append(change.id)
+                    after = change.id
+                if finished:
+                    return
+                await asyncio.sleep(0)
+
+        follower = asyncio.ensure_future(follow())
+        made = await asyncio.gather(*(store.append_change("tick", data={"i": i}) for i in range(200)))
+        done.set()
+        await follower
+        assert seen == sorted(c.id for c in made)

@@ -19,6 +19,10 @@ LOCK_KEY = 0x7465746865720001
 """The advisory lock that serializes migrations (a bigint: "tether" and 1)."""
 AUDIT_LOCK_KEY = 0x7465746865720002
 """The advisory lock of the audit trail's head: writers append one record at a time, keeping one chain."""
+CHANGES_LOCK_KEY = 0x7465746865720003
+"""The advisory lock of the change feed: a change's id is taken and committed under it, so ids commit in
+order (a follower that read id N never later finds a smaller one appear), and `last_change_id` reads the
+sequence under it shared (no id taken but not yet committed)."""
 LEASE_LOCK_SPACE = 0x7465
 """The first key of the advisory locks of leases (the second is a hash of the session id)."""
 
@@ -118,8 +122,23 @@ CREATE TABLE sink_positions (
 );
 """
 
+_V2 = """
+CREATE TABLE event_numbers (
+    session_id text COLLATE "C" PRIMARY KEY,
+    hi bigint NOT NULL
+);
+CREATE TABLE changes (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at double precision NOT NULL,
+    kind text NOT NULL,
+    session_id text COLLATE "C",
+    data text NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
+    (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

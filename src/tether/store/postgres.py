@@ -17,6 +17,7 @@ there, and jsonb would refuse ``\\u0000``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import select
 import time
@@ -57,6 +58,7 @@ from .records import (
     LEASE_REQUESTS,
     UNSET,
     BackfillProgress,
+    Change,
     CorruptHandler,
     Durability,
     Lease,
@@ -78,11 +80,14 @@ from .searchtext import document, excerpt_of, indexed_text, query_terms, tokens
 from .validate import (
     check_artifact_id,
     check_audit_filters,
+    check_change,
+    check_changes_after,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_reservation,
     check_search_filters,
     check_share,
     check_stream,
@@ -532,6 +537,8 @@ class PostgresStore:
 
         async def tx(conn: Any) -> list[str]:
             ids = await self._delete_tree(conn, session_id)
+            # not in _delete_tree: a replaced session keeps its numbers reserved
+            await conn.execute("DELETE FROM event_numbers WHERE session_id = ANY(%s)", (ids,))
             await self._audit(conn, _deleted(session_id, ids))
             return ids
 
@@ -1294,6 +1301,67 @@ class PostgresStore:
         await self._write(go, "save sink positions in")
 
 
+    # --- event numbers and the change feed --------------------------------------------------------------------
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        check_reservation(session_id, floor, count)
+
+        async def go(conn: Any) -> int:
+            cur = await conn.execute(
+                "INSERT INTO event_numbers AS n (session_id, hi) VALUES (%(sid)s, %(floor)s + %(count)s)"
+                " ON CONFLICT (session_id) DO UPDATE SET hi = greatest(n.hi, %(floor)s) + %(count)s"
+                " RETURNING n.hi - %(count)s + 1",
+                {"sid": session_id, "floor": floor, "count": count},
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        return await self._write(go, "reserve event numbers in")
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        body = check_change(kind, session_id, {} if data is None else data)
+        at = time.time()
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.CHANGES_LOCK_KEY,))
+            cur = await conn.execute(
+                "INSERT INTO changes (at, kind, session_id, data) VALUES (%s, %s, %s, %s) RETURNING id",
+                (at, kind, session_id, body.decode()),
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        change_id = await self._tx(tx, "record a change in")
+        return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        check_changes_after(after, limit)
+        rows = await self._read(
+            "SELECT id, at, kind, session_id, data FROM changes WHERE id > %s ORDER BY id LIMIT %s", (after, limit)
+        )
+        return [Change(id=int(r[0]), at=float(r[1]), kind=str(r[2]), session_id=r[3], data=json.loads(r[4])) for r in rows]
+
+    async def last_change_id(self) -> int:
+        """The last id the sequence gave, read once no change is being recorded (so a deleted last row still
+        counts, and an id taken by a change not yet committed is never said)."""
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (pgschema.CHANGES_LOCK_KEY,))
+            cur = await conn.execute(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM changes_id_seq"
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        async def go(conn: Any) -> int:
+            async with conn.transaction():
+                return await tx(conn)
+
+        return await self._run(go, "read the change feed of")
+
+
 def _tsquery(terms: Sequence[Any]) -> str | None:
     """The `to_tsquery` text of a query's terms: each term's tokens as a phrase (``<->``), a prefix term's
     last one with ``:*``, the alternatives OR-ed. Tokens are letters and digits only (`searchtext.tokens`),
@@ -1312,8 +1380,6 @@ def _share(row: Sequence[Any]) -> Share:
 
 
 def _audit_record(row: Sequence[Any]) -> AuditRecord:
-    import json
-
     try:
         detail = json.loads(row[6])
     except ValueError:
