@@ -7,9 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tether.errors import InvalidInput
 from tether.store import MemoryStore, SqliteStore, open_store
 
 

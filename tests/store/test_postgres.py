@@ -102,9 +102,7 @@ def _terminate(admin_url: str, database_url: str, *, keep: int | None = None) ->
     return len(rows)
 
 
-async def test_the_pool_recovers_when_the_server_ends_its_connections(
-    postgres_url: str, postgres_server: str
-) -> None:
+async def test_the_pool_recovers_when_the_server_ends_its_connections(postgres_url: str, postgres_server: str) -> None:
     """A server restart or an administrator ends every connection while the pool holds them idle: the next
     operations do not fail, the pool drops the dead connections before it hands them out."""
     async with PostgresStore(postgres_url, min_size=3, max_size=3) as store:
@@ -192,7 +190,7 @@ async def test_appends_under_repeated_kills_keep_every_acknowledged_batch_whole(
             assert info.message_count == info.entry_count
             tags: dict[str, list[int]] = {}
             for e in entries:
-                tag, part = e.body.text.rsplit("/", 1)  # type: ignore[union-attr]
+                tag, part = e.body.text.rsplit("/", 1)
                 tags.setdefault(tag, []).append(int(part))
             assert all(parts == [0, 1, 2] for parts in tags.values()), "a batch was half written"
             assert acked[sid] <= set(tags), "an acknowledged batch is missing"
@@ -216,7 +214,7 @@ async def test_a_cancelled_append_still_commits_whole(postgres_url: str) -> None
             if (await store.get_session(info.id)).entry_count:
                 break
             await asyncio.sleep(0.02)
-        assert [e.body.text for e in await store.read(info.id)] == ["a", "b"]  # type: ignore[union-attr]
+        assert [e.body.text for e in await store.read(info.id)] == ["a", "b"]
 
 
 async def test_numbers_and_change_ids_hold_across_stores_and_a_pruned_feed(postgres_url: str) -> None:

@@ -295,7 +295,8 @@ class PostgresStore:
                 pgschema.migrate(conn)
         except pgschema.NewerSchema as e:
             raise StoreUnavailable(
-                f"the database {self.where} was written by a newer tether ({e})", "upgrade tether, or open another store"
+                f"the database {self.where} was written by a newer tether ({e})",
+                "upgrade tether, or open another store",
             ) from None
         except psycopg.Error as e:
             raise self._fault(e, "open") from e
@@ -1300,7 +1301,6 @@ class PostgresStore:
 
         await self._write(go, "save sink positions in")
 
-
     # --- event numbers and the change feed --------------------------------------------------------------------
 
     async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
@@ -1341,7 +1341,9 @@ class PostgresStore:
         rows = await self._read(
             "SELECT id, at, kind, session_id, data FROM changes WHERE id > %s ORDER BY id LIMIT %s", (after, limit)
         )
-        return [Change(id=int(r[0]), at=float(r[1]), kind=str(r[2]), session_id=r[3], data=json.loads(r[4])) for r in rows]
+        return [
+            Change(id=int(r[0]), at=float(r[1]), kind=str(r[2]), session_id=r[3], data=json.loads(r[4])) for r in rows
+        ]
 
     async def last_change_id(self) -> int:
         """The last id the sequence gave, read once no change is being recorded (so a deleted last row still
@@ -1349,9 +1351,7 @@ class PostgresStore:
 
         async def tx(conn: Any) -> int:
             await conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (pgschema.CHANGES_LOCK_KEY,))
-            cur = await conn.execute(
-                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM changes_id_seq"
-            )
+            cur = await conn.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM changes_id_seq")
             row = await cur.fetchone()
             return int(row[0])
 
