@@ -331,10 +331,16 @@ class PostgresStore:
                 "grant the role tether connects as what it needs on that database",
             )
         if isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+            if doing == "open":
+                advice = "check the URL, and that the server is up and reachable from here"
+            else:
+                advice = (
+                    "check that the server is up and reachable; a write that was under way was kept whole or not "
+                    "at all, so read it back before trying it again"
+                )
             return StoreConnectionLost(
                 f"the connection to PostgreSQL at {self.where} failed while tether tried to {doing} it ({text})",
-                "check that the server is up and reachable; a write that was under way was kept whole or not at "
-                "all, so read it back before trying it again",
+                advice,
             )
         return StoreUnavailable(f"PostgreSQL at {self.where} failed to {doing} it: {text}")
 
