@@ -5,10 +5,12 @@ is cut mid-operation, and the pool's recovery. A real PostgreSQL, started by the
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -339,3 +341,20 @@ async def test_corrupt_rows_are_skipped_and_reported(postgres_url: str) -> None:
         seen.clear()
         assert _texts(await store.read(fork.id)) == ["m1", "m5"]
         assert [r.seq for r in seen] == [2, 3, 4]
+
+
+def test_the_test_cluster_says_what_to_install_when_postgresql_is_missing(tmp_path: Path) -> None:
+    """tests/conftest.py finds initdb/pg_ctl on PATH or under Debian's /usr/lib/postgresql/*/bin; without
+    them it fails (never skips) saying what to install or which variable names a server."""
+    spec = importlib.util.spec_from_file_location("tether_tests_conftest", Path(__file__).parent.parent / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    with pytest.raises(RuntimeError, match=r"apt-get install -y postgresql.*TETHER_TEST_POSTGRES"):
+        conftest._postgres_bin(tmp_path, path=str(tmp_path))
+    version = tmp_path / "16" / "bin"
+    version.mkdir(parents=True)
+    for name in ("initdb", "pg_ctl"):
+        (version / name).touch()
+    (tmp_path / "9" / "bin").mkdir(parents=True)
+    assert conftest._postgres_bin(tmp_path, path=str(tmp_path)) == version
