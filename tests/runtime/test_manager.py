@@ -283,9 +283,9 @@ async def test_status_of_a_session_another_process_runs(store: SqliteStore, tmp_
     assert await mgr.status(info.id) == "idle"
     await store.acquire_lease(info.id, "run_elsewhere", ttl=30, pid=1, host="another-machine")
     assert await mgr.status(info.id) == "busy_elsewhere"
-    run = await mgr.start(info.id, "hi")
-    outcome = await run.result()
-    assert isinstance(outcome, Error) and outcome.code == "busy" and "run_elsewhere" in outcome.message
+    with pytest.raises(SessionBusy, match="run_elsewhere"):  # refused now: never taken, then dropped
+        await mgr.start(info.id, "hi")
+    assert info.id not in mgr._sessions or not mgr._sessions[info.id].waiting
     assert await mgr.cancel(info.id)  # asked through the store
     lease = await store.get_lease(info.id)
     assert lease is not None and lease.request == "cancel"

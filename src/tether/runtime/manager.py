@@ -70,6 +70,9 @@ followed (`follow_activity`)."""
 WATCHED_FOR = 5.0
 """Seconds a session changed by another process is looked at for its status after its last change."""
 
+ASKED_WINDOW = 10_000
+"""How many of the store's latest changes `approvals` looks through for requests other processes made."""
+
 RECENT_SESSIONS = 256
 """Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
 starts and ends) for a subscriber that comes just after a run: the least recently used are forgotten."""
@@ -84,6 +87,12 @@ class RunHandle:
     prompt: str | Message | None
     after: int
     plan: LaunchPlan = field(repr=False)
+    queued: bool = False
+    """The prompt waits behind a run of this process (or a prompt queued before it)."""
+    steered: bool = False
+    """The prompt went to the run in progress, which reads it at its next step."""
+    info: SessionInfo | None = field(default=None, repr=False)
+    """The session's row as `start` knew it (its run opens the session from it instead of reading it)."""
     _done: asyncio.Future[Done | Error] = field(
         repr=False, default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -199,10 +208,13 @@ class SessionManager:
         self._given: dict[tuple[str, str], Answer] = {}
         """Answers given for requests that no run of this manager waited on (a stopped run's): the run that
         resumes the session takes them when it asks again."""
-        self.activity = ActivityFeed()
+        self.activity = ActivityFeed(store)
         """What happens to the sessions this manager touches: followed by a server's `/events` through
         `follow_activity`, which adds what other processes do to the store."""
         self._store_watch: asyncio.Task[None] | None = None
+        self._known: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        """Each session's row as last told to the feed (`updated_at`, `last_seq`): the store watcher tells
+        only what changed since."""
         self.mcp = ProcessServers(self.config)
         """The process's MCP servers, shared by its runs; looked at, added and removed while they go on."""
         self.pacer = Pacer() if pace else None
@@ -219,12 +231,16 @@ class SessionManager:
         steer: bool = False,
         queue: bool = True,
         directory: str | os.PathLike[str] | None = None,
+        info: SessionInfo | None = None,
         **fields: object,
     ) -> RunHandle:
         """Run `prompt` in the session (None: a new one in `directory`; a None prompt continues where the
         session stopped). A session with a run in progress gets the prompt queued behind it, in order, or,
         with `steer`, read by that run at its next step; with `queue=False` (and no `steer`) a session that
-        a run holds, here or in another process, is refused (`SessionBusy`, naming the holder). Every option
+        a run of this process holds is refused; one that another process holds always is (`SessionBusy`,
+        naming the holder: a prompt is never taken to be dropped when its run cannot have the lease).
+        `info`, the session's row as the caller just read it, spares reading it again. The handle says
+        what was done with the prompt (`queued`, `steered`). Every option
         is checked first (`check_request`): a bad one raises and nothing is queued. Returns the prompt's
         handle, whose `after` is the event number to follow the session from to see this prompt's run.
         Unless the defaults or `fields` name an `approver`, a call that must be asked about waits for
@@ -232,11 +248,15 @@ class SessionManager:
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
         if session_id is not None:
-            info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
-            if not queue and not steer:
-                busy = await self._busy(session_id)
+            if info is None or info.id != session_id:
+                info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
+            here = self._sessions.get(session_id)
+            if here is None or not (here.run is not None or here.waiting):
+                busy = await self._busy(session_id)  # never queued to be dropped when the run starts
                 if busy is not None:
                     raise busy
+            elif not queue and not steer:
+                raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
         approver: _Approver | None = None
         if "pacer" not in fields and self.defaults.pacer is None and self.pacer is not None:
             fields["pacer"] = self.pacer
@@ -262,16 +282,18 @@ class SessionManager:
             plan = replace(plan, request=replace(plan.request, session=session_id))
             if approver is not None:
                 approver.root = session_id
-            self.activity.publish(SessionCreated(session=info))
+            await self.announce(SessionCreated(session=info))
         entry = self._entry(session_id)
-        handle = RunHandle(session_id, prompt, after=self._position(entry, info), plan=plan)
+        handle = RunHandle(session_id, prompt, after=self._position(entry, info), plan=plan, info=info)
         if steer and entry.run is not None and prompt is not None:
             entry.run.steer(prompt)
             entry.riders.append(handle)
+            handle.steered = True
             return handle
         entry.waiting.append(handle)
         if entry.run is not None or len(entry.waiting) > 1:
-            self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
+            handle.queued = True
+            await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
         if entry.worker is None or entry.worker.done():
             entry.worker = asyncio.get_running_loop().create_task(
                 self._work(entry, first), name=f"tether session {session_id}"
@@ -308,14 +330,17 @@ class SessionManager:
         while entry.waiting:
             handle = entry.waiting[0]
             outcome: Done | Error | None = None
+            ended: SessionInfo | None = None
             try:
-                launched, first = first or await open_run(self.store, handle.plan), None
+                launched, first = first or await open_run(self.store, handle.plan, info=handle.info), None
+                handle.info = None  # a later run of the session reads it afresh
                 entry.run = launched.run
-                self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
+                await self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
                 async for event in launched.events():
                     self._publish(entry, event)
                     if isinstance(event, Done | Error) and event.session_id == entry.session_id:
                         outcome = event
+                ended = launched.session.info  # as the run left it (it kept its row up to date)
             except asyncio.CancelledError:
                 outcome = await self._cancelled(entry)
                 self._publish(entry, outcome)
@@ -324,12 +349,12 @@ class SessionManager:
                 entry.riders.clear()
                 raise
             except SessionBusy as busy:
-                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="busy", message=str(busy))
+                outcome = await self._failed(entry, "busy", str(busy))
             except TetherError as exc:
-                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="error", message=str(exc))
+                outcome = await self._failed(entry, "error", str(exc))
             except Exception as exc:  # a bug in a run must not take the other sessions down with it
                 log.exception("run of session %s failed", entry.session_id)
-                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="internal", message=repr(exc))
+                outcome = await self._failed(entry, "internal", repr(exc))
             finally:
                 entry.run = None
                 for key in [k for k in self._given if k[0] == entry.session_id]:
@@ -338,16 +363,31 @@ class SessionManager:
             for rider in entry.riders:
                 self._finish(entry, rider, outcome)
             entry.riders.clear()
-            await self._announce(entry.session_id)
+            await self._announce(entry.session_id, ended)
 
-    async def _announce(self, session_id: str) -> None:
-        """Tell the activity feed where a session stands after a run, and its row as the run left it."""
+    async def _announce(self, session_id: str, info: SessionInfo | None = None) -> None:
+        """Tell the activity feed where a session stands after a run, and its row as the run left it (`info`,
+        the run's own, when it ended here: nothing is read then)."""
         try:
-            info = await self.store.get_session(session_id)
-            self.activity.publish(SessionUpdated(session=info))
-            self.activity.publish(StatusChanged(session_id=session_id, status=await self.status(session_id)))
+            if info is None:
+                info = await self.store.get_session(session_id)
+                status = await self.status(session_id)
+            else:
+                here = self._sessions.get(session_id)
+                status: Status = "queued" if here is not None and here.waiting else "idle"
+                status = "paused" if status == "idle" and info.state == "paused" else status
+            await self.announce(SessionUpdated(session=info))
+            await self.activity.publish(StatusChanged(session_id=session_id, status=status))
         except TetherError:  # deleted meanwhile, or a store that fails: the feed is a courtesy
             log.debug("could not announce session %s", session_id, exc_info=True)
+
+    async def _failed(self, entry: _Session, code: str, message: str) -> Error:
+        """The end of a run that failed before it ended itself, numbered as a live event after the last."""
+        try:
+            n = await stray_number(self.store, entry.session_id, entry.last_n)
+        except TetherError:
+            n = entry.last_n + 1
+        return Error(session_id=entry.session_id, n=n, code=code, message=message)
 
     async def _cancelled(self, entry: _Session) -> Error:
         """The end the manager gives a run whose task it cancelled (the run gives none): numbered after the
@@ -470,6 +510,14 @@ class SessionManager:
                 seen = last_seq
             await asyncio.sleep(WATCH_INTERVAL)
 
+    async def announce(self, activity: Activity) -> Activity:
+        """Tell the activity feed what this process did to a session (once: the store watcher does not tell
+        it again)."""
+        if isinstance(activity, SessionCreated | SessionUpdated):
+            self._known[activity.session.id] = (activity.session.updated_at, activity.session.last_seq)
+            self._known.move_to_end(activity.session.id)
+        return await self.activity.publish(activity)
+
     def follow_activity(self, after: int | None = None) -> AsyncIterator[Activity]:
         """The activity feed (`ActivityFeed.follow`), with what other processes do to the store's sessions
         (a `tether run` beside a server, an import) told as it is seen (`_watch_store`)."""
@@ -483,8 +531,8 @@ class SessionManager:
         `STORE_WATCH_INTERVAL`: a session changed by no run of this manager is told (`SessionCreated` or
         `SessionUpdated`, then its `StatusChanged`), and a session another process runs is looked at until its
         run ends (the lease is given back with no change to the session's row). What this manager did
-        itself may be told twice; a deletion by another process is not seen (its listing is)."""
-        known: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        itself is not told again (`announce`); a deletion by another process is not seen (its listing is)."""
+        known = self._known
         told: dict[str, Status] = {}
         watched: dict[str, float] = {}
         """Sessions whose status is looked at on every look: those changed lately (a run elsewhere takes the
@@ -509,7 +557,9 @@ class SessionManager:
                     if (first and info.updated_at < since) or (entry is not None and self._runs_here(entry)):
                         continue
                     created = is_new and info.created_at >= since
-                    self.activity.publish(SessionCreated(session=info) if created else SessionUpdated(session=info))
+                    await self.activity.publish(
+                        SessionCreated(session=info) if created else SessionUpdated(session=info)
+                    )
                     watched[info.id] = now
                 for sid, changed in list(watched.items()):
                     entry = self._sessions.get(sid)
@@ -519,7 +569,7 @@ class SessionManager:
                     status = await self.status(sid)
                     if status != told.get(sid):
                         told[sid] = status
-                        self.activity.publish(StatusChanged(session_id=sid, status=status))
+                        await self.activity.publish(StatusChanged(session_id=sid, status=status))
                     if status == "busy_elsewhere":
                         watched[sid] = now
                     elif now - changed > WATCHED_FOR:
@@ -614,8 +664,8 @@ class SessionManager:
             return given
         asked = _Asked(request, root, asyncio.get_running_loop().create_future())
         self._asked[key] = asked
-        self.activity.publish(ApprovalPending(request=request, root_id=root))
-        self.activity.publish(StatusChanged(session_id=root, status="waiting_for_approval"))
+        await self.activity.publish(ApprovalPending(request=request, root_id=root))
+        await self.activity.publish(StatusChanged(session_id=root, status="waiting_for_approval"))
         given_answer: Answer | None = None
         try:
             given_answer = await asked.answer
@@ -624,24 +674,35 @@ class SessionManager:
             if self._asked.get(key) is asked:
                 del self._asked[key]
             approved = given_answer.approved if given_answer is not None else None
-            self.activity.publish(
+            await self.activity.publish(
                 ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
             )
             entry = self._sessions.get(root)
             if entry is not None and entry.run is not None:
-                self.activity.publish(StatusChanged(session_id=root, status=await self.status(root)))
+                await self.activity.publish(StatusChanged(session_id=root, status=await self.status(root)))
 
     async def approvals(self, session_id: str | None = None) -> list[ApprovalRequest]:
         """The approval requests that wait for an answer: those the runs of this manager wait on (of every
-        session, or of `session_id` and its sub-agents), in the order they were made; with `session_id`,
-        also those its journal holds from a run that stopped while it waited (another process's, or one
-        before a restart), when no run here or elsewhere has the session now."""
+        session, or of `session_id` and its sub-agents), in the order they were made; and those a journal
+        holds from a run that stopped while it waited (another process's, one killed, or one before a
+        restart), when no run here or elsewhere has the session now: of `session_id`, or, with none, of
+        every session whose request the store's change feed recorded (its last `ASKED_WINDOW` changes)."""
         waiting = [
             a.request
             for a in self._asked.values()
             if session_id is None or session_id in (a.root, a.request.session_id)
         ]
-        if session_id is None or waiting:
+        if session_id is None:
+            asked = {(r.session_id, r.call_id) for r in waiting}
+            for sid in await self._asked_elsewhere():
+                try:
+                    left = await self.approvals(sid)
+                except SessionNotFound:
+                    continue  # deleted since
+                waiting += [r for r in left if (r.session_id, r.call_id) not in asked]
+                asked |= {(r.session_id, r.call_id) for r in left}
+            return waiting
+        if waiting:
             return waiting
         entry = self._sessions.get(session_id)
         if entry is not None and (entry.run is not None or entry.waiting):
@@ -649,6 +710,29 @@ class SessionManager:
         if await live_lease(self.store, session_id) is not None:
             return []
         return await journaled_requests(self.store, session_id)
+
+    async def _asked_elsewhere(self) -> list[str]:
+        """The sessions whose runs asked for a person's answer lately, as the store's change feed recorded it
+        (any process of the store), which no run of this manager has now: where a request may be left."""
+        last = await self.store.last_change_id()
+        after, roots = max(0, last - ASKED_WINDOW), dict[str, None]()
+        while after < last:
+            changes = await self.store.changes_after(after, 500)
+            if not changes:
+                break
+            for change in changes:
+                if change.kind != "approval_pending":
+                    continue
+                request = change.data.get("request")
+                for sid in (
+                    change.data.get("root_id"),
+                    request.get("session_id") if isinstance(request, dict) else None,
+                ):
+                    here = self._sessions.get(sid) if isinstance(sid, str) else None
+                    if isinstance(sid, str) and (here is None or here.run is None):
+                        roots[sid] = None
+            after = changes[-1].id
+        return list(roots)
 
     async def answer(self, session_id: str, call_id: str, answer: Answer) -> RunHandle | None:
         """Answer the approval request of tool call `call_id` in `session_id` (a sub-agent's session for its
@@ -704,7 +788,7 @@ class SessionManager:
             deleted = await self.store.delete_session(session_id)
         for sid in deleted:
             self._sessions.pop(sid, None)
-        self.activity.publish(SessionDeleted(session_id=session_id, deleted=deleted))
+        await self.activity.publish(SessionDeleted(session_id=session_id, deleted=deleted))
         return deleted
 
     async def shutdown(self, *, wait: float = 0.0) -> None:
