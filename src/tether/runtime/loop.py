@@ -120,6 +120,7 @@ class AgentRun:
         state.tools = with_children(state, AgentRun)  # `task` runs sub-agents of this run
         state.specs = state.tools.specs()
         state.entries = await active_tail(session.store, session.id, RESUME_TAIL, last_seq=info.entry_count)
+        engine.prime(session.id, state.entries, info.entry_count)  # a short history: read once, not twice
         await state.journal.open()
         return state
 
