@@ -202,7 +202,7 @@ class Queueing(ManagerBase):
     async def _cancelled(self, entry: _Session) -> Error:
         """The end the manager gives a run whose task it cancelled (the run gives none): numbered after the
         run's last event and reserved as its own are, so that subscribers who saw that event take it."""
-        if entry.run is not None:
+        if entry.run is not None and entry.run.state is not None:
             return await entry.run.stopped("cancelled", "cancelled")
         n = await stray_number(self.store, entry.session_id, entry.last_n)
         return Error(session_id=entry.session_id, n=n, code="cancelled", message="cancelled")
