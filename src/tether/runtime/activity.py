@@ -139,7 +139,7 @@ class ActivityFeed:
         data = msgspec.to_builtins(activity)
         kind = data.pop("type")
         data.pop("n", None)
-        session_id = data.get("session_id") or (data.get("session") or {}).get("id")
+        session_id = data.get("session_id") or data.get("root_id") or (data.get("session") or {}).get("id")
         async with self._order:
             try:
                 change = await self.store.append_change(kind, session_id=session_id, data=data)
