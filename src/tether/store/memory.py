@@ -19,6 +19,7 @@ from .audit import GENESIS, AuditDraft, AuditRecord, kind_matches, pruned_draft,
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .records import (
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     Durability,
     Lease,
@@ -38,12 +39,14 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 from .validate import (
     check_artifact_id,
+    check_artifact_listing,
     check_audit_filters,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_restored_share,
     check_search_filters,
     check_share,
     check_stream,
@@ -69,7 +72,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._sessions: dict[str, SessionInfo] = {}
         self._entries: dict[str, list[tuple[float, bytes]]] = {}
-        self._artifacts: dict[str, bytes] = {}
+        self._artifacts: dict[str, tuple[bytes, str]] = {}  # id -> (payload, media type)
         self._leases: dict[str, Lease] = {}
         self._shares: dict[str, tuple[bytes, Share]] = {}  # share id -> (token hash, share), oldest first
         self._streams: dict[str, tuple[int, float, bytes]] = {}  # session -> (after_seq, updated_at, message)
@@ -465,16 +468,24 @@ class MemoryStore:
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
         self._check()
         aid = artifact_id(data)
-        self._artifacts.setdefault(aid, bytes(data))
+        self._artifacts.setdefault(aid, (bytes(data), media_type))
         return aid
 
     async def get_artifact(self, artifact_id: str) -> bytes:
         self._check()
         check_artifact_id(artifact_id)
         try:
-            return self._artifacts[artifact_id]
+            return self._artifacts[artifact_id][0]
         except KeyError:
             raise NotFound(f"no artifact {artifact_id}") from None
+
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        self._check()
+        check_artifact_listing(after, limit)
+        ids = sorted(aid for aid in self._artifacts if aid > (after or ""))[:limit]
+        return [
+            ArtifactInfo(id=aid, media_type=self._artifacts[aid][1], size=len(self._artifacts[aid][0])) for aid in ids
+        ]
 
     # --- leases ------------------------------------------------------------------------------------------
 
@@ -589,6 +600,22 @@ class MemoryStore:
         if session_id is not None:
             self._get(session_id)
         return [share for _, share in self._shares.values() if session_id is None or share.session_id == session_id]
+
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        self._check()
+        self._get(session_id)
+        return [(share, h) for h, share in self._shares.values() if share.session_id == session_id]
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        self._check()
+        check_restored_share(share, token_hash)
+        self._get(share.session_id)
+        if share.id in self._shares:
+            return False
+        if any(h == token_hash for h, _ in self._shares.values()):
+            raise InvalidInput("another share has this token")
+        self._shares[share.id] = (bytes(token_hash), share)
+        return True
 
     async def revoke_share(self, share_id: str) -> Share:
         self._check()

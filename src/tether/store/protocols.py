@@ -13,6 +13,7 @@ from ..messages import Entry, EntryBody, Message
 from .audit import AuditDraft, AuditRecord
 from .records import (
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     Durability,
     Lease,
@@ -179,6 +180,11 @@ class Artifacts(Protocol):
         """The payload; raises `NotFound`."""
         ...
 
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        """The artifacts whose id sorts after `after` (from the first when None), in id order, at most
+        `limit`: how `tether migrate` finds every payload to copy."""
+        ...
+
 
 @runtime_checkable
 class Leases(Protocol):
@@ -263,6 +269,17 @@ class Shares(Protocol):
     async def list_shares(self, session_id: str | None = None) -> list[Share]:
         """The shares of one session (raises `SessionNotFound`) or of all, oldest first, revoked and expired
         ones too."""
+        ...
+
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        """The session's shares, oldest first, each with its token hash: what a migration copies to another
+        store (links made here keep opening there). Raises `SessionNotFound`."""
+        ...
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        """Record `share` exactly as given (id, times, revocation), found by `token_hash`: a share copied from
+        another store. False, and nothing written, when a share with its id exists; `InvalidInput` when
+        another share has this token hash. Raises `SessionNotFound`."""
         ...
 
     async def revoke_share(self, share_id: str) -> Share:

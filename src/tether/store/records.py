@@ -209,6 +209,15 @@ class Share(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
+class ArtifactInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """One stored artifact as `Artifacts.list_artifacts` names it: its id (``art_`` + the sha256 of its
+    bytes), media type and size in bytes."""
+
+    id: str
+    media_type: str
+    size: int
+
+
 CorruptHandler = Callable[[CorruptEntry], None]
 
 

@@ -61,6 +61,7 @@ from .health import Finding
 from .records import (
     LEASE_REQUESTS,
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     CorruptHandler,
     Durability,
@@ -80,12 +81,14 @@ from .records import (
 )
 from .validate import (
     check_artifact_id,
+    check_artifact_listing,
     check_audit_filters,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_restored_share,
     check_search_filters,
     check_share,
     check_stream,
@@ -1063,6 +1066,13 @@ class SqliteStore:
             raise NotFound(f"no artifact {artifact_id}")
         return bytes(rows[0][0])
 
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        check_artifact_listing(after, limit)
+        rows = self._read(
+            "SELECT id, media_type, size FROM artifacts WHERE id > ? ORDER BY id LIMIT ?", (after or "", limit)
+        )
+        return [ArtifactInfo(id=aid, media_type=media_type, size=size) for aid, media_type, size in rows]
+
     # --- leases ------------------------------------------------------------------------------------------
     #
     # A session's lease row, once written, stays until the session is deleted: releasing it sets its
@@ -1259,6 +1269,32 @@ class SqliteStore:
             self._get_row(conn, session_id)
             sql = f"SELECT {_SHARE_COLS} FROM shares WHERE session_id = ? ORDER BY created_at, id"
             return [_share(r) for r in conn.execute(sql, (session_id,))]
+
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        check_id(session_id, "session id")
+        with self._reading() as conn:
+            self._get_row(conn, session_id)
+            sql = f"SELECT {_SHARE_COLS}, token_hash FROM shares WHERE session_id = ? ORDER BY created_at, id"
+            return [(_share(r[:5]), bytes(r[5])) for r in conn.execute(sql, (session_id,))]
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        check_restored_share(share, token_hash)
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            self._get_row(conn, share.session_id)
+            if conn.execute("SELECT 1 FROM shares WHERE id = ?", (share.id,)).fetchone() is not None:
+                return False
+            try:
+                conn.execute(
+                    "INSERT INTO shares (id, session_id, token_hash, created_at, expires_at, revoked_at)"
+                    " VALUES (?,?,?,?,?,?)",
+                    (share.id, share.session_id, token_hash, share.created_at, share.expires_at, share.revoked_at),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidInput("another share has this token") from None
+            return True
+
+        return await self._write(tx)
 
     async def revoke_share(self, share_id: str) -> Share:
         check_id(share_id, "share id")
