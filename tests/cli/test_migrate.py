@@ -14,9 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tether.ids import new_id
 from tether.messages import Entry, Message, TextPart
-from tether.store import SqliteStore, Store
+from tether.store import SqliteStore, Store, open_store
 from tether.store.records import SessionInfo
 
 
@@ -48,8 +50,8 @@ async def _fill(path: Path, sessions: int) -> None:
         await store.close()
 
 
-async def _dump(path: Path) -> dict[str, tuple[SessionInfo, list[Entry]]]:
-    store: Store = SqliteStore(path)
+async def _dump(where: Path | str) -> dict[str, tuple[SessionInfo, list[Entry]]]:
+    store: Store = open_store(str(where))
     out: dict[str, tuple[SessionInfo, list[Entry]]] = {}
     try:
         cursor = None
@@ -72,19 +74,26 @@ async def _append(path: Path, sid: str, text: str) -> None:
         await store.close()
 
 
-def _count(path: Path) -> int:
-    return len(asyncio.run(_dump(path))) if path.exists() else 0
+def _count(where: Path | str) -> int:
+    return len(asyncio.run(_dump(where))) if not isinstance(where, Path) or where.exists() else 0
 
 
-def test_a_migration_killed_midway_twice_is_finished_by_a_rerun_and_equal(tmp_path: Path) -> None:
-    source, target = tmp_path / "source.db", tmp_path / "target.db"
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_migration_killed_midway_twice_is_finished_by_a_rerun_and_equal(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """SQLite -> SQLite or PostgreSQL, SIGKILLed twice, finished by a third run; PostgreSQL's copy then goes
+    back to a new SQLite file, which equals the source entry for entry."""
+    source = tmp_path / "source.db"
+    target: Path | str = tmp_path / "target.db" if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    target_url = f"sqlite:///{target}" if kind == "sqlite" else str(target)
     total = 900
     asyncio.run(_fill(source, total))
     env = {**os.environ, "TETHER_DURABILITY": "full"}  # an fsync per session: slow enough to be caught midway
     counts = []
     for kill_after in (60, 300):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tether", "migrate", "--from", str(source), "--to", f"sqlite:///{target}"],
+            [sys.executable, "-m", "tether", "migrate", "--from", str(source), "--to", target_url],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
@@ -102,7 +111,7 @@ def test_a_migration_killed_midway_twice_is_finished_by_a_rerun_and_equal(tmp_pa
         assert proc.returncode == -signal.SIGKILL, "".join(lines)  # it was still copying when killed
         counts.append(_count(target))
     assert 0 < counts[0] <= counts[1] < total, counts  # a partial copy, never a lost one
-    done = tether("migrate", "--from", str(source), "--to", f"sqlite:///{target}", "--json")
+    done = tether("migrate", "--from", str(source), "--to", target_url, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["sessions"] == total and report["verified"] == total
@@ -110,8 +119,13 @@ def test_a_migration_killed_midway_twice_is_finished_by_a_rerun_and_equal(tmp_pa
     assert report["artifacts"] == 0  # the killed runs had copied it first
     assert "verifying" in done.stderr and "done" in done.stderr
     assert asyncio.run(_dump(target)) == asyncio.run(_dump(source))
-    again = tether("migrate", "--from", str(source), "--to", f"sqlite:///{target}")
+    again = tether("migrate", "--from", str(source), "--to", target_url)
     assert again.returncode == 0 and f"0 copied (0 entries), {total:,} already there" in again.stdout, again.stdout
+    if kind == "postgres":
+        back = tmp_path / "back.db"
+        home = tether("migrate", "--from", target_url, "--to", f"sqlite:///{back}", "--json")
+        assert home.returncode == 0 and json.loads(home.stdout)["verified"] == total, home.stderr
+        assert asyncio.run(_dump(back)) == asyncio.run(_dump(source))
 
 
 def test_progress_goes_to_stderr_and_the_summary_to_stdout(tmp_path: Path) -> None:
@@ -144,6 +158,9 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     assert conflict.returncode == 1 and sid in conflict.stderr and "--overwrite" in conflict.stderr
     errors = [line for line in conflict.stderr.splitlines() if not line.startswith("migrate ")]
     assert len(errors) == 1 and errors[0].startswith("error:"), conflict.stderr
+    down = tether("migrate", "--from", str(source), "--to", "postgresql://nobody:hunter2@127.0.0.1:1/x")
+    assert down.returncode == 1 and "PostgreSQL" in down.stderr and "hunter2" not in down.stderr
+    assert "Traceback" not in down.stderr
     missing = tether("migrate", "--from", str(source))
     assert missing.returncode == 2 and "--to" in missing.stderr
     helped = tether("migrate", "--help")

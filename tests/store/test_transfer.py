@@ -174,11 +174,40 @@ async def everything(store: Store) -> dict[str, Any]:
 PAIRS = [(a, b) for a in BACKENDS for b in BACKENDS]
 
 
+def open_kind(kind: str, folder: Path, request: pytest.FixtureRequest) -> Store:
+    """A store of `kind` in `folder`; on PostgreSQL the test's database first, then more on the same server
+    (dropped after the test), so that a test can hold two PostgreSQL stores."""
+    folder.mkdir(exist_ok=True)
+    if kind != "postgres":
+        return make_store(kind, folder)
+    from tether.store.postgres import PostgresStore
+
+    taken = getattr(request.node, "_pg_taken", 0)
+    request.node._pg_taken = taken + 1
+    if taken == 0:
+        return PostgresStore(request.getfixturevalue("postgres_url"))
+    import uuid
+
+    import psycopg
+
+    server = request.getfixturevalue("postgres_server")
+    name = f"t_more_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    request.addfinalizer(drop)
+    return PostgresStore(server.rsplit("/", 1)[0] + "/" + name)
+
+
 @pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
-async def test_a_migration_keeps_everything_entry_for_entry(tmp_path: Path, src_kind: str, dst_kind: str) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    source, target = make_store(src_kind, tmp_path / "a"), make_store(dst_kind, tmp_path / "b")
+async def test_a_migration_keeps_everything_entry_for_entry(
+    tmp_path: Path, src_kind: str, dst_kind: str, request: pytest.FixtureRequest
+) -> None:
+    source, target = open_kind(src_kind, tmp_path / "a", request), open_kind(dst_kind, tmp_path / "b", request)
     try:
         ids = await fill(source)
         seen: list[str] = []
@@ -315,7 +344,7 @@ async def test_a_session_with_an_unreadable_entry_stops_the_copy_with_its_name(t
         await source.close()
 
 
-async def test_there_and_back_compares_equal_on_1000_sessions(tmp_path: Path) -> None:
+async def test_there_and_back_compares_equal_on_1000_sessions(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """SQLite -> (every other backend) -> SQLite: what comes back equals what went, entry for entry."""
     first = SqliteStore(tmp_path / "first.db")
     try:
@@ -328,8 +357,7 @@ async def test_there_and_back_compares_equal_on_1000_sessions(tmp_path: Path) ->
             await first.import_session(info, [Entry(i + 1, base + k + i / 1000, b) for i, b in enumerate(bodies)])
         expected = await everything(first)
         for middle_kind in BACKENDS:
-            (tmp_path / middle_kind).mkdir()
-            middle = make_store(middle_kind, tmp_path / middle_kind)
+            middle = open_kind(middle_kind, tmp_path / middle_kind, request)
             back = SqliteStore(tmp_path / middle_kind / "back.db")
             try:
                 assert (await migrate(first, middle)).copied == 1000

@@ -56,6 +56,7 @@ from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to
 from .records import (
     LEASE_REQUESTS,
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     CorruptHandler,
     Durability,
@@ -77,12 +78,14 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import document, excerpt_of, indexed_text, query_terms, tokens
 from .validate import (
     check_artifact_id,
+    check_artifact_listing,
     check_audit_filters,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_restored_share,
     check_search_filters,
     check_share,
     check_stream,
@@ -284,7 +287,8 @@ class PostgresStore:
                 pgschema.migrate(conn)
         except pgschema.NewerSchema as e:
             raise StoreUnavailable(
-                f"the database {self.where} was written by a newer tether ({e})", "upgrade tether, or open another store"
+                f"the database {self.where} was written by a newer tether ({e})",
+                "upgrade tether, or open another store",
             ) from None
         except psycopg.Error as e:
             raise self._fault(e, "open") from e
@@ -961,6 +965,13 @@ class PostgresStore:
             raise NotFound(f"no artifact {artifact_id}")
         return bytes(rows[0][0])
 
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        check_artifact_listing(after, limit)
+        rows = await self._read(
+            "SELECT id, media_type, size FROM artifacts WHERE id > %s ORDER BY id LIMIT %s", (after or "", limit)
+        )
+        return [ArtifactInfo(id=aid, media_type=_unesc(media) or "", size=size) for aid, media, size in rows]
+
     # --- leases ------------------------------------------------------------------------------------------
     # As in SqliteStore: a session's lease row stays until the session goes; releasing sets expires_at to 0.
     # Taking a free (or dead holder's) lease is one conditional UPDATE; the rest runs under the session's
@@ -1174,6 +1185,34 @@ class PostgresStore:
             f"SELECT {_SHARE_COLS} FROM shares WHERE session_id = %s ORDER BY created_at, id", (session_id,)
         )
         return [_share(r) for r in rows]
+
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        check_id(session_id, "session id")
+        await self._require_session(session_id)
+        rows = await self._read(
+            f"SELECT {_SHARE_COLS}, token_hash FROM shares WHERE session_id = %s ORDER BY created_at, id", (session_id,)
+        )
+        return [(_share(r[:5]), bytes(r[5])) for r in rows]
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        check_restored_share(share, token_hash)
+
+        async def tx(conn: Any) -> bool:
+            if not await self._exists(conn, share.session_id):
+                raise SessionNotFound(share.session_id)
+            cur = await conn.execute(
+                "INSERT INTO shares (id, session_id, token_hash, created_at, expires_at, revoked_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                (share.id, share.session_id, bytes(token_hash), share.created_at, share.expires_at, share.revoked_at),
+            )
+            if cur.rowcount:
+                return True
+            taken = await (await conn.execute("SELECT id FROM shares WHERE id = %s", (share.id,))).fetchone()
+            if taken is None:
+                raise InvalidInput("another share has this token")
+            return False
+
+        return await self._tx(tx)
 
     async def revoke_share(self, share_id: str) -> Share:
         check_id(share_id, "share id")
