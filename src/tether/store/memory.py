@@ -21,6 +21,7 @@ from .records import (
     UNSET,
     ArtifactInfo,
     BackfillProgress,
+    ChangedSessions,
     Durability,
     Lease,
     LeaseRequest,
@@ -41,6 +42,7 @@ from .validate import (
     check_artifact_id,
     check_artifact_listing,
     check_audit_filters,
+    check_changes,
     check_created_at,
     check_lease,
     check_lease_request,
@@ -59,6 +61,45 @@ from .validate import (
 _message_decoder = msgspec.json.Decoder(Message)
 
 
+class _Feed:
+    """The change numbers of the sessions (`Changes`), as SqliteStore's triggers keep them: the next number
+    for each write or deletion, unless the session already holds the latest."""
+
+    def __init__(self) -> None:
+        self.stamps: dict[str, int] = {}
+        self.top = 0
+
+    def stamp(self, session_id: str) -> None:
+        if self.stamps.get(session_id) != self.top:
+            self.top += 1
+            self.stamps[session_id] = self.top
+
+
+class _Stamped(dict[str, SessionInfo]):
+    """The sessions, stamping each write and deletion in `feed` (a copy shares it: a rollback to a copy
+    keeps the stamps, which only ever ask a reader to look again)."""
+
+    def __init__(self, feed: _Feed, *args: Any) -> None:
+        super().__init__(*args)
+        self.feed = feed
+
+    def __setitem__(self, key: str, value: SessionInfo) -> None:
+        super().__setitem__(key, value)
+        self.feed.stamp(key)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self.feed.stamp(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            self.feed.stamp(key)
+        return super().pop(key, *default)
+
+    def copy(self) -> _Stamped:
+        return _Stamped(self.feed, self)
+
+
 def _copy(info: SessionInfo) -> SessionInfo:
     """A row the caller may mutate without touching the store, as if read from disk (metadata nests)."""
     return msgspec.structs.replace(info, metadata=copy.deepcopy(info.metadata))
@@ -70,7 +111,7 @@ class MemoryStore:
     durability: Durability = "normal"
 
     def __init__(self) -> None:
-        self._sessions: dict[str, SessionInfo] = {}
+        self._sessions: dict[str, SessionInfo] = _Stamped(_Feed())
         self._entries: dict[str, list[tuple[float, bytes]]] = {}
         self._artifacts: dict[str, tuple[bytes, str]] = {}  # id -> (payload, media type)
         self._leases: dict[str, Lease] = {}
@@ -342,7 +383,7 @@ class MemoryStore:
             validate_import(info, entries)
             for e in entries:
                 encode_body(e.body)
-        saved = (dict(self._sessions), dict(self._entries), dict(self._leases), dict(self._shares), list(self._audit))
+        saved = (self._sessions.copy(), dict(self._entries), dict(self._leases), dict(self._shares), list(self._audit))
         head = self._audit_head
         try:
             doomed = [session_id]
@@ -694,6 +735,20 @@ class MemoryStore:
         self._audit = [r for r in self._audit if r.seq > through]
         self._record(pruned_draft(through, last.hash, count, before, time.time()))
         return count
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        self._check()
+        check_changes(after, limit)
+        feed: _Feed = self._sessions.feed  # type: ignore[attr-defined]
+        if after > feed.top:
+            after = 0
+        stamps = sorted((n, sid) for sid, n in feed.stamps.items() if n >= after)[: limit + 1]
+        return ChangedSessions(
+            sessions=[self._sessions[sid] for _, sid in stamps if sid in self._sessions],
+            deleted=[sid for _, sid in stamps if sid not in self._sessions],
+            position=stamps[-1][0] if stamps else after,
+            more=len(stamps) > limit,
+        )
 
     async def close(self) -> None:
         self._closed = True

@@ -1,7 +1,8 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
 them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Streams`, the answer a run is streaming
-now, `Shares`, read-only links to a transcript, the `Audit` trail and the `SinkPositions` of the event sinks.
-`Store` is all eight; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
+now, `Shares`, read-only links to a transcript, the `Audit` trail, the `SinkPositions` of the event sinks and
+the `Changes` that derived indexes follow.
+`Store` is all nine; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
 tests/store/test_shares.py, tests/store/test_streams.py, tests/store/test_audit.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .records import (
     UNSET,
     ArtifactInfo,
     BackfillProgress,
+    ChangedSessions,
     Durability,
     Lease,
     LeaseRequest,
@@ -340,8 +342,24 @@ class SinkPositions(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, Protocol):
-    """What every backend provides: the eight roles, its durability, and closing."""
+class Changes(Protocol):
+    """Which sessions changed since a position: the durable cursor that what is derived from the journal
+    outside the append path (recall's turn keys, embeddings and facts) follows, so that bringing it up to
+    date costs what changed, never a listing of every session. Every write to a session's row (created,
+    appended to, updated, imported, forked into, replaced) and its deletion moves it past every position
+    handed out before the write committed."""
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        """The sessions written, and the ids of those deleted, since position `after` (0: since the start),
+        oldest change first, with the position to pass next time. A backend whose positions are not dense
+        (PostgreSQL's are transaction ids) may return more than `limit`, and a session more than once across
+        calls (what a reader does with a session is idempotent); it never leaves out a commit."""
+        ...
+
+
+@runtime_checkable
+class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, Changes, Protocol):
+    """What every backend provides: the nine roles, its durability, and closing."""
 
     durability: Durability
 

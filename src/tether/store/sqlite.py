@@ -63,6 +63,7 @@ from .records import (
     UNSET,
     ArtifactInfo,
     BackfillProgress,
+    ChangedSessions,
     CorruptHandler,
     Durability,
     Lease,
@@ -83,6 +84,7 @@ from .validate import (
     check_artifact_id,
     check_artifact_listing,
     check_audit_filters,
+    check_changes,
     check_created_at,
     check_lease,
     check_lease_request,
@@ -99,12 +101,13 @@ from .validate import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 10
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
 links (a new table, nothing else changes); 7: streamed answers, one row per session replaced in place (a new
-table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables)."""
+table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables); 9: the event numbering
+(issue 24); 10: the sessions' change feed (`session_changes`, kept by triggers on `sessions`: `Changes`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -171,6 +174,28 @@ CREATE TABLE IF NOT EXISTS streams (
     payload TEXT NOT NULL
 );
 """
+
+_CHANGES_SCHEMA = [
+    # Every write to a session's row, and its deletion, stamps it with the next change number. Writers are
+    # serialized (one write transaction at a time), so numbers follow commits; a deleted session keeps its
+    # row here (a tombstone: its readers learn it went, and the largest number never goes back).
+    "CREATE TABLE IF NOT EXISTS session_changes (session_id TEXT PRIMARY KEY, change INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS session_changes_order ON session_changes (change)",
+    # A session that already holds the latest number keeps it (no write: the common case, one session
+    # appended to again and again); readers ask from their last position inclusive, so they see it again.
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS sessions_changed_{op.lower()} AFTER {op} ON sessions"
+        f" WHEN (SELECT change FROM session_changes WHERE session_id = {row}.id)"
+        " IS NOT (SELECT max(change) FROM session_changes) BEGIN"
+        f" INSERT OR REPLACE INTO session_changes (session_id, change) VALUES ({row}.id,"
+        " (SELECT coalesce(max(change), 0) + 1 FROM session_changes)); END"
+        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
+    ),
+    # sessions of a file older than the feed: changed once, at the migration
+    "INSERT OR IGNORE INTO session_changes (session_id, change)"
+    " SELECT id, row_number() OVER (ORDER BY updated_at, id) FROM sessions",
+]
 
 _SESSION_COLS = (
     "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
@@ -320,7 +345,7 @@ class SqliteStore:
                     searchindex.drop(conn)  # an index of another shape: made again from the journal
                 if 1 <= version <= 4:
                     conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
-                for statement in _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA):
+                for statement in _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA) + _CHANGES_SCHEMA:
                     conn.execute(statement)
                 if 1 <= version <= 3:
                     searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
@@ -1044,6 +1069,25 @@ class SqliteStore:
             finally:
                 conn.execute("PRAGMA writable_schema = OFF")
             conn.execute("VACUUM")  # the cut-out pages are gone from the rewritten file
+
+    # --- the change feed ---------------------------------------------------------------------------
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        check_changes(after, limit)
+        with self._reading() as conn:
+            top = conn.execute("SELECT max(change) FROM session_changes").fetchone()[0] or 0
+            if after > top:
+                after = 0  # a position this file never gave (another file put in its place): from the start
+            rows = conn.execute(
+                f"SELECT c.change, c.session_id, s.{_SESSION_COLS.replace(', ', ', s.')} FROM session_changes c"
+                " LEFT JOIN sessions s ON s.id = c.session_id WHERE c.change >= ? ORDER BY c.change LIMIT ?",
+                (after, limit + 1),
+            ).fetchall()
+        sessions = [self._row_to_info(r[2:]) for r in rows if r[2] is not None]
+        deleted = [r[1] for r in rows if r[2] is None]
+        position = rows[-1][0] if rows else after
+        more = len(rows) > limit
+        return ChangedSessions(sessions=sessions, deleted=deleted, position=position, more=more)
 
     # --- artifacts ---------------------------------------------------------------------------------
 

@@ -188,6 +188,14 @@ def check_restored_share(share: object, token_hash: object) -> None:
             raise InvalidInput(f"a share's {name} time must be seconds since the epoch, not {at!r}")
 
 
+def check_changes(after: object, limit: object) -> None:
+    """What `changed_sessions` checks: a position of 0 or more, a limit from 1 to 10,000."""
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise InvalidInput(f"a change position is an integer of 0 or more, not {after!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
+        raise InvalidInput(f"limit must be an integer from 1 to 10000, not {limit!r}")
+
+
 def check_artifact_listing(after: object, limit: object) -> None:
     """What `list_artifacts` checks: `after` an artifact id or None, `limit` from 1 to 10,000."""
     if after is not None:
