@@ -17,6 +17,7 @@ there, and jsonb would refuse ``\\u0000``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import select
 import time
@@ -58,6 +59,7 @@ from .records import (
     UNSET,
     ArtifactInfo,
     BackfillProgress,
+    Change,
     CorruptHandler,
     Durability,
     Lease,
@@ -80,11 +82,14 @@ from .validate import (
     check_artifact_id,
     check_artifact_listing,
     check_audit_filters,
+    check_change,
+    check_changes_after,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_reservation,
     check_restored_share,
     check_search_filters,
     check_share,
@@ -153,8 +158,8 @@ ins AS (
     INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
         CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-    FROM s, unnest(%(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
-        %(docs)s::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
+    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+        %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
 )
 SELECT base, at FROM s
 """
@@ -166,8 +171,8 @@ _INSERT_ENTRIES_SQL = """
 INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
 SELECT %(sid)s, t.seq, t.kind, t.at, t.payload, t.role,
     CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-FROM unnest(%(seqs)s::int8[], %(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
-    %(docs)s::text[]) AS t(seq, kind, payload, at, role, doc)
+FROM unnest(%(seqs)b::int8[], %(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+    %(docs)b::text[]) AS t(seq, kind, payload, at, role, doc)
 """
 _LEASE_COLS = "l.holder, l.pid, l.host, l.since, l.expires_at, l.request"
 _LEASE_SQL = f"SELECT {_LEASE_COLS} FROM sessions s LEFT JOIN leases l ON l.session_id = s.id WHERE s.id = %s"
@@ -225,16 +230,22 @@ def _check_idle(conn: Any) -> Awaitable[None]:
     async def check() -> None:
         if conn.closed:
             raise psycopg.OperationalError("the connection is closed")
-        try:
-            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-        except (OSError, ValueError) as e:
-            raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
-        if readable:
-            conn.pgconn.consume_input()  # the server's goodbye (or EOF), or a notification
-            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        pgconn = conn.pgconn
+        for _ in range(3):
+            try:
+                readable, _, _ = select.select([pgconn.socket], [], [], 0)
+            except (OSError, ValueError) as e:
+                raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
+            if not readable:
+                return
+            # The server's goodbye, then the end of the stream (which stays readable), or a notification:
+            # read what came; a connection that is still readable after that is at its end.
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
                 raise psycopg.OperationalError("the server closed the connection")
-            while conn.pgconn.notifies() is not None:
+            while pgconn.notifies() is not None:
                 pass
+        raise psycopg.OperationalError("the server closed the connection")
 
     return check()
 
@@ -530,6 +541,8 @@ class PostgresStore:
 
         async def tx(conn: Any) -> list[str]:
             ids = await self._delete_tree(conn, session_id)
+            # not in _delete_tree: a replaced session keeps its numbers reserved
+            await conn.execute("DELETE FROM event_numbers WHERE session_id = ANY(%s)", (ids,))
             await self._audit(conn, _deleted(session_id, ids))
             return ids
 
@@ -1319,12 +1332,72 @@ class PostgresStore:
         async def go(conn: Any) -> None:
             await conn.execute(
                 "INSERT INTO sink_positions (sink, session_id, seq) SELECT %s, t.sid, t.seq"
-                " FROM unnest(%s::text[], %s::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
+                " FROM unnest(%b::text[], %b::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
                 " DO UPDATE SET seq = greatest(sink_positions.seq, excluded.seq)",
                 (_esc(sink), sids, [positions[s] for s in sids]),
             )
 
         await self._write(go, "save sink positions in")
+
+    # --- event numbers and the change feed --------------------------------------------------------------------
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        check_reservation(session_id, floor, count)
+
+        async def go(conn: Any) -> int:
+            cur = await conn.execute(
+                "INSERT INTO event_numbers AS n (session_id, hi) VALUES (%(sid)s, %(floor)s + %(count)s)"
+                " ON CONFLICT (session_id) DO UPDATE SET hi = greatest(n.hi, %(floor)s) + %(count)s"
+                " RETURNING n.hi - %(count)s + 1",
+                {"sid": session_id, "floor": floor, "count": count},
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        return await self._write(go, "reserve event numbers in")
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        body = check_change(kind, session_id, {} if data is None else data)
+        at = time.time()
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.CHANGES_LOCK_KEY,))
+            cur = await conn.execute(
+                "INSERT INTO changes (at, kind, session_id, data) VALUES (%s, %s, %s, %s) RETURNING id",
+                (at, kind, session_id, body.decode()),
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        change_id = await self._tx(tx, "record a change in")
+        return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        check_changes_after(after, limit)
+        rows = await self._read(
+            "SELECT id, at, kind, session_id, data FROM changes WHERE id > %s ORDER BY id LIMIT %s", (after, limit)
+        )
+        return [
+            Change(id=int(r[0]), at=float(r[1]), kind=str(r[2]), session_id=r[3], data=json.loads(r[4])) for r in rows
+        ]
+
+    async def last_change_id(self) -> int:
+        """The last id the sequence gave, read once no change is being recorded (so a deleted last row still
+        counts, and an id taken by a change not yet committed is never said)."""
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (pgschema.CHANGES_LOCK_KEY,))
+            cur = await conn.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM changes_id_seq")
+            row = await cur.fetchone()
+            return int(row[0])
+
+        async def go(conn: Any) -> int:
+            async with conn.transaction():
+                return await tx(conn)
+
+        return await self._run(go, "read the change feed of")
 
 
 def _tsquery(terms: Sequence[Any]) -> str | None:
@@ -1345,8 +1418,6 @@ def _share(row: Sequence[Any]) -> Share:
 
 
 def _audit_record(row: Sequence[Any]) -> AuditRecord:
-    import json
-
     try:
         detail = json.loads(row[6])
     except ValueError:

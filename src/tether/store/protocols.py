@@ -1,8 +1,9 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
 them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Streams`, the answer a run is streaming
-now, `Shares`, read-only links to a transcript, the `Audit` trail, the `SinkPositions` of the event sinks and
-the `Changes` that derived indexes follow.
-`Store` is all nine; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
+now, `Shares`, read-only links to a transcript, the `Audit` trail, the `SinkPositions` of the event sinks,
+`EventNumbers`, live event numbers reserved in blocks, `Changes`, the global change feed, and
+`SessionChanges`, the cursor that what is derived from the journal follows.
+`Store` is all eleven; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
 tests/store/test_shares.py, tests/store/test_streams.py, tests/store/test_audit.py)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .records import (
     UNSET,
     ArtifactInfo,
     BackfillProgress,
+    Change,
     ChangedSessions,
     Durability,
     Lease,
@@ -342,7 +344,20 @@ class SinkPositions(Protocol):
 
 
 @runtime_checkable
-class Changes(Protocol):
+class EventNumbers(Protocol):
+    """Live event numbers that no process gives twice (`tether.events`): a run reserves a block of them
+    before it gives any out, so a process that dies leaves its numbers reserved, and the next holder of the
+    session numbers after them. One durable write per block (hi/lo allocation)."""
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        """Reserve `count` numbers for the session's live events, all above `floor` and above every number
+        reserved for it before (by any process), durably before it returns; the first of them (the block is
+        that and the `count - 1` after it). A deleted session's reservations go with it."""
+        ...
+
+
+@runtime_checkable
+class SessionChanges(Protocol):
     """Which sessions changed since a position: the durable cursor that what is derived from the journal
     outside the append path (recall's turn keys, embeddings and facts) follows, so that bringing it up to
     date costs what changed, never a listing of every session. Every write to a session's row (created,
@@ -358,8 +373,43 @@ class Changes(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, Changes, Protocol):
-    """What every backend provides: the nine roles, its durability, and closing."""
+class Changes(Protocol):
+    """The store's global change feed: what happened to its sessions (created, updated, deleted, where
+    their runs stand, approvals waiting), one record per change, numbered by a sequence that is never
+    reused, so that a follower who reconnects (to this process or another, before or after a restart)
+    replays what it missed from `changes_after` or learns that it cannot."""
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        """Record one change, durably; returns it with its id (greater than every id given before)."""
+        ...
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        """The changes whose id is above `after`, oldest first, at most `limit`."""
+        ...
+
+    async def last_change_id(self) -> int:
+        """The id of the last change recorded (0: none ever was)."""
+        ...
+
+
+@runtime_checkable
+class Store(
+    Journal,
+    SearchIndex,
+    Artifacts,
+    Leases,
+    Streams,
+    Shares,
+    Audit,
+    SinkPositions,
+    EventNumbers,
+    Changes,
+    SessionChanges,
+    Protocol,
+):
+    """What every backend provides: the eleven roles, its durability, and closing."""
 
     durability: Durability
 
