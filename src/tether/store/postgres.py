@@ -60,6 +60,7 @@ from .records import (
     ArtifactInfo,
     BackfillProgress,
     Change,
+    ChangedSessions,
     CorruptHandler,
     Durability,
     Lease,
@@ -83,6 +84,7 @@ from .validate import (
     check_artifact_listing,
     check_audit_filters,
     check_change,
+    check_changed_sessions,
     check_changes_after,
     check_created_at,
     check_lease,
@@ -955,6 +957,27 @@ class PostgresStore:
         check_limit(batch)
         return
         yield  # an async generator that yields nothing
+
+    # --- the sessions' change cursor ----------------------------------------------------------------
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        """Positions are transaction ids (`pgschema._V3`): every row written by a transaction at or after
+        `after` comes back (`limit` is not applied: a position cannot fall inside a transaction), with the
+        oldest transaction still running now as the next position."""
+        check_changed_sessions(after, limit)
+        cols = ", ".join(f"s.{c.strip()}" for c in _SESSION_COLS.split(","))
+        rows = await self._read(
+            f"SELECT c.session_id, c.xid::text::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
+            f" s.id, {cols.partition(', ')[2]} FROM session_changes c LEFT JOIN sessions s ON s.id = c.session_id"
+            " WHERE c.xid >= %s::text::xid8 ORDER BY c.xid, c.session_id",
+            (str(after),),
+        )
+        if not rows:
+            now = await self._read("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            return ChangedSessions(sessions=[], deleted=[], position=max(after, int(now[0][0])))
+        sessions = [self._row_to_info(r[3:]) for r in rows if r[3] is not None]
+        deleted = [r[0] for r in rows if r[3] is None]
+        return ChangedSessions(sessions=sessions, deleted=deleted, position=int(rows[0][2]))
 
     # --- artifacts ---------------------------------------------------------------------------------
 

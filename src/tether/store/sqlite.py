@@ -191,8 +191,8 @@ _CHANGES_SCHEMA = [
     # appended to again and again); readers ask from their last position inclusive, so they see it again.
     *(
         f"CREATE TRIGGER IF NOT EXISTS sessions_changed_{op.lower()} AFTER {op} ON sessions"
-        f" WHEN (SELECT change FROM session_changes WHERE session_id = {row}.id)"
-        " IS NOT (SELECT max(change) FROM session_changes) BEGIN"
+        f" WHEN NOT EXISTS (SELECT 1 FROM session_changes WHERE session_id = {row}.id"
+        " AND change = (SELECT max(change) FROM session_changes)) BEGIN"
         f" INSERT OR REPLACE INTO session_changes (session_id, change) VALUES ({row}.id,"
         " (SELECT coalesce(max(change), 0) + 1 FROM session_changes)); END"
         for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
