@@ -106,6 +106,9 @@ class KeyIndex:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._infos: dict[str, SessionInfo] = {}
+        self._whole: dict[str, tuple[float, int, str | None]] = {}  # session -> what it was when keyed whole
+        self._position = 0  # the cursor's position this object last read or saved in the file
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         try:
@@ -120,7 +123,6 @@ class KeyIndex:
         except BaseException:
             self._conn.close()  # a file that is not a database, or is damaged: nothing left open on it
             raise
-        self._infos: dict[str, SessionInfo] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -142,6 +144,7 @@ class KeyIndex:
         if verdict != "ok":
             raise sqlite3.DatabaseError(f"the turn keys in {self.path} are damaged ({verdict})")
         self._infos.clear()
+        self._whole.clear()
 
     def _reset(self) -> None:
         """Everything again from nothing: an old format, or too many orphaned rows."""
@@ -154,6 +157,7 @@ class KeyIndex:
             self._set_meta("orphans", 0)
             self._set_meta("rows", 0)
             self._conn.execute("COMMIT")
+        self._whole.clear()
 
     def count(self) -> int:
         """Turns with a key (orphaned rows left out)."""
@@ -187,12 +191,17 @@ class KeyIndex:
             return await self._sync_infos(store, [info], limit, batch, progress)
         with self._lock:
             position = self._meta("position") or 0
+        if position < self._position:
+            self._whole.clear()  # another process reset the file: what this object keyed may be gone
+        self._position = position
         infos, deleted, after = await changes_since(store, position)
         self._drop(deleted)
         if not await self._sync_infos(store, infos, limit, batch, progress):
             return False  # the position stays: the next sync reads these changes again, and skips what is done
         with self._lock:
-            self._set_meta("position", after)
+            if after != position:
+                self._set_meta("position", after)
+                self._position = after
             rows, orphans = self._meta("rows") or 0, self._meta("orphans") or 0
         if orphans > 1000 and orphans * 4 > rows:
             self._reset()
@@ -209,8 +218,11 @@ class KeyIndex:
     ) -> bool:
         """Keys for what these sessions hold past what the keys have read of them, at most `limit` entries;
         False when the limit stopped it."""
+        # what this object synced itself and saw unchanged since needs no look at the file (the common case:
+        # the session the cursor's position stands on, read again by every sync)
+        infos = [i for i in infos if self._whole.get(i.id) != (i.created_at, i.entry_count, i.directory)]
         with self._lock:
-            known = self._known([info.id for info in infos])
+            known = self._known([info.id for info in infos]) if infos else {}
         budget = limit
         for info in infos:
             self._infos[info.id] = info
@@ -234,6 +246,7 @@ class KeyIndex:
                 # the limit, or another process that wrote some of these keys first: from where they stand
                 with self._lock:
                     num, _, upto, _ = self._known([info.id]).get(info.id, (None, info.created_at, 0, None))
+            self._whole[info.id] = (info.created_at, info.entry_count, info.directory)
         return True
 
     def _known(self, session_ids: list[str] | None) -> dict[str, tuple[int, float, int, str | None]]:
@@ -265,6 +278,7 @@ class KeyIndex:
                 self._set_meta("orphans", (self._meta("orphans") or 0) + int(gone))
                 self._conn.execute("COMMIT")
                 self._infos.pop(sid, None)
+                self._whole.pop(sid, None)
 
     async def _sync_session(
         self, store: Store, info: SessionInfo, num: int | None, upto: int, end: int, batch: int

@@ -1083,15 +1083,17 @@ class SqliteStore:
 
     async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
         check_changed_sessions(after, limit)
+        sql = (
+            f"SELECT c.change, c.session_id, s.{_SESSION_COLS.replace(', ', ', s.')} FROM session_changes c"
+            " LEFT JOIN sessions s ON s.id = c.session_id WHERE c.change >= ? ORDER BY c.change LIMIT ?"
+        )
         with self._reading() as conn:
-            top = conn.execute("SELECT max(change) FROM session_changes").fetchone()[0] or 0
-            if after > top:
-                after = 0  # a position this file never gave (another file put in its place): from the start
-            rows = conn.execute(
-                f"SELECT c.change, c.session_id, s.{_SESSION_COLS.replace(', ', ', s.')} FROM session_changes c"
-                " LEFT JOIN sessions s ON s.id = c.session_id WHERE c.change >= ? ORDER BY c.change LIMIT ?",
-                (after, limit + 1),
-            ).fetchall()
+            rows = conn.execute(sql, (after, limit + 1)).fetchall()
+            if not rows and after > 0:  # nothing at or after it: is it a position this file ever gave?
+                top = conn.execute("SELECT max(change) FROM session_changes").fetchone()[0] or 0
+                if after > top:  # another file put in this one's place: from the start
+                    after = 0
+                    rows = conn.execute(sql, (after, limit + 1)).fetchall()
         sessions = [self._row_to_info(r[2:]) for r in rows if r[2] is not None]
         deleted = [r[1] for r in rows if r[2] is None]
         position = rows[-1][0] if rows else after
