@@ -145,15 +145,15 @@ create databases (each test gets a database of its own there, dropped after it).
 own cluster with the initdb/pg_ctl of Debian's `postgresql` package (/usr/lib/postgresql/*/bin)."""
 
 
-def _postgres_bin() -> Path:
+def _postgres_bin(debian: Path = Path("/usr/lib/postgresql"), path: str | None = None) -> Path:
     """The folder with initdb, pg_ctl and postgres: PATH first, then Debian's versioned folders (newest)."""
     import shutil
 
-    on_path = shutil.which("pg_ctl")
-    if on_path and shutil.which("initdb"):
+    on_path = shutil.which("pg_ctl", path=path)
+    if on_path and shutil.which("initdb", path=path):
         return Path(on_path).parent
     found = sorted(
-        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if (p.parent / "pg_ctl").is_file()),
+        (p.parent for p in debian.glob("*/bin/initdb") if (p.parent / "pg_ctl").is_file()),
         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
     )
     if not found:

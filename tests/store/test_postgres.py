@@ -5,16 +5,18 @@ is cut mid-operation, and the pool's recovery. A real PostgreSQL, started by the
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
 
-from tether.errors import InvalidInput, StoreConnectionLost, StoreUnavailable
-from tether.messages import Message
+from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreConnectionLost, StoreUnavailable
+from tether.messages import Entry, Message, Revert
 from tether.store import open_store
 from tether.store.pgschema import SCHEMA_VERSION
 from tether.store.postgres import PostgresStore
@@ -260,3 +262,99 @@ async def test_changes_commit_in_id_order_under_concurrent_writers(postgres_url:
         done.set()
         await follower
         assert seen == sorted(c.id for c in made)
+
+
+# --- what test_sqlite.py checks of SQLite's file, checked of PostgreSQL's database ---------------------------
+
+
+def _texts(entries: list[Entry]) -> list[str]:
+    return [e.body.text if isinstance(e.body, Message) else f"<{e.kind}>" for e in entries]
+
+
+async def test_two_stores_on_one_database_see_each_others_writes_and_conflict(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as a, PostgresStore(postgres_url) as b:
+        info = await a.create_session()
+        await a.append(info.id, [Message.user("from a")], expect_seq=1)
+        with pytest.raises(SeqConflict) as caught:
+            await b.append(info.id, [Message.user("from b, stale")], expect_seq=1)
+        assert (caught.value.expected, caught.value.actual) == (1, 2)
+        assert _texts(await b.read(info.id)) == ["from a"]
+        await b.append(info.id, [Message.user("from b")], expect_seq=2)
+        assert _texts(await a.read(info.id)) == ["from a", "from b"]
+
+
+async def test_a_lease_holds_across_stores_on_one_database(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as first, PostgresStore(postgres_url) as second:
+        sid = (await first.create_session()).id
+        await first.acquire_lease(sid, "run_a", ttl=30, pid=4242, host="node-1")
+        with pytest.raises(SessionBusy) as busy:
+            await second.acquire_lease(sid, "run_b", ttl=30)
+        assert (busy.value.holder, busy.value.pid, busy.value.host) == ("run_a", 4242, "node-1")
+        seen = await second.get_lease(sid)
+        assert seen is not None and seen.holder == "run_a"
+        assert await first.release_lease(sid, "run_a")
+        assert (await second.acquire_lease(sid, "run_b", ttl=30)).holder == "run_b"
+
+
+async def test_first_takers_of_a_session_race_and_one_wins(postgres_url: str) -> None:
+    """Eight stores (as eight nodes) take a session that never had a lease at the same moment: exactly one
+    gets it, the others are told who holds it."""
+    stores = [PostgresStore(postgres_url) for _ in range(8)]
+    try:
+        sid = (await stores[0].create_session()).id
+        results = await asyncio.gather(
+            *(s.acquire_lease(sid, f"run_{i}", ttl=30) for i, s in enumerate(stores)), return_exceptions=True
+        )
+        won = [r for r in results if not isinstance(r, BaseException)]
+        assert len(won) == 1
+        assert all(isinstance(r, SessionBusy) and r.holder == won[0].holder for r in results if r is not won[0])
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_corrupt_rows_are_skipped_and_reported(postgres_url: str) -> None:
+    """Rows damaged behind tether's back (torn JSON, JSON that is not an entry, not JSON; PostgreSQL itself
+    refuses text that is not UTF-8): every reader skips and reports them, the session goes on."""
+    seen: list[CorruptEntry] = []
+    async with PostgresStore(postgres_url, on_corrupt=seen.append) as store:
+        info = await store.create_session(directory="/w", metadata={"k": "v"})
+        sid = info.id
+        await store.append(sid, [Message.user(f"m{i}") for i in range(1, 6)])
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            for seq, payload in {
+                2: '{"kind": "message", "role": "user", "parts": [{"kind": "te',
+                3: '{"kind": "message", "role": "wizard"}',
+                4: "not json at all",
+            }.items():
+                raw.execute("UPDATE entries SET payload = %s WHERE session_id = %s AND seq = %s", (payload, sid, seq))
+            raw.execute("UPDATE sessions SET metadata = '{broken' WHERE id = %s", (sid,))
+        assert (await store.list_sessions()).items[0].metadata == {"_corrupt_metadata": "{broken"}
+        assert _texts(await store.read(sid)) == ["m1", "m5"]
+        assert [(r.session_id, r.seq) for r in seen] == [(sid, 2), (sid, 3), (sid, 4)]
+        seen.clear()
+        assert _texts(await store.tail(sid, 3)) == ["m5"]
+        assert _texts([e async for e in store.iter_entries(sid, batch=2)]) == ["m1", "m5"]
+        assert [e.seq for e in await store.append(sid, [Message.user("m6"), Revert(to_seq=1)])] == [6, 7]
+        fork = await store.fork(sid, 5)
+        assert fork.entry_count == 5
+        seen.clear()
+        assert _texts(await store.read(fork.id)) == ["m1", "m5"]
+        assert [r.seq for r in seen] == [2, 3, 4]
+
+
+def test_the_test_cluster_says_what_to_install_when_postgresql_is_missing(tmp_path: Path) -> None:
+    """tests/conftest.py finds initdb/pg_ctl on PATH or under Debian's /usr/lib/postgresql/*/bin; without
+    them it fails (never skips) saying what to install or which variable names a server."""
+    spec = importlib.util.spec_from_file_location("tether_tests_conftest", Path(__file__).parent.parent / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    with pytest.raises(RuntimeError, match=r"apt-get install -y postgresql.*TETHER_TEST_POSTGRES"):
+        conftest._postgres_bin(tmp_path, path=str(tmp_path))
+    version = tmp_path / "16" / "bin"
+    version.mkdir(parents=True)
+    for name in ("initdb", "pg_ctl"):
+        (version / name).touch()
+    (tmp_path / "9" / "bin").mkdir(parents=True)
+    assert conftest._postgres_bin(tmp_path, path=str(tmp_path)) == version

@@ -139,7 +139,7 @@ _SESSION_COLS = (
     "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
     "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost_pico, metadata"
 )
-_APPEND_SQL = """
+_APPEND_HEAD = """
 WITH newest AS (SELECT max(updated_at) AS at FROM sessions),
 s AS (
     UPDATE sessions SET
@@ -160,11 +160,23 @@ ins AS (
     INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
         CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+"""
+_APPEND_SQL = (
+    _APPEND_HEAD
+    + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
         %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
 )
 SELECT base, at FROM s
 """
+)
+_APPEND_ONE_SQL = (
+    _APPEND_HEAD
+    + """    FROM s, (VALUES (%(kind)s::text, %(payload)s::text, %(time)s::float8, %(role)s::int2, %(doc)s::text, 1))
+        AS t(kind, payload, at, role, doc, ord)
+)
+SELECT base, at FROM s
+"""
+)
 """The append, one statement. The session's `updated_at` moves only when that changes the listing's order
 or a second passed (an index write less on most appends: the row's update stays HOT); when another session
 is newer by a clock a little ahead, it goes just above it (as in `SqliteStore.append`)."""
@@ -324,10 +336,16 @@ class PostgresStore:
                 "grant the role tether connects as what it needs on that database",
             )
         if isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+            if doing == "open":
+                advice = "check the URL, and that the server is up and reachable from here"
+            else:
+                advice = (
+                    "check that the server is up and reachable; a write that was under way was kept whole or not "
+                    "at all, so read it back before trying it again"
+                )
             return StoreConnectionLost(
                 f"the connection to PostgreSQL at {self.where} failed while tether tried to {doing} it ({text})",
-                "check that the server is up and reachable; a write that was under way was kept whole or not at "
-                "all, so read it back before trying it again",
+                advice,
             )
         return StoreUnavailable(f"PostgreSQL at {self.where} failed to {doing} it: {text}")
 
@@ -623,16 +641,19 @@ class PostgresStore:
             "title_mode": title_mode,
             "title": _esc(title or None),
             "expect": expect_seq,
-            "kinds": kinds,
-            "payloads": payloads,
-            "times": times if times is not None else [None] * n,
-            "roles": roles,
-            "docs": docs,
         }
+        if n == 1:  # the common case, with no arrays to build: a third less time on the client
+            sql = _APPEND_ONE_SQL
+            params.update(kind=kinds[0], payload=payloads[0], time=times[0] if times else None)
+            params.update(role=roles[0], doc=docs[0])
+        else:
+            sql = _APPEND_SQL
+            params.update(kinds=kinds, payloads=payloads, times=times if times is not None else [None] * n)
+            params.update(roles=roles, docs=docs)
 
         async def statement(conn: Any) -> tuple[int, float]:
             params["now"] = time.time()
-            row = await (await conn.execute(_APPEND_SQL, params)).fetchone()
+            row = await (await conn.execute(sql, params)).fetchone()
             if row is None:  # no such session, or another writer moved it past expect_seq: nothing written
                 at = await (await conn.execute(_POSITION_SQL, (session_id,))).fetchone()
                 if at is None:
