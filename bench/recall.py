@@ -627,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--append-sample", type=int, default=10_000, help="scale: appends per round (default 10000: flushes included)"
     )
     parser.add_argument("--append-rounds", type=int, default=10, help="scale: rounds with and without the index")
+    parser.add_argument("--per-session", type=int, default=200, help="scale: messages per session (default 200)")
     args = parser.parse_args(argv)
     if (args.path is None) == (args.scale is None):
         parser.error("give a LoCoMo file, or --scale N")
@@ -846,7 +847,7 @@ async def run_scale(args: argparse.Namespace, report: Report) -> None:
     n = args.scale
     if n < 1000:
         raise BenchError("--scale needs at least 1000 messages")
-    per_session = 200
+    per_session = args.per_session
     directories = max(1, n // 10_000)
     report.section(f"scale: {n:,} messages, {max(1, n // per_session):,} sessions, {directories} directories")
     corpus = Corpus()

@@ -56,10 +56,12 @@ def env() -> dict[str, str]:
 
 def digest(path: Path) -> str:
     """What the store holds, every table row by row (the file's bytes also move when SQLite checkpoints its
-    write-ahead log on a reader's close, which changes nothing held)."""
+    write-ahead log on a reader's close, which changes nothing held; and a reader's close may run `PRAGMA
+    optimize`, whose query planner statistics in `sqlite_stat1` hold nothing of the store's either)."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return hashlib.sha256("\n".join(con.iterdump()).encode()).hexdigest()
+        rows = [line for line in con.iterdump() if not line.startswith('INSERT INTO "sqlite_stat')]
+        return hashlib.sha256("\n".join(rows).encode()).hexdigest()
     finally:
         con.close()
 

@@ -163,3 +163,59 @@ def test_facts_are_built_with_progress_then_used_as_keys(db: Path, monkeypatch: 
     hits = json.loads(tether(db, "recall", "billing team", "--all", "--json").stdout)["hits"]
     assert {(h["directory"], h["seq"]) for h in hits} >= {("/repo/a", 1), ("/repo/b", 1)}
     assert len(provider.requests) == 2  # one call a session, none again for a recall
+
+
+def test_recall_on_postgresql_in_real_processes(postgres_url: str, tmp_path: Path) -> None:
+    """`tether recall` on a PostgreSQL store, as separate processes: the turn keys live in the tether home
+    (named without the URL's password), a later append is found by the next recall through the store's change
+    cursor, a deleted session is gone from the hits, and `--rebuild` makes the keys again."""
+    import os
+    import subprocess
+    import sys
+
+    from tether.store.postgres import PostgresStore
+
+    url = postgres_url.replace("postgres@", "postgres:s3cr3t@", 1)  # trust: the password is not checked
+    home = tmp_path / "home"
+    env = {**os.environ, "TETHER_HOME": str(home)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tether", "--store", url, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+
+    async def seed() -> list[str]:
+        async with PostgresStore(url) as store:
+            ids = []
+            for directory, words in (("/repo/a", "the flaky reconnect test"), ("/repo/b", "deploy notes")):
+                info = await store.create_session(directory=directory, title=f"work in {directory}")
+                await store.append(info.id, [Message.user(words), Message.assistant("looking at it")])
+                ids.append(info.id)
+            return ids
+
+    ids = asyncio.run(seed())
+    first = run("recall", "flaky reconnect", "--all", "--json")
+    assert first.returncode == 0, first.stderr
+    hits = json.loads(first.stdout)["hits"]
+    assert hits and hits[0]["session_id"] == ids[0] and hits[0]["seq"] == 1
+    keys = list((home / "recall").glob("*.keys"))
+    assert len(keys) == 1 and "s3cr3t" not in keys[0].name and keys[0].name.startswith("postgresql-")
+
+    async def later() -> None:
+        async with PostgresStore(url) as store:
+            await store.append(ids[1], [Message.user("the rollback of the canary deploy")])
+            await store.delete_session(ids[0])
+
+    asyncio.run(later())
+    second = run("recall", "canary rollback flaky", "--all", "--json")
+    assert second.returncode == 0, second.stderr
+    found = [(h["session_id"], h["seq"]) for h in json.loads(second.stdout)["hits"]]
+    assert found[0] == (ids[1], 3) and all(sid != ids[0] for sid, _ in found)
+    rebuilt = run("recall", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    third = run("recall", "canary", "--all", "--json")
+    assert [(h["session_id"], h["seq"]) for h in json.loads(third.stdout)["hits"]][:1] == [(ids[1], 3)]

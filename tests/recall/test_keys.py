@@ -9,12 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tether.ids import new_session_id
 from tether.messages import Entry, Message, Revert, ToolResultPart
 from tether.recall import Tuning, recall
-from tether.recall.keys import HEAD_PAGE, KEY_VERSION, KeyIndex, default_key_path
+from tether.recall.keys import KEY_VERSION, KeyIndex, default_key_path
 from tether.store import SqliteStore, Store
 from tether.store.records import SessionInfo
 
@@ -95,7 +93,8 @@ async def test_keys_grow_incrementally(tmp_path: Path) -> None:
     assert keys.path == str(tmp_path / "t.db.keys")
     sid = await chat(store, [Message.user(f"step {i} of the migration") for i in range(5)])
     await chat(store, [Message.user("elsewhere")], directory="/other")
-    assert await keys.sync(store, directory="/repo") and keys.count() == 5
+    # the keys are one index of every session, brought up to date whole whatever the recall's scope
+    assert await keys.sync(store, directory="/repo") and keys.count() == 6
     assert await keys.sync(store) and keys.count() == 6
     await store.append(sid, [Message.user("the migration is done"), Message.assistant("ok")])
     assert not await keys.sync(store, limit=1)  # a bounded sync says what it left
@@ -169,42 +168,53 @@ async def test_recall_falls_back_to_the_store_search_without_keys(tmp_path: Path
 
 
 class CountingStore:
-    """The store with its session listings counted (rows read)."""
+    """The store with the rows its change cursor returned counted, and its listings refused: a sync must never
+    list every session."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.listed = 0
+        self.changed = 0
 
     async def list_sessions(self, **kw: Any) -> Any:
-        page = await self.store.list_sessions(**kw)
-        self.listed += len(page.items)
+        raise AssertionError("a sync listed the sessions")
+
+    async def changed_sessions(self, after: int = 0, **kw: Any) -> Any:
+        page = await self.store.changed_sessions(after, **kw)
+        self.changed += len(page.sessions) + len(page.deleted)
         return page
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
 
-async def test_a_sync_reads_what_changed_not_every_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a full listing, a sync walks the store's listing only down to a session it saw unchanged: an
-    append to an old session is keyed at once, and 300 untouched sessions are not read again. A session
-    imported with old timestamps (below the head) is found by the next full listing."""
+async def test_a_sync_reads_what_changed_not_every_session(tmp_path: Path) -> None:
+    """The first sync reads every session from the store's change cursor; after it, a sync reads the sessions
+    written since (and the last one it saw): an append to an old session is keyed at once, 300 untouched
+    sessions are not read again, a session imported with old timestamps is found at once, a deleted one is
+    dropped, and the position survives the keys being closed and opened again."""
     store = SqliteStore(tmp_path / "t.db")
     counting = CountingStore(store)
     keys = KeyIndex(default_key_path(store))
     ids = [await chat(store, [Message.user(f"notes {i}")], directory=f"/repo{i % 3}") for i in range(300)]
-    assert await keys.sync(counting) and keys.count() == 300 and counting.listed == 300  # the first: all
-    counting.listed = 0
+    assert await keys.sync(counting) and keys.count() == 300 and counting.changed == 300  # the first: all
+    counting.changed = 0
     await store.append(ids[5], [Message.assistant("the flaky test is tests/test_io.py::test_reconnect")])
     assert await keys.sync(counting) and keys.count() == 301
-    assert counting.listed == HEAD_PAGE  # one page of the head: the changed session, then one unchanged
-    assert await keys.sync(counting, directory="/repo2") and counting.listed == 2 * HEAD_PAGE
+    assert counting.changed <= 2  # the changed session (and the one the last sync ended at)
+    counting.changed = 0
+    assert await keys.sync(counting, directory="/repo2") and counting.changed <= 1
     hits = await recall(counting, "test_reconnect flaky", keys=keys)  # type: ignore[arg-type]
     assert [(h.session_id, h.seq) for h in hits.hits][:1] == [(ids[5], 2)]
     old = time.time() - 86400 * 30
     info = SessionInfo(id=new_session_id(), created_at=old, updated_at=old + 2, directory="/repo0")
     await store.import_session(info, [Entry(1, old + 1, Message.user("imported: the cache_ttl setting"))])
-    await keys.sync(counting)
-    monkeypatch.setattr("tether.recall.keys.RELIST_SECONDS", 0.0)
     assert await keys.sync(counting) and keys.count() == 302
+    await store.delete_session(ids[7])
+    assert await keys.sync(counting) and keys.count() == 301
     keys.close()
+    counting.changed = 0
+    again = KeyIndex(default_key_path(store))
+    await store.append(ids[9], [Message.user("one more")])
+    assert await again.sync(counting) and again.count() == 302 and counting.changed <= 3
+    again.close()
     await store.close()

@@ -27,6 +27,11 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("compact", "tether.cli.compact:compact", "Compact a session now (or undo the latest compaction)."),
     ("doctor", "tether.cli.doctor:doctor", "Check the tether home, the database, the configuration and the extras."),
     ("backup", "tether.cli.backup:backup", "Copy the database to a file, safely, while tether may be running."),
+    (
+        "migrate",
+        "tether.cli.migrate:migrate_command",
+        "Copy every session into another store (SQLite, PostgreSQL), resumably.",
+    ),
     ("serve", "tether.cli.serve:serve", "Serve the sessions over HTTP: REST, live events (SSE), OpenAPI."),
     ("share", "tether.cli.share:share", "Share a session as a read-only web link; list or revoke links."),
     ("memory", "tether.cli.memory:memory", "Memory notes kept for a project or for you: list, add, rm."),

@@ -4,9 +4,12 @@ meanwhile, and an interrupted backfill resumes where it stopped."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
+from ..paths import tether_home
 from ..store.protocols import Store
 from ..store.records import BackfillProgress, SessionInfo
 
@@ -25,14 +28,38 @@ async def backfill(store: Store, *, batch: int = 500, progress: ProgressFn | Non
     return last
 
 
-async def all_sessions(store: Store, directory: str | None = None) -> list[SessionInfo]:
-    """Every session of the store (of one directory), page by page: what a side index of recall (turn keys,
-    embeddings, facts) brings up to date."""
-    infos: list[SessionInfo] = []
-    cursor: str | None = None
+async def changes_since(store: Store, position: int) -> tuple[list[SessionInfo], list[str], int]:
+    """The sessions written and the ids of those deleted since `position` (0: every session), read page by
+    page from the store's change cursor (`SessionChanges`), and the position to ask from next time: what a
+    side index of recall brings up to date, at the cost of what changed. A session written again while the
+    pages were read comes once, as its latest row."""
+    written: dict[str, SessionInfo] = {}
+    deleted: dict[str, None] = {}
     while True:
-        page = await store.list_sessions(directory=directory, limit=1000, cursor=cursor)
-        infos.extend(page.items)
-        if page.next_cursor is None:
-            return infos
-        cursor = page.next_cursor
+        page = await store.changed_sessions(position, limit=1000)
+        for info in page.sessions:
+            written[info.id] = info
+            deleted.pop(info.id, None)
+        for sid in page.deleted:
+            written.pop(sid, None)
+            deleted[sid] = None
+        position = page.position
+        if not page.more:
+            return list(written.values()), list(deleted), position
+
+
+def side_path(store: Store, suffix: str) -> str:
+    """Where a side file of recall (``.keys``, ``.vectors``, ``.facts``) lives for `store`: beside its SQLite
+    file; for a store on a server (PostgreSQL), in the tether home under a name made from its URL (the
+    password left out): what is derived is kept by each machine, brought up to date from the store's change
+    cursor; in memory for other stores."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path != ":memory:":
+        return path + suffix
+    url = getattr(store, "url", None)
+    if isinstance(url, str) and "://" in url:
+        parts = urlsplit(url)
+        where = f"{parts.scheme}://{parts.username or ''}@{parts.hostname or ''}:{parts.port or ''}{parts.path}"
+        name = hashlib.sha256(where.encode()).hexdigest()[:24]
+        return str(tether_home() / "recall" / f"{parts.scheme}-{name}{suffix}")
+    return ":memory:"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import MissingExtra
 from ..store.protocols import Store
 from ..store.searchtext import STOP_WORDS, indexed_text, stem, tokens
-from .backfill import all_sessions
+from .backfill import changes_since, side_path
 from .candidate import Candidate
 
 if TYPE_CHECKING:
@@ -328,11 +328,9 @@ def load_embedder(
 
 
 def default_vector_path(store: Store) -> str:
-    """Where a store's vectors live: beside its SQLite file, or in memory for other stores."""
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path != ":memory:":
-        return path + ".vectors"
-    return ":memory:"
+    """Where a store's vectors live: beside its SQLite file; for a store on a server, in the tether home
+    (`backfill.side_path`); in memory for other stores."""
+    return side_path(store, ".vectors")
 
 
 _SCHEMA = """
@@ -341,6 +339,7 @@ CREATE TABLE IF NOT EXISTS vectors (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS synced (session_id TEXT PRIMARY KEY, upto INTEGER NOT NULL, model TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS words (word TEXT PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cursor (model TEXT PRIMARY KEY, position INTEGER NOT NULL) WITHOUT ROWID;
 """
 
 EXPAND_PER_WORD = 3
@@ -377,8 +376,10 @@ class SemanticIndex:
     """Turn vectors of a store's sessions, kept in their own SQLite file (`path`, default beside the store).
 
     `sync` embeds what was appended since it last ran (the append path never waits for a model); `rerank`
-    is what `recall(..., semantic=index)` calls. Vectors of deleted sessions are dropped by an unfiltered
-    `sync`; until then they are never shown, since only the store's own hits are re-ranked."""
+    is what `recall(..., semantic=index)` calls. What to embed is asked of the store's change cursor
+    (`changed_sessions`, from the position the last whole sync saved here), never by listing every session;
+    vectors of deleted sessions are dropped by the sync that learns of it, and until then are never shown,
+    since only the store's own hits are re-ranked."""
 
     def __init__(self, store: Store, embedder: Embedder, *, path: str | os.PathLike[str] | None = None) -> None:
         self.store = store
@@ -408,10 +409,18 @@ class SemanticIndex:
     ) -> int:
         """Embed every indexed turn not embedded yet (of one directory or session, or all); returns how
         many were embedded. Memory is bounded by `batch` turns."""
+        after: int | None = None  # where the store's change cursor stands once this sync is whole
+        deleted: list[str] = []
         if session_id is not None:
             infos = [await self.store.get_session(session_id)]
         else:
-            infos = await all_sessions(self.store, directory)
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT position FROM cursor WHERE model = ?", (self.embedder.name,)
+                ).fetchone()
+            infos, deleted, after = await changes_since(self.store, int(row[0]) if row else 0)
+            if directory is not None:
+                infos, after = [i for i in infos if i.directory == directory], None
         done = 0
         with self._lock:
             known_words = {w for (w,) in self._conn.execute("SELECT word FROM words")}
@@ -425,6 +434,9 @@ class SemanticIndex:
             }
         for info in infos:
             upto = synced.get(info.id, 0)
+            if info.entry_count < upto:  # another session under the same id: embedded again
+                self._forget([info.id])
+                upto = 0
             if info.entry_count <= upto:
                 continue
             keys: list[tuple[str, int]] = []
@@ -455,8 +467,12 @@ class SemanticIndex:
                 progress(done)
         if new_words:
             await self._store_words(sorted(new_words), batch)
-        if directory is None and session_id is None:
-            self._prune({i.id for i in infos})
+        self._forget(deleted)
+        if after is not None:
+            with self._lock:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO cursor (model, position) VALUES (?, ?)", (self.embedder.name, after)
+                )
         return done
 
     async def _store_words(self, words: list[str], batch: int) -> None:
@@ -485,9 +501,9 @@ class SemanticIndex:
             self._conn.execute("COMMIT")
         return len(keys)
 
-    def _prune(self, alive: set[str]) -> None:
+    def _forget(self, gone: Sequence[str]) -> None:
+        """Drop the vectors of sessions the store deleted (or replaced under their id)."""
         with self._lock:
-            gone = [sid for (sid,) in self._conn.execute("SELECT session_id FROM synced") if sid not in alive]
             for sid in gone:
                 self._cache.pop(sid, None)
                 self._conn.execute("DELETE FROM vectors WHERE session_id = ?", (sid,))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..store.protocols import Store
 from ..store.searchtext import indexed_text, match_expression, query_terms
-from .backfill import all_sessions
+from .backfill import changes_since, side_path
 
 FactWriter = Callable[[str], Awaitable[str]]
 """Writes fact lines for a prompt (`PROMPT` filled in): one call to a model."""
@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS facts (
 CREATE INDEX IF NOT EXISTS facts_turn ON facts (session_id, seq);
 CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(line, tokenize = 'porter unicode61', content = '');
 CREATE TABLE IF NOT EXISTS progress (session_id TEXT PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), position INTEGER NOT NULL);
 """
 
 
@@ -67,11 +68,9 @@ class FactProgress:
 
 
 def default_fact_path(store: Store) -> str:
-    """Where a store's facts live: beside its SQLite file, or in memory for other stores."""
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path != ":memory:":
-        return path + ".facts"
-    return ":memory:"
+    """Where a store's facts live: beside its SQLite file; for a store on a server, in the tether home
+    (`backfill.side_path`); in memory for other stores."""
+    return side_path(store, ".facts")
 
 
 def parse_facts(text: str, seqs: set[int]) -> dict[int, list[str]]:
@@ -127,10 +126,15 @@ class FactIndex:
         """Write facts for every turn not read yet (of one directory or session, or all), at most
         `max_calls` model calls; returns where it stopped. A failing call stops the build with its error,
         keeping what earlier calls wrote."""
+        after: int | None = None  # where the store's change cursor stands once this build is whole
         if session_id is not None:
             infos = [await self.store.get_session(session_id)]
         else:
-            infos = await all_sessions(self.store, directory)
+            with self._lock:
+                row = self._conn.execute("SELECT position FROM cursor WHERE id = 1").fetchone()
+            infos, _, after = await changes_since(self.store, int(row[0]) if row else 0)
+            if directory is not None:
+                infos, after = [i for i in infos if i.directory == directory], None
         with self._lock:
             done_upto = dict(self._conn.execute("SELECT session_id, upto FROM progress").fetchall())
         sessions = turns = calls = lines = 0
@@ -171,6 +175,9 @@ class FactIndex:
             sessions += 1
             if progress is not None:
                 progress(FactProgress(sessions, turns, calls, lines))
+        if after is not None:
+            with self._lock:
+                self._conn.execute("INSERT OR REPLACE INTO cursor (id, position) VALUES (1, ?)", (after,))
         return FactProgress(sessions, turns, calls, lines)
 
     async def _write_batch(

@@ -1,14 +1,15 @@
 """Turn keys: each stored turn as recall finds it, by its own words and, weighted lower, by the words of the
 turn before it in its session's active history (the question a reply answers, the request a tool output
-serves), in a side SQLite FTS5 file beside the store. Kept up to date from the store's entries by `sync`,
-which recall runs before it searches; never on the append path."""
+serves), in a side SQLite FTS5 file beside the store (for a store on a server, in the tether home). Kept up to date
+from the store's entries by `sync`, which recall runs before it searches, from the store's change cursor
+(`SessionChanges`: the sessions written since the position the last sync saved here); never on the append
+path, and never by listing every session."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
 from ..store.searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
-from .backfill import all_sessions
+from .backfill import changes_since, side_path
 
 KEY_VERSION = 1
 """Bump when what a key holds changes (`indexed_text`, `PREVIOUS_CHARS`, the columns): the file is then
@@ -32,15 +33,6 @@ tool output, not 30,000 characters that would drown the turn's own words in BM25
 SYNC_LIMIT = 8_000
 """Entries a recall reads into the keys before it searches; past that (a large store's first recall) the
 rest waits for the next one and this recall searches the store's own index."""
-
-RELIST_SECONDS = 30.0
-"""How often a sync lists every session of its scope (the first sync always does). In between it reads only
-the head of the store's listing (most recently updated first) down to a session it saw unchanged: a recall
-costs what changed, not one row per stored session. What only a full listing finds: a session imported with
-old timestamps, a session the store lost (its keys are never shown meanwhile: hits are read from the store)."""
-
-HEAD_PAGE = 50
-"""Sessions per page of the head of the listing."""
 
 COMMON = 10_000
 """As the store's index does: a query word in more turns than this is dropped when the query has rarer words."""
@@ -76,11 +68,9 @@ for a rebuild once they are a quarter of the file."""
 
 
 def default_key_path(store: Store) -> str:
-    """Where a store's turn keys live: beside its SQLite file, or in memory for other stores."""
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path != ":memory:":
-        return path + ".keys"
-    return ":memory:"
+    """Where a store's turn keys live: beside its SQLite file; for a store on a server, in the tether home
+    (`backfill.side_path`); in memory for other stores."""
+    return side_path(store, ".keys")
 
 
 def check_keys(path: str) -> str | None:
@@ -116,6 +106,9 @@ class KeyIndex:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._infos: dict[str, SessionInfo] = {}
+        self._whole: dict[str, tuple[float, int, str | None]] = {}  # session -> what it was when keyed whole
+        self._position = 0  # the cursor's position this object last read or saved in the file
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         try:
@@ -130,9 +123,6 @@ class KeyIndex:
         except BaseException:
             self._conn.close()  # a file that is not a database, or is damaged: nothing left open on it
             raise
-        self._infos: dict[str, SessionInfo] = {}
-        self._seen: dict[str, tuple[float, int]] = {}  # session -> (updated_at, entry_count) when last synced
-        self._listed: dict[str | None, float] = {}  # directory (None: all) -> monotonic time of its last full listing
 
     def close(self) -> None:
         with self._lock:
@@ -154,8 +144,7 @@ class KeyIndex:
         if verdict != "ok":
             raise sqlite3.DatabaseError(f"the turn keys in {self.path} are damaged ({verdict})")
         self._infos.clear()
-        self._seen.clear()
-        self._listed.clear()
+        self._whole.clear()
 
     def _reset(self) -> None:
         """Everything again from nothing: an old format, or too many orphaned rows."""
@@ -163,10 +152,12 @@ class KeyIndex:
             self._conn.execute("BEGIN IMMEDIATE")
             for table in ("sessions", "reverts", "times"):
                 self._conn.execute(f"DELETE FROM {table}")
+            self._conn.execute("DELETE FROM meta WHERE key = 'position'")
             self._conn.execute("INSERT INTO keys_fts (keys_fts) VALUES ('delete-all')")
             self._set_meta("orphans", 0)
             self._set_meta("rows", 0)
             self._conn.execute("COMMIT")
+        self._whole.clear()
 
     def count(self) -> int:
         """Turns with a key (orphaned rows left out)."""
@@ -185,24 +176,53 @@ class KeyIndex:
         batch: int = 512,
         progress: Callable[[int], None] | None = None,
     ) -> bool:
-        """Read into the keys what the store gained since the last sync (of one directory or session, or
-        all), at most `limit` entries; True when nothing in that scope is left behind. A session the store
-        no longer has, or that was replaced under its id, is dropped (an unscoped sync drops every session
-        the store lost). Memory is bounded by `batch` turns. `progress` is told the entries read so far
-        after each session."""
-        full = False
+        """Read into the keys what the store gained since the last sync, at most `limit` entries; True when
+        nothing is left behind. What changed is asked of the store's change cursor (`changed_sessions`, from
+        the position the last complete sync saved in this file), so a sync costs what changed, never a
+        listing of every session. A session the store deleted, or replaced under its id, is dropped.
+        `session_id`: that session only (its row read directly). `directory` is accepted for the callers'
+        sake: the keys are one index of every session, brought up to date whole. Memory is bounded by
+        `batch` turns. `progress` is told the entries read so far after each session."""
         if session_id is not None:
             try:
-                infos = [await store.get_session(session_id)]
+                info = await store.get_session(session_id)
             except LookupError:
                 return True  # nothing to find in it: the search says so
-        else:
-            infos, full = await self._listing(store, directory)
+            return await self._sync_infos(store, [info], limit, batch, progress)
         with self._lock:
-            known = self._known(None if full else [info.id for info in infos])
-        if full and directory is None:
-            alive = {info.id for info in infos}
-            self._drop([sid for sid in known if sid not in alive])
+            position = self._meta("position") or 0
+        if position < self._position:
+            self._whole.clear()  # another process reset the file: what this object keyed may be gone
+        self._position = position
+        infos, deleted, after = await changes_since(store, position)
+        self._drop(deleted)
+        if not await self._sync_infos(store, infos, limit, batch, progress):
+            return False  # the position stays: the next sync reads these changes again, and skips what is done
+        with self._lock:
+            if after != position:
+                self._set_meta("position", after)
+                self._position = after
+            rows, orphans = self._meta("rows") or 0, self._meta("orphans") or 0
+        if orphans > 1000 and orphans * 4 > rows:
+            self._reset()
+            return await self.sync(store, limit=limit, batch=batch, progress=progress)
+        return True
+
+    async def _sync_infos(
+        self,
+        store: Store,
+        infos: list[SessionInfo],
+        limit: int,
+        batch: int,
+        progress: Callable[[int], None] | None,
+    ) -> bool:
+        """Keys for what these sessions hold past what the keys have read of them, at most `limit` entries;
+        False when the limit stopped it."""
+        # what this object synced itself and saw unchanged since needs no look at the file (the common case:
+        # the session the cursor's position stands on, read again by every sync)
+        infos = [i for i in infos if self._whole.get(i.id) != (i.created_at, i.entry_count, i.directory)]
+        with self._lock:
+            known = self._known([info.id for info in infos]) if infos else {}
         budget = limit
         for info in infos:
             self._infos[info.id] = info
@@ -213,58 +233,21 @@ class KeyIndex:
             if num is not None and where != info.directory:
                 with self._lock:
                     self._conn.execute("UPDATE sessions SET directory = ? WHERE num = ?", (info.directory, num))
-            if info.entry_count > upto:
+            while info.entry_count > upto:
                 if budget <= 0:
-                    return self._unfinished(directory)
+                    return False
                 end = min(info.entry_count, upto + budget)
                 read, whole = await self._sync_session(store, info, num, upto, end, batch)
                 budget -= read
                 if progress is not None:
                     progress(limit - budget)
-                if end < info.entry_count:
-                    return self._unfinished(directory)
-                if not whole:
-                    continue  # another process wrote these keys: the next full listing checks how far
-            self._seen[info.id] = (info.updated_at, info.entry_count)
-        with self._lock:
-            rows, orphans = self._meta("rows") or 0, self._meta("orphans") or 0
-        if orphans > 1000 and orphans * 4 > rows:
-            self._reset()
-            return await self.sync(
-                store, directory=directory, session_id=session_id, limit=limit, batch=batch, progress=progress
-            )
+                if whole and end == info.entry_count:
+                    break
+                # the limit, or another process that wrote some of these keys first: from where they stand
+                with self._lock:
+                    num, _, upto, _ = self._known([info.id]).get(info.id, (None, info.created_at, 0, None))
+            self._whole[info.id] = (info.created_at, info.entry_count, info.directory)
         return True
-
-    async def _listing(self, store: Store, directory: str | None) -> tuple[list[SessionInfo], bool]:
-        """The sessions (of a directory, or all) that may have changed since the last sync, and whether that
-        is every session. Every session when the last full listing of this scope is older than
-        `RELIST_SECONDS` (or there was none); otherwise the head of the store's listing, most recently
-        updated first, down to the first session seen unchanged since its last sync: an append moves its
-        session to the top of that listing, so what lies below was not appended to. A session imported
-        with old timestamps lands below it and is found by the next full listing."""
-        now = time.monotonic()
-        last = max(self._listed.get(None, -RELIST_SECONDS), self._listed.get(directory, -RELIST_SECONDS))
-        if now - last >= RELIST_SECONDS:
-            infos = await all_sessions(store, directory)
-            self._listed[directory] = now
-            return infos, True
-        out: list[SessionInfo] = []
-        cursor: str | None = None
-        while True:
-            page = await store.list_sessions(directory=directory, limit=HEAD_PAGE, cursor=cursor)
-            for info in page.items:
-                if self._seen.get(info.id) == (info.updated_at, info.entry_count):
-                    return out, False
-                out.append(info)
-            if page.next_cursor is None:
-                return out, False
-            cursor = page.next_cursor
-
-    def _unfinished(self, directory: str | None) -> bool:
-        """A sync stopped at its limit: sessions below the head may be behind, so the next one lists all."""
-        self._listed.pop(directory, None)
-        self._listed.pop(None, None)
-        return False
 
     def _known(self, session_ids: list[str] | None) -> dict[str, tuple[int, float, int, str | None]]:
         """What the keys hold of these sessions (all when None): num, created_at, upto, directory."""
@@ -295,7 +278,7 @@ class KeyIndex:
                 self._set_meta("orphans", (self._meta("orphans") or 0) + int(gone))
                 self._conn.execute("COMMIT")
                 self._infos.pop(sid, None)
-                self._seen.pop(sid, None)
+                self._whole.pop(sid, None)
 
     async def _sync_session(
         self, store: Store, info: SessionInfo, num: int | None, upto: int, end: int, batch: int

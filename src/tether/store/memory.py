@@ -21,8 +21,10 @@ from .audit import GENESIS, AuditDraft, AuditRecord, kind_matches, pruned_draft,
 from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
 from .records import (
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     Change,
+    ChangedSessions,
     Durability,
     Lease,
     LeaseRequest,
@@ -41,8 +43,10 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_terms, terms
 from .validate import (
     check_artifact_id,
+    check_artifact_listing,
     check_audit_filters,
     check_change,
+    check_changed_sessions,
     check_changes_after,
     check_created_at,
     check_lease,
@@ -50,6 +54,7 @@ from .validate import (
     check_limit,
     check_new_session,
     check_reservation,
+    check_restored_share,
     check_search_filters,
     check_share,
     check_stream,
@@ -60,6 +65,45 @@ from .validate import (
 )
 
 _message_decoder = msgspec.json.Decoder(Message)
+
+
+class _Feed:
+    """The change numbers of the sessions (`Changes`), as SqliteStore's triggers keep them: the next number
+    for each write or deletion, unless the session already holds the latest."""
+
+    def __init__(self) -> None:
+        self.stamps: dict[str, int] = {}
+        self.top = 0
+
+    def stamp(self, session_id: str) -> None:
+        if self.stamps.get(session_id) != self.top:
+            self.top += 1
+            self.stamps[session_id] = self.top
+
+
+class _Stamped(dict[str, SessionInfo]):
+    """The sessions, stamping each write and deletion in `feed` (a copy shares it: a rollback to a copy
+    keeps the stamps, which only ever ask a reader to look again)."""
+
+    def __init__(self, feed: _Feed, *args: Any) -> None:
+        super().__init__(*args)
+        self.feed = feed
+
+    def __setitem__(self, key: str, value: SessionInfo) -> None:
+        super().__setitem__(key, value)
+        self.feed.stamp(key)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self.feed.stamp(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            self.feed.stamp(key)
+        return super().pop(key, *default)
+
+    def copy(self) -> _Stamped:
+        return _Stamped(self.feed, self)
 
 
 def _copy(info: SessionInfo) -> SessionInfo:
@@ -73,9 +117,9 @@ class MemoryStore:
     durability: Durability = "normal"
 
     def __init__(self) -> None:
-        self._sessions: dict[str, SessionInfo] = {}
+        self._sessions: dict[str, SessionInfo] = _Stamped(_Feed())
         self._entries: dict[str, list[tuple[float, bytes]]] = {}
-        self._artifacts: dict[str, bytes] = {}
+        self._artifacts: dict[str, tuple[bytes, str]] = {}  # id -> (payload, media type)
         self._leases: dict[str, Lease] = {}
         self._shares: dict[str, tuple[bytes, Share]] = {}  # share id -> (token hash, share), oldest first
         self._streams: dict[str, tuple[int, float, bytes]] = {}  # session -> (after_seq, updated_at, message)
@@ -349,7 +393,7 @@ class MemoryStore:
             validate_import(info, entries)
             for e in entries:
                 encode_body(e.body)
-        saved = (dict(self._sessions), dict(self._entries), dict(self._leases), dict(self._shares), list(self._audit))
+        saved = (self._sessions.copy(), dict(self._entries), dict(self._leases), dict(self._shares), list(self._audit))
         head = self._audit_head
         try:
             doomed = [session_id]
@@ -475,16 +519,24 @@ class MemoryStore:
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
         self._check()
         aid = artifact_id(data)
-        self._artifacts.setdefault(aid, bytes(data))
+        self._artifacts.setdefault(aid, (bytes(data), media_type))
         return aid
 
     async def get_artifact(self, artifact_id: str) -> bytes:
         self._check()
         check_artifact_id(artifact_id)
         try:
-            return self._artifacts[artifact_id]
+            return self._artifacts[artifact_id][0]
         except KeyError:
             raise NotFound(f"no artifact {artifact_id}") from None
+
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        self._check()
+        check_artifact_listing(after, limit)
+        ids = sorted(aid for aid in self._artifacts if aid > (after or ""))[:limit]
+        return [
+            ArtifactInfo(id=aid, media_type=self._artifacts[aid][1], size=len(self._artifacts[aid][0])) for aid in ids
+        ]
 
     # --- leases ------------------------------------------------------------------------------------------
 
@@ -600,6 +652,22 @@ class MemoryStore:
             self._get(session_id)
         return [share for _, share in self._shares.values() if session_id is None or share.session_id == session_id]
 
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        self._check()
+        self._get(session_id)
+        return [(share, h) for h, share in self._shares.values() if share.session_id == session_id]
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        self._check()
+        check_restored_share(share, token_hash)
+        self._get(share.session_id)
+        if share.id in self._shares:
+            return False
+        if any(h == token_hash for h, _ in self._shares.values()):
+            raise InvalidInput("another share has this token")
+        self._shares[share.id] = (bytes(token_hash), share)
+        return True
+
     async def revoke_share(self, share_id: str) -> Share:
         self._check()
         check_id(share_id, "share id")
@@ -704,6 +772,20 @@ class MemoryStore:
         self._audit = [r for r in self._audit if r.seq > through]
         self._record(pruned_draft(through, last.hash, count, before, time.time()))
         return count
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        self._check()
+        check_changed_sessions(after, limit)
+        feed: _Feed = self._sessions.feed  # type: ignore[attr-defined]
+        if after > feed.top:
+            after = 0
+        stamps = sorted((n, sid) for sid, n in feed.stamps.items() if n >= after)[: limit + 1]
+        return ChangedSessions(
+            sessions=[self._sessions[sid] for _, sid in stamps if sid in self._sessions],
+            deleted=[sid for _, sid in stamps if sid not in self._sessions],
+            position=stamps[-1][0] if stamps else after,
+            more=len(stamps) > limit,
+        )
 
     async def close(self) -> None:
         self._closed = True

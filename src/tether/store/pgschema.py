@@ -136,9 +136,38 @@ CREATE TABLE changes (
 );
 """
 
+_V3 = """
+CREATE TABLE session_changes (
+    session_id text COLLATE "C" PRIMARY KEY,
+    xid xid8 NOT NULL
+);
+CREATE INDEX session_changes_xid ON session_changes (xid);
+CREATE FUNCTION tether_session_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    sid text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN sid := OLD.id; ELSE sid := NEW.id; END IF;
+    INSERT INTO session_changes (session_id, xid) VALUES (sid, pg_current_xact_id())
+    ON CONFLICT (session_id) DO UPDATE SET xid = EXCLUDED.xid WHERE session_changes.xid <> EXCLUDED.xid;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER sessions_changed AFTER INSERT OR UPDATE OR DELETE ON sessions
+    FOR EACH ROW EXECUTE FUNCTION tether_session_changed();
+INSERT INTO session_changes (session_id, xid) SELECT id, pg_current_xact_id() FROM sessions;
+"""
+"""The sessions' change cursor (`SessionChanges`): each session's row (a deleted one's too: a tombstone) holds
+the id of the last transaction that wrote it. A reader asks for the rows of every transaction at or after the
+oldest one that was still running when it last asked (`pg_snapshot_xmin`): every commit it could not see
+then, whatever order the transactions committed in, and nothing older."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
-    (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
+    (2, _V2),
+    (
+        3,
+        _V3,
+    ),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

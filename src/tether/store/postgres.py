@@ -57,8 +57,10 @@ from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to
 from .records import (
     LEASE_REQUESTS,
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     Change,
+    ChangedSessions,
     CorruptHandler,
     Durability,
     Lease,
@@ -79,8 +81,10 @@ from .reverts import hidden_spans, is_hidden
 from .searchtext import document, excerpt_of, indexed_text, query_terms, tokens
 from .validate import (
     check_artifact_id,
+    check_artifact_listing,
     check_audit_filters,
     check_change,
+    check_changed_sessions,
     check_changes_after,
     check_created_at,
     check_lease,
@@ -88,6 +92,7 @@ from .validate import (
     check_limit,
     check_new_session,
     check_reservation,
+    check_restored_share,
     check_search_filters,
     check_share,
     check_stream,
@@ -980,6 +985,27 @@ class PostgresStore:
         return
         yield  # an async generator that yields nothing
 
+    # --- the sessions' change cursor ----------------------------------------------------------------
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        """Positions are transaction ids (`pgschema._V3`): every row written by a transaction at or after
+        `after` comes back (`limit` is not applied: a position cannot fall inside a transaction), with the
+        oldest transaction still running now as the next position."""
+        check_changed_sessions(after, limit)
+        cols = ", ".join(f"s.{c.strip()}" for c in _SESSION_COLS.split(","))
+        rows = await self._read(
+            f"SELECT c.session_id, c.xid::text::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
+            f" s.id, {cols.partition(', ')[2]} FROM session_changes c LEFT JOIN sessions s ON s.id = c.session_id"
+            " WHERE c.xid >= %s::text::xid8 ORDER BY c.xid, c.session_id",
+            (str(after),),
+        )
+        if not rows:
+            now = await self._read("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            return ChangedSessions(sessions=[], deleted=[], position=max(after, int(now[0][0])))
+        sessions = [self._row_to_info(r[3:]) for r in rows if r[3] is not None]
+        deleted = [r[0] for r in rows if r[3] is None]
+        return ChangedSessions(sessions=sessions, deleted=deleted, position=int(rows[0][2]))
+
     # --- artifacts ---------------------------------------------------------------------------------
 
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
@@ -1001,6 +1027,13 @@ class PostgresStore:
         if not rows:
             raise NotFound(f"no artifact {artifact_id}")
         return bytes(rows[0][0])
+
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        check_artifact_listing(after, limit)
+        rows = await self._read(
+            "SELECT id, media_type, size FROM artifacts WHERE id > %s ORDER BY id LIMIT %s", (after or "", limit)
+        )
+        return [ArtifactInfo(id=aid, media_type=_unesc(media) or "", size=size) for aid, media, size in rows]
 
     # --- leases ------------------------------------------------------------------------------------------
     # As in SqliteStore: a session's lease row stays until the session goes; releasing sets expires_at to 0.
@@ -1215,6 +1248,34 @@ class PostgresStore:
             f"SELECT {_SHARE_COLS} FROM shares WHERE session_id = %s ORDER BY created_at, id", (session_id,)
         )
         return [_share(r) for r in rows]
+
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        check_id(session_id, "session id")
+        await self._require_session(session_id)
+        rows = await self._read(
+            f"SELECT {_SHARE_COLS}, token_hash FROM shares WHERE session_id = %s ORDER BY created_at, id", (session_id,)
+        )
+        return [(_share(r[:5]), bytes(r[5])) for r in rows]
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        check_restored_share(share, token_hash)
+
+        async def tx(conn: Any) -> bool:
+            if not await self._exists(conn, share.session_id):
+                raise SessionNotFound(share.session_id)
+            cur = await conn.execute(
+                "INSERT INTO shares (id, session_id, token_hash, created_at, expires_at, revoked_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                (share.id, share.session_id, bytes(token_hash), share.created_at, share.expires_at, share.revoked_at),
+            )
+            if cur.rowcount:
+                return True
+            taken = await (await conn.execute("SELECT id FROM shares WHERE id = %s", (share.id,))).fetchone()
+            if taken is None:
+                raise InvalidInput("another share has this token")
+            return False
+
+        return await self._tx(tx)
 
     async def revoke_share(self, share_id: str) -> Share:
         check_id(share_id, "share id")

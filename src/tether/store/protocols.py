@@ -1,8 +1,9 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
 them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Streams`, the answer a run is streaming
 now, `Shares`, read-only links to a transcript, the `Audit` trail, the `SinkPositions` of the event sinks,
-`EventNumbers`, live event numbers reserved in blocks, and `Changes`, the global change feed.
-`Store` is all ten; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
+`EventNumbers`, live event numbers reserved in blocks, `Changes`, the global change feed, and
+`SessionChanges`, the cursor that what is derived from the journal follows.
+`Store` is all eleven; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
 tests/store/test_shares.py, tests/store/test_streams.py, tests/store/test_audit.py)."""
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from ..messages import Entry, EntryBody, Message
 from .audit import AuditDraft, AuditRecord
 from .records import (
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     Change,
+    ChangedSessions,
     Durability,
     Lease,
     LeaseRequest,
@@ -181,6 +184,11 @@ class Artifacts(Protocol):
         """The payload; raises `NotFound`."""
         ...
 
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        """The artifacts whose id sorts after `after` (from the first when None), in id order, at most
+        `limit`: how `tether migrate` finds every payload to copy."""
+        ...
+
 
 @runtime_checkable
 class Leases(Protocol):
@@ -267,6 +275,17 @@ class Shares(Protocol):
         ones too."""
         ...
 
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        """The session's shares, oldest first, each with its token hash: what a migration copies to another
+        store (links made here keep opening there). Raises `SessionNotFound`."""
+        ...
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        """Record `share` exactly as given (id, times, revocation), found by `token_hash`: a share copied from
+        another store. False, and nothing written, when a share with its id exists; `InvalidInput` when
+        another share has this token hash. Raises `SessionNotFound`."""
+        ...
+
     async def revoke_share(self, share_id: str) -> Share:
         """Revoke the share now; it never serves again. Revoking it again changes nothing (the first time
         stays). Raises `NotFound`."""
@@ -338,6 +357,22 @@ class EventNumbers(Protocol):
 
 
 @runtime_checkable
+class SessionChanges(Protocol):
+    """Which sessions changed since a position: the durable cursor that what is derived from the journal
+    outside the append path (recall's turn keys, embeddings and facts) follows, so that bringing it up to
+    date costs what changed, never a listing of every session. Every write to a session's row (created,
+    appended to, updated, imported, forked into, replaced) and its deletion moves it past every position
+    handed out before the write committed."""
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        """The sessions written, and the ids of those deleted, since position `after` (0: since the start),
+        oldest change first, with the position to pass next time. A backend whose positions are not dense
+        (PostgreSQL's are transaction ids) may return more than `limit`, and a session more than once across
+        calls (what a reader does with a session is idempotent); it never leaves out a commit."""
+        ...
+
+
+@runtime_checkable
 class Changes(Protocol):
     """The store's global change feed: what happened to its sessions (created, updated, deleted, where
     their runs stand, approvals waiting), one record per change, numbered by a sequence that is never
@@ -361,9 +396,20 @@ class Changes(Protocol):
 
 @runtime_checkable
 class Store(
-    Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, EventNumbers, Changes, Protocol
+    Journal,
+    SearchIndex,
+    Artifacts,
+    Leases,
+    Streams,
+    Shares,
+    Audit,
+    SinkPositions,
+    EventNumbers,
+    Changes,
+    SessionChanges,
+    Protocol,
 ):
-    """What every backend provides: the ten roles, its durability, and closing."""
+    """What every backend provides: the eleven roles, its durability, and closing."""
 
     durability: Durability
 

@@ -209,6 +209,26 @@ class Share(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
+class ChangedSessions(msgspec.Struct, kw_only=True):
+    """What `Changes.changed_sessions` found: the sessions written since the position asked about (their rows
+    as they are now), the ids of those deleted since, and the `position` to ask from next time (opaque: only
+    ever passed back to the same store). `more`: the page was full, ask again from `position` at once."""
+
+    sessions: list[SessionInfo]
+    deleted: list[str]
+    position: int
+    more: bool = False
+
+
+class ArtifactInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """One stored artifact as `Artifacts.list_artifacts` names it: its id (``art_`` + the sha256 of its
+    bytes), media type and size in bytes."""
+
+    id: str
+    media_type: str
+    size: int
+
+
 CorruptHandler = Callable[[CorruptEntry], None]
 
 

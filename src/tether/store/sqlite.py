@@ -62,8 +62,10 @@ from .health import Finding
 from .records import (
     LEASE_REQUESTS,
     UNSET,
+    ArtifactInfo,
     BackfillProgress,
     Change,
+    ChangedSessions,
     CorruptHandler,
     Durability,
     Lease,
@@ -82,8 +84,10 @@ from .records import (
 )
 from .validate import (
     check_artifact_id,
+    check_artifact_listing,
     check_audit_filters,
     check_change,
+    check_changed_sessions,
     check_changes_after,
     check_created_at,
     check_lease,
@@ -91,6 +95,7 @@ from .validate import (
     check_limit,
     check_new_session,
     check_reservation,
+    check_restored_share,
     check_search_filters,
     check_share,
     check_stream,
@@ -101,13 +106,14 @@ from .validate import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
 links (a new table, nothing else changes); 7: streamed answers, one row per session replaced in place (a new
 table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables); 9: live event numbers reserved per
-session and the global change feed (`feedsql`: new tables)."""
+session and the global change feed (`feedsql`: new tables); 10: the sessions' change cursor (`session_changes`,
+kept by triggers on `sessions`: `SessionChanges`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -174,6 +180,27 @@ CREATE TABLE IF NOT EXISTS streams (
     payload TEXT NOT NULL
 );
 """
+
+_CHANGES_SCHEMA = [
+    # Every write to a session's row, and its deletion, stamps it with the next change number. Writers are
+    # serialized (one write transaction at a time), so numbers follow commits; a deleted session keeps its
+    # row here (a tombstone: its readers learn it went, and the largest number never goes back).
+    "CREATE TABLE IF NOT EXISTS session_changes (session_id TEXT PRIMARY KEY, change INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS session_changes_order ON session_changes (change)",
+    # A session that already holds the latest number keeps it (no write: the common case, one session
+    # appended to again and again); readers ask from their last position inclusive, so they see it again.
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS sessions_changed_{op.lower()} AFTER {op} ON sessions"
+        f" WHEN NOT EXISTS (SELECT 1 FROM session_changes WHERE session_id = {row}.id"
+        " AND change = (SELECT max(change) FROM session_changes)) BEGIN"
+        f" INSERT OR REPLACE INTO session_changes (session_id, change) VALUES ({row}.id,"
+        " (SELECT coalesce(max(change), 0) + 1 FROM session_changes)); END"
+        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
+    ),
+    # sessions of a file older than the feed: changed once, at the migration
+    "INSERT OR IGNORE INTO session_changes (session_id, change)"
+    " SELECT id, row_number() OVER (ORDER BY updated_at, id) FROM sessions",
+]
 
 _SESSION_COLS = (
     "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
@@ -323,7 +350,9 @@ class SqliteStore:
                     searchindex.drop(conn)  # an index of another shape: made again from the journal
                 if 1 <= version <= 4:
                     conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
-                for statement in _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA):
+                for statement in (
+                    _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA) + _CHANGES_SCHEMA
+                ):
                     conn.execute(statement)
                 if 1 <= version <= 3:
                     searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
@@ -1050,6 +1079,27 @@ class SqliteStore:
                 conn.execute("PRAGMA writable_schema = OFF")
             conn.execute("VACUUM")  # the cut-out pages are gone from the rewritten file
 
+    # --- the change feed ---------------------------------------------------------------------------
+
+    async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
+        check_changed_sessions(after, limit)
+        sql = (
+            f"SELECT c.change, c.session_id, s.{_SESSION_COLS.replace(', ', ', s.')} FROM session_changes c"
+            " LEFT JOIN sessions s ON s.id = c.session_id WHERE c.change >= ? ORDER BY c.change LIMIT ?"
+        )
+        with self._reading() as conn:
+            rows = conn.execute(sql, (after, limit + 1)).fetchall()
+            if not rows and after > 0:  # nothing at or after it: is it a position this file ever gave?
+                top = conn.execute("SELECT max(change) FROM session_changes").fetchone()[0] or 0
+                if after > top:  # another file put in this one's place: from the start
+                    after = 0
+                    rows = conn.execute(sql, (after, limit + 1)).fetchall()
+        sessions = [self._row_to_info(r[2:]) for r in rows if r[2] is not None]
+        deleted = [r[1] for r in rows if r[2] is None]
+        position = rows[-1][0] if rows else after
+        more = len(rows) > limit
+        return ChangedSessions(sessions=sessions, deleted=deleted, position=position, more=more)
+
     # --- artifacts ---------------------------------------------------------------------------------
 
     async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
@@ -1070,6 +1120,13 @@ class SqliteStore:
         if not rows:
             raise NotFound(f"no artifact {artifact_id}")
         return bytes(rows[0][0])
+
+    async def list_artifacts(self, *, after: str | None = None, limit: int = 1000) -> list[ArtifactInfo]:
+        check_artifact_listing(after, limit)
+        rows = self._read(
+            "SELECT id, media_type, size FROM artifacts WHERE id > ? ORDER BY id LIMIT ?", (after or "", limit)
+        )
+        return [ArtifactInfo(id=aid, media_type=media_type, size=size) for aid, media_type, size in rows]
 
     # --- leases ------------------------------------------------------------------------------------------
     #
@@ -1267,6 +1324,32 @@ class SqliteStore:
             self._get_row(conn, session_id)
             sql = f"SELECT {_SHARE_COLS} FROM shares WHERE session_id = ? ORDER BY created_at, id"
             return [_share(r) for r in conn.execute(sql, (session_id,))]
+
+    async def share_records(self, session_id: str) -> list[tuple[Share, bytes]]:
+        check_id(session_id, "session id")
+        with self._reading() as conn:
+            self._get_row(conn, session_id)
+            sql = f"SELECT {_SHARE_COLS}, token_hash FROM shares WHERE session_id = ? ORDER BY created_at, id"
+            return [(_share(r[:5]), bytes(r[5])) for r in conn.execute(sql, (session_id,))]
+
+    async def restore_share(self, share: Share, token_hash: bytes) -> bool:
+        check_restored_share(share, token_hash)
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            self._get_row(conn, share.session_id)
+            if conn.execute("SELECT 1 FROM shares WHERE id = ?", (share.id,)).fetchone() is not None:
+                return False
+            try:
+                conn.execute(
+                    "INSERT INTO shares (id, session_id, token_hash, created_at, expires_at, revoked_at)"
+                    " VALUES (?,?,?,?,?,?)",
+                    (share.id, share.session_id, token_hash, share.created_at, share.expires_at, share.revoked_at),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidInput("another share has this token") from None
+            return True
+
+        return await self._write(tx)
 
     async def revoke_share(self, share_id: str) -> Share:
         check_id(share_id, "share id")

@@ -14,7 +14,7 @@ from ..errors import InvalidInput
 from ..ids import check_id
 from ..messages import Entry, EntryBody, Message, Revert, encode_body, encode_json
 from .audit import KIND_RE
-from .records import LEASE_REQUESTS, SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo
+from .records import LEASE_REQUESTS, SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo, Share
 
 MAX_RESERVATION = 1_000_000
 """The most event numbers one `reserve_numbers` call may reserve."""
@@ -212,6 +212,33 @@ def check_share(session_id: str, token_hash: object, expires_at: object, share_i
         not isinstance(expires_at, (int, float)) or isinstance(expires_at, bool) or not 0 < expires_at < 1e12
     ):
         raise InvalidInput(f"a share's expiry must be a time in seconds since the epoch, not {expires_at!r}")
+
+
+def check_restored_share(share: object, token_hash: object) -> None:
+    """What `restore_share` checks: a `Share` whose ids and times `create_share` would take, a revocation
+    (if any) that is a finite time too, and a 32-byte token hash."""
+    if not isinstance(share, Share):
+        raise InvalidInput("restore_share takes a Share")
+    check_share(share.session_id, token_hash, share.expires_at, share.id)
+    for name, at in (("creation", share.created_at), ("revocation", share.revoked_at)):
+        if at is not None and (not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 < at < 1e12):
+            raise InvalidInput(f"a share's {name} time must be seconds since the epoch, not {at!r}")
+
+
+def check_changed_sessions(after: object, limit: object) -> None:
+    """What `changed_sessions` checks: a position of 0 or more, a limit from 1 to 10,000."""
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise InvalidInput(f"a change position is an integer of 0 or more, not {after!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
+        raise InvalidInput(f"limit must be an integer from 1 to 10000, not {limit!r}")
+
+
+def check_artifact_listing(after: object, limit: object) -> None:
+    """What `list_artifacts` checks: `after` an artifact id or None, `limit` from 1 to 10,000."""
+    if after is not None:
+        check_artifact_id(after)  # type: ignore[arg-type]
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
+        raise InvalidInput(f"limit must be an integer from 1 to 10000, not {limit!r}")
 
 
 def check_token_hash(token_hash: object) -> None:
