@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from ..config import Config
 from ..errors import InvalidInput, SessionBusy, SessionNotFound, TetherError
@@ -73,6 +73,21 @@ WATCHED_FOR = 5.0
 RECENT_SESSIONS = 256
 """Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
 starts and ends) for a subscriber that comes just after a run: the least recently used are forgotten."""
+
+
+class Relaying(Protocol):
+    """What the manager asks of its place among the processes sharing its store (`mesh.Mesh`), when it has one."""
+
+    def event(self, session_id: str, event: Event) -> None: ...
+    def approval(self, item: ApprovalPending | ApprovalSettled) -> None: ...
+    def waits_elsewhere(self, session_id: str, call_id: str) -> bool: ...
+    def requests(self, session_id: str | None) -> list[ApprovalRequest]: ...
+    def waits_for_approval(self, session_id: str) -> bool: ...
+    def relays(self, session_id: str) -> bool: ...
+    async def answer(self, session_id: str, call_id: str, answer: Answer) -> None: ...
+    async def control(self, session_id: str, what: str) -> None: ...
+    async def run_started(self, session_id: str) -> None: ...
+    async def run_ended(self, session_id: str) -> None: ...
 
 
 @dataclass
@@ -208,6 +223,9 @@ class SessionManager:
         self.pacer = Pacer() if pace else None
         """Turns for this manager's runs, so that many at once do not stall the loop they share with a
         server's requests and streams (`pacing`)."""
+        self.mesh: Relaying | None = None
+        """The other processes over the same store (`mesh.Mesh`, set by a server): they get this manager's
+        events, approvals and run claims, and it gets theirs."""
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -299,9 +317,14 @@ class SessionManager:
 
     async def _work(self, entry: _Session, first: LaunchedRun | None) -> None:
         """Run the session's waiting prompts one after another, publishing their events."""
+        mesh = self.mesh
         try:
+            if mesh is not None:
+                await mesh.run_started(entry.session_id)
             await self._run_waiting(entry, first)
         finally:
+            if mesh is not None:
+                await asyncio.shield(mesh.run_ended(entry.session_id))
             self._let_go(entry)
 
     async def _run_waiting(self, entry: _Session, first: LaunchedRun | None) -> None:
@@ -371,19 +394,28 @@ class SessionManager:
 
     # --- following ---------------------------------------------------------------------------------
 
-    def _publish(self, entry: _Session, event: Event) -> None:
+    def _publish(self, entry: _Session, event: Event, *, relay: bool = True) -> None:
+        if relay and self.mesh is not None:
+            self.mesh.event(entry.session_id, event)
         if event.session_id != entry.session_id:
             # a sub-agent's event, passed on by the run: its numbers are its own session's; those who
             # follow the child itself get it too
             child = self._sessions.get(event.session_id)
             if child is not None:
-                self._publish(child, event)
+                self._publish(child, event, relay=False)
         else:
             entry.last_n = max(entry.last_n, event.n)
             if isinstance(event, RunStarted | Done | Error):
                 entry.boundaries.append(event)
         for subscriber in entry.subscribers:
             subscriber.offer(event)
+
+    def relayed(self, session_id: str, event: Event) -> None:
+        """An event that another process's run published to the followers of `session_id` (`mesh`): this
+        process's followers get it as they get a run's here."""
+        entry = self._sessions.get(session_id)
+        if entry is not None and not self._runs_here(entry):
+            self._publish(entry, event, relay=False)
 
     async def subscribe(self, session_id: str, after: int | None = None) -> AsyncIterator[Event]:
         """The session's events as they come. With `after`, first the durable events numbered after it,
@@ -466,7 +498,8 @@ class SessionManager:
                     last_seq = (await self.store.get_session(entry.session_id)).last_seq
                 except TetherError:
                     return  # deleted (its subscribers end with the deletion) or the store is closing
-                if seen is not None and last_seq > seen and not self._runs_here(entry):
+                relayed = self.mesh is not None and self.mesh.relays(entry.session_id)
+                if seen is not None and last_seq > seen and not self._runs_here(entry) and not relayed:
                     for subscriber in list(entry.subscribers):
                         subscriber.read_journal()
                 seen = last_seq
@@ -561,6 +594,8 @@ class SessionManager:
                 await entry.worker
             await self._announce(session_id)  # the cancelled worker could not: the feed said "running" still
             return True
+        if self.mesh is not None:
+            await self.mesh.control(session_id, "cancel")
         return await self.store.request_lease(session_id, "cancel") is not None
 
     async def pause(self, session_id: str) -> bool:
@@ -570,6 +605,8 @@ class SessionManager:
         if entry is not None and entry.run is not None:
             entry.run.pause()
             return True
+        if self.mesh is not None:
+            await self.mesh.control(session_id, "pause")
         return await self.store.request_lease(session_id, "pause") is not None
 
     async def resume(self, session_id: str, prompt: str | Message | None = None) -> RunHandle:
@@ -602,7 +639,8 @@ class SessionManager:
             return "queued"
         info = await self.store.get_session(session_id)
         if await live_lease(self.store, session_id) is not None:
-            return "busy_elsewhere"
+            waits = self.mesh is not None and self.mesh.waits_for_approval(session_id)
+            return "waiting_for_approval" if waits else "busy_elsewhere"
         if await journaled_requests(self.store, session_id):
             return "waiting_for_approval"  # a run stopped while it waited: resuming it asks again
         return "paused" if info.state == "paused" else "idle"
@@ -616,7 +654,10 @@ class SessionManager:
             return given
         asked = _Asked(request, root, asyncio.get_running_loop().create_future())
         self._asked[key] = asked
-        self.activity.publish(ApprovalPending(request=request, root_id=root))
+        pending = ApprovalPending(request=request, root_id=root)
+        self.activity.publish(pending)
+        if self.mesh is not None:
+            self.mesh.approval(pending)
         self.activity.publish(StatusChanged(session_id=root, status="waiting_for_approval"))
         given_answer: Answer | None = None
         try:
@@ -626,9 +667,10 @@ class SessionManager:
             if self._asked.get(key) is asked:
                 del self._asked[key]
             approved = given_answer.approved if given_answer is not None else None
-            self.activity.publish(
-                ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
-            )
+            settled = ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
+            self.activity.publish(settled)
+            if self.mesh is not None:
+                self.mesh.approval(settled)
             entry = self._sessions.get(root)
             if entry is not None and entry.run is not None:
                 self.activity.publish(StatusChanged(session_id=root, status=await self.status(root)))
@@ -643,6 +685,8 @@ class SessionManager:
             for a in self._asked.values()
             if session_id is None or session_id in (a.root, a.request.session_id)
         ]
+        if self.mesh is not None:
+            waiting += self.mesh.requests(session_id)  # those the runs of the other processes wait on
         if session_id is None or waiting:
             return waiting
         entry = self._sessions.get(session_id)
@@ -658,10 +702,10 @@ class SessionManager:
         that a stopped run left in the journal is answered by resuming the session, whose run asks again
         and takes this answer (its handle is returned). `InvalidInput` when no such request waits;
         `SessionBusy` when another process runs the session (answer it there)."""
-        asked = self._asked.get((session_id, call_id))
-        if asked is not None:
-            if not asked.answer.done():
-                asked.answer.set_result(answer)
+        if self.answer_here(session_id, call_id, answer):
+            return None
+        if self.mesh is not None and self.mesh.waits_elsewhere(session_id, call_id):
+            await self.mesh.answer(session_id, call_id, answer)  # the process whose run waits takes it
             return None
         await self.store.get_session(session_id)  # SessionNotFound first
         journaled = [r.call_id for r in await self.approvals(session_id)]
@@ -669,10 +713,22 @@ class SessionManager:
             entry = self._sessions.get(session_id)
             lease = await live_lease(self.store, session_id)
             if lease is not None and (entry is None or entry.run is None):
+                if self.mesh is not None and call_id in [r.call_id for r in await journaled_requests(self.store, session_id)]:
+                    await self.mesh.answer(session_id, call_id, answer)  # asked before this process joined
+                    return None
                 raise lease.busy()
             raise InvalidInput(f"no approval request for the call {call_id} waits in session {session_id}")
         self._given[(session_id, call_id)] = answer
         return await self.start(session_id, None)
+
+    def answer_here(self, session_id: str, call_id: str, answer: Answer) -> bool:
+        """Give `answer` to a run of this manager that waits on the request; False when none does."""
+        asked = self._asked.get((session_id, call_id))
+        if asked is None:
+            return False
+        if not asked.answer.done():
+            asked.answer.set_result(answer)
+        return True
 
     async def _busy(self, session_id: str) -> SessionBusy | None:
         """Who holds the session, as the error to give someone who wants it now; None when it is free."""
