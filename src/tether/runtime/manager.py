@@ -594,9 +594,10 @@ class SessionManager:
                 await entry.worker
             await self._announce(session_id)  # the cancelled worker could not: the feed said "running" still
             return True
-        if self.mesh is not None:
-            await self.mesh.control(session_id, "cancel")
-        return await self.store.request_lease(session_id, "cancel") is not None
+        asked = await self.store.request_lease(session_id, "cancel") is not None
+        if asked and self.mesh is not None:
+            await self.mesh.control(session_id, "cancel")  # at once; the lease says it within half a second
+        return asked
 
     async def pause(self, session_id: str) -> bool:
         """Stop the session's run at its next step (a checkpoint; the session marked paused); `resume`, or
@@ -605,9 +606,10 @@ class SessionManager:
         if entry is not None and entry.run is not None:
             entry.run.pause()
             return True
-        if self.mesh is not None:
-            await self.mesh.control(session_id, "pause")
-        return await self.store.request_lease(session_id, "pause") is not None
+        asked = await self.store.request_lease(session_id, "pause") is not None
+        if asked and self.mesh is not None:
+            await self.mesh.control(session_id, "pause")  # at once; the lease says it within half a second
+        return asked
 
     async def resume(self, session_id: str, prompt: str | Message | None = None) -> RunHandle:
         """Go on with a paused (or stopped) session: a run that picks up where it stopped."""
