@@ -11,10 +11,11 @@ two kinds:
   The k-th event of the entry at seq s is numbered ``s * EVENT_SPAN + k``, so they can be replayed from the
   journal after any number, by anyone who can read it, with the same numbers;
 - **live** events (deltas, progress, the start and end of a run, compaction attempts) exist only while the
-  run streams; those that follow entry s are numbered from ``s * EVENT_SPAN + LIVE_OFFSET`` on. A run that
-  follows another with no entry between them numbers on from where the other stopped, so numbers never
-  repeat within a process. Only durable events reach other processes (through the journal), and theirs
-  come from the journal.
+  run streams; those that follow entry s are numbered in ``s * EVENT_SPAN + LIVE_OFFSET`` and up, from
+  blocks the run reserves in the store before it gives one out (`Store.reserve_numbers`, through
+  `runtime.journal.RunJournal`): each block lies above every number reserved for the session before, by
+  any process, so no number is given twice, even by a run that follows one killed mid-stream. Only durable
+  events reach other processes through the journal, and theirs come from the journal.
 
 Numbers read as the journal position they follow: 12000002 is the third event of entry 12, 12500000 the
 first live event after it."""
@@ -286,6 +287,22 @@ def event_number(seq: int, k: int) -> int:
 def live_number(seq: int, k: int) -> int:
     """The number of the k-th live event after the entry at `seq` (the last of the span once it is full)."""
     return seq * EVENT_SPAN + LIVE_OFFSET + min(k, EVENT_SPAN - LIVE_OFFSET - 1)
+
+
+def span_last(seq: int) -> int:
+    """The last number of the span of the entry at `seq` (live numbers after it never go further)."""
+    return (seq + 1) * EVENT_SPAN - 1
+
+
+def is_live(n: int) -> bool:
+    """Whether an event number is a live event's (else a durable event's, derived from an entry)."""
+    return n % EVENT_SPAN >= LIVE_OFFSET
+
+
+def first_live(n: int) -> int:
+    """The first live number of the span that event number `n` lies in: where the live events after that
+    entry start, unless a run before reserved some there already."""
+    return live_number(n // EVENT_SPAN, 0)
 
 
 def durable_events(entry: Entry, session_id: str) -> list[Event]:

@@ -12,6 +12,7 @@ import pytest
 from tether.errors import InvalidId, InvalidInput, SessionNotFound
 from tether.messages import Message, TextPart, ThinkingPart, ToolCallPart
 from tether.store import SqliteStore, Store
+from tether.store.sqlite import SCHEMA_VERSION
 
 
 def partial(text: str) -> Message:
@@ -91,5 +92,5 @@ async def test_a_schema_6_file_gains_the_table(tmp_path: Path) -> None:
         record = await store.get_stream(sid)
         assert record is not None and record.after_seq == 1
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()

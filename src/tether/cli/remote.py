@@ -16,8 +16,6 @@ from rich.console import Console
 from ..errors import ConfirmationRequired, InvalidInput, NotFound, SessionBusy, TetherError
 from ..events import (
     DURABLE_TYPES,
-    EVENT_SPAN,
-    LIVE_OFFSET,
     ApprovalRequested,
     Done,
     Error,
@@ -26,6 +24,7 @@ from ..events import (
     TextComplete,
     TextDelta,
     event_json,
+    first_live,
 )
 from .render import BUSY_EXIT, TerminalRenderer, busy_line, shown
 from .sanitize import escape_json_controls
@@ -188,7 +187,7 @@ class _TextFill:
         if event.session_id != self.session_id:
             return [event]
         if isinstance(event, DURABLE_TYPES):
-            self.expected = (event.n // EVENT_SPAN) * EVENT_SPAN + LIVE_OFFSET  # live numbers restart there
+            self.expected = first_live(event.n)  # live numbers restart there (unless a run before reserved some)
             self.broken = False
             if isinstance(event, TextComplete):
                 shown, self.shown = self.shown, ""

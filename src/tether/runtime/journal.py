@@ -1,21 +1,23 @@
 """`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it, with the known
 secrets redacted, to the session handle (stating the seq it expects), into the context engine's view of the
-history, and out again as the entry's durable events; every live event gets its number here, and a
-sub-agent's events pass through unchanged (`forward`).
+history, and out again as the entry's durable events; every live event gets its number here, from
+blocks reserved durably in the store (`Store.reserve_numbers`: `open` at a run's start, `reserve_through`
+before an event leaves the run), so that no process gives a number another one gave; a sub-agent's events
+pass through unchanged (`forward`).
 `replay_events` gives the durable events of a session after any number, from the journal, with the numbers
 the run gave them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
 
 from ..context.engine import ContextEngine
 from ..errors import SeqConflict
-from ..events import EVENT_SPAN, Event, durable_events, live_number
+from ..events import EVENT_SPAN, Event, durable_events, first_live, is_live, live_number, span_last
 from ..messages import Entry, EntryBody
 from ..redaction import Redactor
 from ..store.audit import AuditDraft
@@ -23,21 +25,10 @@ from ..store.protocols import Store
 from .handle import SessionHandle
 
 EventHook = Callable[[Event], None]
+log = logging.getLogger("tether.runtime")
 
-REMEMBERED_SESSIONS = 10_000
-"""Sessions whose last live event number this process remembers (the least recently used are forgotten)."""
-
-_last_live: OrderedDict[str, int] = OrderedDict()
-"""The last live event number this process gave each session: a run that follows another with no entry in
-between (a `--continue` with nothing to do, a chat turn, a server's next run on a new handle) numbers on from
-there, so live numbers never repeat within a process. Live events never leave the process that made them."""
-
-
-def _remember(session_id: str, n: int) -> None:
-    _last_live[session_id] = n
-    _last_live.move_to_end(session_id)
-    if len(_last_live) > REMEMBERED_SESSIONS:
-        _last_live.popitem(last=False)
+NUMBER_BLOCK = 4096
+"""Live event numbers reserved in the store at a time (one durable write per block)."""
 
 
 class RunJournal:
@@ -57,8 +48,11 @@ class RunJournal:
         """Audit records for the next append's transaction (a tool call's, with its result)."""
         self.reported = asyncio.Event()
         """Set when `note` or `forward` queued an event while the loop waits on tool calls (it wakes to yield it)."""
-        # live events numbered since the last entry, counting those of earlier runs in this process
-        self._live = max(0, _last_live.get(session.id, 0) - live_number(self.last_seq, 0) + 1)
+        self._next = 0
+        """The next live number to give (at least the first of the current entry's span)."""
+        self._reserved = 0
+        """The highest live number reserved in the store for this journal: what is above it is given only
+        once `reserve_through` made it durable."""
 
     @property
     def last_seq(self) -> int:
@@ -80,7 +74,6 @@ class RunJournal:
             self.engine.observe(self.session.id, stored)
         for entry in stored:
             self.pending.extend(durable_events(entry, self.session.id))
-        self._live = 0
         return stored
 
     async def append_for_engine(self, bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
@@ -91,11 +84,35 @@ class RunJournal:
             raise SeqConflict(self.session.id, self.last_seq + 1, expect_seq)
         return await self.append(*bodies, expect_seq=expect_seq)
 
+    async def open(self) -> None:
+        """Reserve the first block of live numbers (a run's start): above every number any run of the
+        session reserved before, in this process or one that died mid-stream."""
+        await self.reserve_through(live_number(self.last_seq, 0))
+
     def next_number(self) -> int:
-        """The number of the next live event."""
-        n = live_number(self.last_seq, self._live)
-        self._live += 1
-        _remember(self.session.id, n)
+        """The number of the next live event: after the last one given, in the span of the last entry (the
+        span's last number once it is full). The journal's outlet (`AgentRun.events`) makes it durable with
+        `reserve_through` before the event leaves the run."""
+        n = min(max(self._next, live_number(self.last_seq, 0)), span_last(self.last_seq))
+        self._next = n + 1
+        return n
+
+    async def reserve_through(self, n: int) -> int:
+        """Make sure live number `n` is reserved in the store (a block from it when it is not), so that no
+        later process gives it again; returns `n`. A store that gives a block above `n` means another
+        writer numbers the session at once (a run without a lease beside another): it is logged, and the
+        numbers go on after that block."""
+        if n <= self._reserved or not is_live(n):
+            return n
+        count = max(1, min(NUMBER_BLOCK, span_last(n // EVENT_SPAN) - n + 1))
+        first = await self.session.store.reserve_numbers(self.session.id, n - 1, count)
+        if first != n:
+            if self._reserved:  # a run's start takes whatever comes first; later, someone numbered beside us
+                log.warning(
+                    "session %s: live numbers %d to %d were reserved by another writer", self.session.id, n, first - 1
+                )
+            self._next = max(self._next, first)
+        self._reserved = first + count - 1
         return n
 
     def number(self, event: Event) -> Event:
@@ -122,6 +139,13 @@ class RunJournal:
         """What is pending, in order; the queue is emptied."""
         out, self.pending = self.pending, []
         return out
+
+
+async def stray_number(store: Store, session_id: str, after: int) -> int:
+    """A live number for an event given outside a run's journal (the end of a run cancelled before it
+    started), after event number `after`: reserved in the store as a run's are."""
+    floor = max(after, first_live(after) - 1)
+    return await store.reserve_numbers(session_id, floor, 1)
 
 
 async def replay_events(store: Store, session_id: str, after: int = 0, *, batch: int = 500) -> AsyncIterator[Event]:

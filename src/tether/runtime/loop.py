@@ -120,6 +120,7 @@ class AgentRun:
         state.tools = with_children(state, AgentRun)  # `task` runs sub-agents of this run
         state.specs = state.tools.specs()
         state.entries = await active_tail(session.store, session.id, RESUME_TAIL, last_seq=info.entry_count)
+        await state.journal.open()
         return state
 
     def _summarizer(self, settings: ContextSettings, config: Config) -> Summarizer:
@@ -146,6 +147,25 @@ class AgentRun:
         )
 
     async def events(self, prompt: str | Message | None) -> AsyncIterator[Event]:
+        """Run the loop and yield its events (see `_events`). The run's one outlet: a live number leaves
+        only once it is reserved in the store (`RunJournal.reserve_through`), so no later process gives
+        it again."""
+        async for event in self._events(prompt):
+            state = self.state
+            if state is not None and event.session_id == state.session_id:
+                await state.journal.reserve_through(event.n)
+            yield event
+
+    async def stopped(self, code: str, message: str) -> Error:
+        """The end of this run when its task was stopped from outside (the manager cancelled it): numbered
+        after its last event and reserved, as the run's own events are."""
+        state = self.state
+        if state is None:
+            return Error(session_id=self.session.id, n=0, code=code, message=message)
+        n = await state.journal.reserve_through(state.journal.next_number())
+        return Error(session_id=self.session.id, n=n, code=code, message=message)
+
+    async def _events(self, prompt: str | Message | None) -> AsyncIterator[Event]:
         """Run the loop and yield its events. The run holds its session's lease from before its first read
         to its end (`RunOptions.lease`): another run on the session is a `SessionBusy` (or waits, as the
         terms say). A cancel another process asks for ends the run here with an `Error` (code

@@ -39,7 +39,7 @@ from .activity import (
 )
 from .approvals import journaled_requests
 from .configuration import load_config
-from .journal import replay_events
+from .journal import replay_events, stray_number
 from .launch import LaunchedRun, LaunchPlan, Resolver, RunRequest, check_request, open_run
 from .lease import live_lease
 from .loop import AgentRun
@@ -340,9 +340,7 @@ class SessionManager:
                     if isinstance(event, Done | Error) and event.session_id == entry.session_id:
                         outcome = event
             except asyncio.CancelledError:
-                outcome = Error(
-                    session_id=entry.session_id, n=self._next_n(entry), code="cancelled", message="cancelled"
-                )
+                outcome = await self._cancelled(entry)
                 self._publish(entry, outcome)
                 for left in [handle, *entry.riders, *entry.waiting]:
                     self._finish(entry, left, outcome)
@@ -374,13 +372,13 @@ class SessionManager:
         except TetherError:  # deleted meanwhile, or a store that fails: the feed is a courtesy
             log.debug("could not announce session %s", session_id, exc_info=True)
 
-    @staticmethod
-    def _next_n(entry: _Session) -> int:
-        """A number for an end the manager gives a run (its task was cancelled, so the run gives none): the
-        run's next live number, so that subscribers who saw the run's last event do not take it for one they
-        already had."""
-        state = entry.run.state if entry.run is not None else None
-        return state.journal.next_number() if state is not None else entry.last_n + 1
+    async def _cancelled(self, entry: _Session) -> Error:
+        """The end the manager gives a run whose task it cancelled (the run gives none): numbered after the
+        run's last event and reserved as its own are, so that subscribers who saw that event take it."""
+        if entry.run is not None:
+            return await entry.run.stopped("cancelled", "cancelled")
+        n = await stray_number(self.store, entry.session_id, entry.last_n)
+        return Error(session_id=entry.session_id, n=n, code="cancelled", message="cancelled")
 
     def _finish(self, entry: _Session, handle: RunHandle, outcome: Done | Error | None) -> None:
         if entry.waiting and entry.waiting[0] is handle:

@@ -3,7 +3,9 @@ a fast store for tests and throwaway sessions; nothing survives the process."""
 
 from __future__ import annotations
 
+import bisect
 import copy
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from decimal import Decimal
@@ -20,6 +22,7 @@ from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to
 from .records import (
     UNSET,
     BackfillProgress,
+    Change,
     Durability,
     Lease,
     LeaseRequest,
@@ -39,11 +42,14 @@ from .searchtext import bm25_rank, document, excerpt_of, indexed_text, query_ter
 from .validate import (
     check_artifact_id,
     check_audit_filters,
+    check_change,
+    check_changes_after,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_reservation,
     check_search_filters,
     check_share,
     check_stream,
@@ -80,6 +86,9 @@ class MemoryStore:
         self._audit: list[AuditRecord] = []
         self._audit_head: tuple[int, str] | None = None
         self._sinks: dict[str, dict[str, int]] = {}
+        self._numbers: dict[str, int] = {}  # session -> the highest live event number reserved
+        self._changes: list[Change] = []
+        self._last_change = 0
 
     def _now(self) -> float:
         # strictly increasing, so that "most recent first" is well defined even within one clock tick
@@ -171,6 +180,7 @@ class MemoryStore:
             self._sessions.pop(sid, None)
             self._leases.pop(sid, None)
             self._streams.pop(sid, None)
+            self._numbers.pop(sid, None)
             for share_id in [k for k, (_, share) in self._shares.items() if share.session_id == sid]:
                 del self._shares[share_id]
             rows = self._entries.pop(sid, [])
@@ -655,6 +665,33 @@ class MemoryStore:
         kept = self._sinks.setdefault(sink, {})
         for sid, seq in positions.items():
             kept[sid] = max(kept.get(sid, 0), seq)
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        self._check()
+        check_reservation(session_id, floor, count)
+        first = max(floor, self._numbers.get(session_id, 0)) + 1
+        self._numbers[session_id] = first + count - 1
+        return first
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        self._check()
+        body = check_change(kind, session_id, {} if data is None else data)
+        self._last_change += 1
+        change = Change(id=self._last_change, at=time.time(), kind=kind, session_id=session_id, data=json.loads(body))
+        self._changes.append(change)
+        return msgspec.structs.replace(change, data=json.loads(body))
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        self._check()
+        check_changes_after(after, limit)
+        start = bisect.bisect_right([c.id for c in self._changes], after)
+        return [msgspec.structs.replace(c, data=copy.deepcopy(c.data)) for c in self._changes[start : start + limit]]
+
+    async def last_change_id(self) -> int:
+        self._check()
+        return self._last_change
 
     async def prune_audit(self, before: float) -> int:
         self._check()

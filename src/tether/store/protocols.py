@@ -1,7 +1,8 @@
 """The store's protocols, one per role: the `Journal` of sessions and their entries, the `SearchIndex` over
 them, `Artifacts` for large payloads, `Leases`, the busy lock of a run, `Streams`, the answer a run is streaming
-now, `Shares`, read-only links to a transcript, the `Audit` trail and the `SinkPositions` of the event sinks.
-`Store` is all eight; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
+now, `Shares`, read-only links to a transcript, the `Audit` trail, the `SinkPositions` of the event sinks,
+`EventNumbers`, live event numbers reserved in blocks, and `Changes`, the global change feed.
+`Store` is all ten; a backend implements it and passes one conformance suite (tests/store/test_conformance.py,
 tests/store/test_shares.py, tests/store/test_streams.py, tests/store/test_audit.py)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .audit import AuditDraft, AuditRecord
 from .records import (
     UNSET,
     BackfillProgress,
+    Change,
     Durability,
     Lease,
     LeaseRequest,
@@ -323,8 +325,45 @@ class SinkPositions(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, Protocol):
-    """What every backend provides: the eight roles, its durability, and closing."""
+class EventNumbers(Protocol):
+    """Live event numbers that no process gives twice (`tether.events`): a run reserves a block of them
+    before it gives any out, so a process that dies leaves its numbers reserved, and the next holder of the
+    session numbers after them. One durable write per block (hi/lo allocation)."""
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        """Reserve `count` numbers for the session's live events, all above `floor` and above every number
+        reserved for it before (by any process), durably before it returns; the first of them (the block is
+        that and the `count - 1` after it). A deleted session's reservations go with it."""
+        ...
+
+
+@runtime_checkable
+class Changes(Protocol):
+    """The store's global change feed: what happened to its sessions (created, updated, deleted, where
+    their runs stand, approvals waiting), one record per change, numbered by a sequence that is never
+    reused, so that a follower who reconnects (to this process or another, before or after a restart)
+    replays what it missed from `changes_after` or learns that it cannot."""
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        """Record one change, durably; returns it with its id (greater than every id given before)."""
+        ...
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        """The changes whose id is above `after`, oldest first, at most `limit`."""
+        ...
+
+    async def last_change_id(self) -> int:
+        """The id of the last change recorded (0: none ever was)."""
+        ...
+
+
+@runtime_checkable
+class Store(
+    Journal, SearchIndex, Artifacts, Leases, Streams, Shares, Audit, SinkPositions, EventNumbers, Changes, Protocol
+):
+    """What every backend provides: the ten roles, its durability, and closing."""
 
     durability: Durability
 

@@ -228,3 +228,17 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         return float(at), sid
     except Exception:
         raise InvalidInput(f"invalid cursor {cursor!r}") from None
+
+
+class Change(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One change in the store's global change feed (`Changes`): what `/events` tells and every process
+    or node of a store follows. `id` comes from a sequence the backend never reuses (it increases with
+    every change, and may leave holes a rolled-back insert took); `kind` names what happened (an activity's
+    tag: ``session_created``, ``status_changed``...), `session_id` the session it is about, and `data` its
+    body as JSON-able values."""
+
+    id: int
+    at: float
+    kind: str
+    session_id: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)

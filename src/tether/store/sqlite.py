@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import sqlite3
@@ -45,7 +46,7 @@ from ..messages import (
     encode_json,
     kind_of,
 )
-from . import auditsql, health, searchindex
+from . import auditsql, feedsql, health, searchindex
 from .audit import AuditDraft, AuditRecord
 from .audit import created as _created
 from .audit import deleted as _deleted
@@ -62,6 +63,7 @@ from .records import (
     LEASE_REQUESTS,
     UNSET,
     BackfillProgress,
+    Change,
     CorruptHandler,
     Durability,
     Lease,
@@ -81,11 +83,14 @@ from .records import (
 from .validate import (
     check_artifact_id,
     check_audit_filters,
+    check_change,
+    check_changes_after,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_reservation,
     check_search_filters,
     check_share,
     check_stream,
@@ -96,12 +101,13 @@ from .validate import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
 links (a new table, nothing else changes); 7: streamed answers, one row per session replaced in place (a new
-table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables)."""
+table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables); 9: live event numbers reserved per
+session and the global change feed (`feedsql`: new tables)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -317,7 +323,7 @@ class SqliteStore:
                     searchindex.drop(conn)  # an index of another shape: made again from the journal
                 if 1 <= version <= 4:
                     conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
-                for statement in _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA):
+                for statement in _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA):
                     conn.execute(statement)
                 if 1 <= version <= 3:
                     searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
@@ -565,6 +571,8 @@ class SqliteStore:
 
         def tx(conn: sqlite3.Connection) -> list[str]:
             ids = self._delete_tree(conn, session_id)
+            for sid in ids:
+                feedsql.forget(conn, sid)  # not in _delete_tree: a replaced session keeps its numbers reserved
             auditsql.insert(conn, _deleted(session_id, ids))
             return ids
 
@@ -1324,6 +1332,29 @@ class SqliteStore:
             )
 
         await self._write(tx)
+
+    # --- event numbers and the change feed --------------------------------------------------------------------
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        check_reservation(session_id, floor, count)
+        return await self._write(lambda conn: feedsql.reserve(conn, session_id, floor, count))
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        body = check_change(kind, session_id, {} if data is None else data)
+        at = time.time()
+        change_id = await self._write(lambda conn: feedsql.append(conn, at, kind, session_id, body))
+        return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        check_changes_after(after, limit)
+        with self._reading() as conn:
+            return feedsql.after(conn, after, limit)
+
+    async def last_change_id(self) -> int:
+        with self._reading() as conn:
+            return feedsql.last_id(conn)
 
 
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"

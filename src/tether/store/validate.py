@@ -4,14 +4,21 @@ artifact ids and lease terms. Pure functions; no backend copies them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from ..errors import InvalidInput
 from ..ids import check_id
 from ..messages import Entry, EntryBody, Message, Revert, encode_body, encode_json
 from .audit import KIND_RE
 from .records import LEASE_REQUESTS, SEARCH_ROLES, SESSION_STATES, UNSET, UPDATABLE_FIELDS, SessionInfo
+
+MAX_RESERVATION = 1_000_000
+"""The most event numbers one `reserve_numbers` call may reserve."""
+CHANGE_KIND_RE = re.compile(r"^[a-z][a-z0-9]*(?:[._][a-z0-9]+)*$")
 
 MAX_LEASE_TTL = 24 * 3600.0
 """The longest lease one call may take: a holder that wants more renews it."""
@@ -112,6 +119,36 @@ def check_limit(limit: int) -> int:
     if not isinstance(limit, int) or limit < 1 or limit > 10_000:
         raise InvalidInput(f"limit must be an integer from 1 to 10000, not {limit!r}")
     return limit
+
+
+def check_reservation(session_id: str, floor: int, count: int) -> None:
+    """What every backend checks before it reserves event numbers (`EventNumbers.reserve_numbers`)."""
+    check_id(session_id, "session id")
+    if type(floor) is not int or floor < 0:
+        raise InvalidInput(f"floor must be an event number (0 or more), not {floor!r}")
+    if type(count) is not int or not 1 <= count <= MAX_RESERVATION:
+        raise InvalidInput(f"count must be an integer from 1 to {MAX_RESERVATION}, not {count!r}")
+
+
+def check_change(kind: str, session_id: str | None, data: object) -> bytes:
+    """What every backend checks before it appends a change (`Changes.append_change`): its `data` as JSON."""
+    if not (isinstance(kind, str) and CHANGE_KIND_RE.match(kind)):
+        raise InvalidInput(f"a change kind is a lowercase word or words joined by '_' or '.', not {kind!r}")
+    if session_id is not None:
+        check_id(session_id, "session id")
+    if not isinstance(data, dict):
+        raise InvalidInput(f"a change's data is a JSON object, not {type(data).__name__}")
+    try:
+        return encode_json(data)
+    except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+        raise InvalidInput(f"a change's data must be JSON: {exc}") from None
+
+
+def check_changes_after(after: int, limit: int) -> None:
+    """What every backend checks before it lists changes."""
+    check_limit(limit)
+    if type(after) is not int or after < 0:
+        raise InvalidInput(f"after must be a change id (0 or more), not {after!r}")
 
 
 def check_audit_filters(after: int, session_id: str | None, kind: str | None, limit: int) -> None:
