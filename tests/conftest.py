@@ -11,7 +11,7 @@ import pytest
 
 from tether.store import MemoryStore, SqliteStore, Store
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 
 @pytest.fixture(autouse=True)
@@ -25,17 +25,22 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
             monkeypatch.delenv(key, raising=False)
 
 
-def make_store(kind: str, path: Path) -> Store:
+def make_store(kind: str, path: Path, request: pytest.FixtureRequest | None = None) -> Store:
+    """A store of `kind`; PostgreSQL's is a fresh database of the test's own (the `postgres_url` fixture)."""
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
         return SqliteStore(path / "tether.db")
+    if kind == "postgres" and request is not None:
+        from tether.store.postgres import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("postgres_url"))
     raise ValueError(kind)
 
 
 @pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s = make_store(request.param, tmp_path)
+    s = make_store(request.param, tmp_path, request)
     try:
         yield s
     finally:
@@ -130,3 +135,143 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtur
     bucket = Bucket(BucketConfig(f"t-{name}-{uuid.uuid4().hex[:8]}", "tether/", s3_endpoint))
     bucket.create()
     return bucket
+
+
+# --- a real PostgreSQL: a throwaway cluster per test session, a fresh database per test ------------------------
+
+POSTGRES_ENV = "TETHER_TEST_POSTGRES"
+"""A running PostgreSQL server to use instead of starting one: a `postgresql://` URL of a role allowed to
+create databases (each test gets a database of its own there, dropped after it). Unset: the tests start their
+own cluster with the initdb/pg_ctl of Debian's `postgresql` package (/usr/lib/postgresql/*/bin)."""
+
+
+def _postgres_bin() -> Path:
+    """The folder with initdb, pg_ctl and postgres: PATH first, then Debian's versioned folders (newest)."""
+    import shutil
+
+    on_path = shutil.which("pg_ctl")
+    if on_path and shutil.which("initdb"):
+        return Path(on_path).parent
+    found = sorted(
+        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if (p.parent / "pg_ctl").is_file()),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if not found:
+        raise RuntimeError(
+            "no PostgreSQL for the tests: install Debian's postgresql package (apt-get install -y postgresql: its "
+            "initdb and pg_ctl land in /usr/lib/postgresql/<version>/bin), or name a running server in "
+            f"{POSTGRES_ENV}=postgresql://user@host:port/db"
+        )
+    return found[-1]
+
+
+def _as_postgres_user() -> list[str]:
+    """PostgreSQL refuses to run as root: as root, its programs run as the `postgres` user (runuser)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        raise RuntimeError("running as root without runuser: PostgreSQL must be started as the postgres user")
+    return [runuser, "-u", "postgres", "--"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_cluster(folder: Path) -> tuple[str, list[str]]:
+    """initdb + pg_ctl start in `folder` (owned by the user that runs the server); the server's URL and the
+    command that stops it."""
+    import subprocess
+
+    bin_dir = _postgres_bin()
+    prefix = _as_postgres_user()
+    if prefix:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        os.chown(folder, user.pw_uid, user.pw_gid)
+    data = folder / "data"
+    done = subprocess.run(
+        [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+         "--locale=C", "--no-sync"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr[-2000:]}")
+    last = ""
+    for _ in range(5):  # a port taken between _free_port and the server's bind: another port
+        port = _free_port()
+        # fsync off: a throwaway cluster need not survive the machine's crash (a writer's SIGKILL, which the
+        # tests do, is the client's; synchronous_commit stays on, so a commit is acknowledged after its WAL)
+        options = (
+            f"-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={folder} "
+            "-c max_connections=300 -c fsync=off -c full_page_writes=off -c shared_buffers=32MB"
+        )
+        done = subprocess.run(
+            [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"), "-o", options,
+             "-w", "-t", "60", "start"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode == 0:
+            stop = [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
+            return f"postgresql://postgres@127.0.0.1:{port}/postgres", stop
+        log = folder / "server.log"
+        last = (done.stderr or "") + (log.read_text(errors="replace")[-2000:] if log.exists() else "")
+    raise RuntimeError(f"pg_ctl start failed: {last}")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URL (its `postgres` database) of a PostgreSQL server for this test session: the one named in
+    TETHER_TEST_POSTGRES, or a cluster started here (initdb + pg_ctl, a few seconds) and removed at the end."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    named = os.environ.get(POSTGRES_ENV)
+    if named:
+        yield named
+        return
+    # not under pytest's tmp folder: that one is private to root, and the server runs as postgres
+    folder = Path(tempfile.mkdtemp(prefix="tether-pg-"))
+    try:
+        url, stop = _start_cluster(folder)
+        try:
+            yield url
+        finally:
+            subprocess.run(stop, capture_output=True, timeout=120)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _with_database(url: str, name: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A `postgresql://` URL of an empty database of this test's own, dropped (with its connections) after it."""
+    import re
+    import uuid
+
+    import psycopg
+
+    stem = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
+    name = f"t_{stem}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(postgres_server, name)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

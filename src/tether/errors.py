@@ -13,7 +13,8 @@ TetherError
 │   └── StoreUnavailable    the database cannot be opened or used (names the path and what to do)
 │       ├── StoreCorrupt    the file is damaged or is not a database (SQLITE_CORRUPT, SQLITE_NOTADB)
 │       ├── StorePermission the file or its directory cannot be written (read-only, permissions)
-│       └── StoreFull       no space left: the disk, or the database's page limit (SQLITE_FULL, ENOSPC)
+│       ├── StoreFull       no space left: the disk, or the database's page limit (SQLITE_FULL, ENOSPC)
+│       └── StoreConnectionLost  the connection to a database server dropped mid-operation (PostgreSQL)
 ├── ImportFormatError       a file given to import is truncated, foreign or inconsistent
 ├── SessionBusy             another run holds this session's lease (names the holder)
 │   └── LeaseLost           a run's lease expired and another holder took it, or it was released
@@ -115,6 +116,13 @@ class StorePermission(StoreUnavailable):
 class StoreFull(StoreUnavailable):
     """A write found no space left: the disk holding the database is full, or the database reached its page
     limit. Nothing of that write was kept."""
+
+
+class StoreConnectionLost(StoreUnavailable):
+    """The connection to the database server was lost, or none could be made, while an operation ran (the
+    server restarted, a network cut, an administrator ended the backend). A write is one transaction: it was
+    either committed whole or not at all, and which is unknown when the loss came while it committed (read the
+    session again to see). The store's next operation gets a new connection."""
 
 
 class ImportFormatError(TetherError):

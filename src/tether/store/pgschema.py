@@ -1,0 +1,169 @@
+"""The schema of a `PostgresStore`, as numbered migrations applied when a store opens (`migrate`).
+
+`tether_schema` holds the version. A store that opens reads it first and, when it is current, takes no
+lock at all; otherwise it takes a transaction-scoped advisory lock (`LOCK_KEY`), reads the version again
+and applies what is missing in that one transaction: two processes (or nodes) that open a fresh database at
+once apply each migration exactly once, the second waiting for the first and then finding nothing to do.
+A database written by a newer tether is refused, never touched.
+
+A migration is only ever appended to `MIGRATIONS`: a released one never changes (a store that applied it
+will not apply it again). The full-text search configuration (`tether_search`) stems English words with
+Snowball and keeps stop words in the index, as FTS5's ``porter`` does (queries drop them, `searchtext`);
+its input is the text `searchtext.tokens` already split, so that both backends see the same words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LOCK_KEY = 0x7465746865720001
+"""The advisory lock that serializes migrations (a bigint: "tether" and 1)."""
+AUDIT_LOCK_KEY = 0x7465746865720002
+"""The advisory lock of the audit trail's head: writers append one record at a time, keeping one chain."""
+LEASE_LOCK_SPACE = 0x7465
+"""The first key of the advisory locks of leases (the second is a hash of the session id)."""
+
+_V1 = """
+CREATE TEXT SEARCH DICTIONARY tether_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION tether_search (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION tether_search
+    ALTER MAPPING FOR asciiword, word, hword, hword_part, hword_asciipart, asciihword WITH tether_stem;
+CREATE TABLE sessions (
+    id text COLLATE "C" PRIMARY KEY,
+    parent_id text COLLATE "C",
+    forked_from text COLLATE "C",
+    forked_at bigint,
+    title text,
+    directory text,
+    agent text,
+    model text,
+    state text NOT NULL DEFAULT 'active',
+    system_prompt text,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL,
+    entry_count bigint NOT NULL DEFAULT 0,
+    message_count bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cost_pico bigint NOT NULL DEFAULT 0,
+    metadata text NOT NULL DEFAULT '{}'
+);
+CREATE INDEX sessions_recent ON sessions (updated_at DESC, id DESC);
+CREATE INDEX sessions_directory ON sessions (directory, updated_at DESC, id DESC);
+CREATE INDEX sessions_parent ON sessions (parent_id, updated_at DESC, id DESC) WHERE parent_id IS NOT NULL;
+CREATE TABLE entries (
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    created_at double precision NOT NULL,
+    payload text NOT NULL,
+    role smallint,
+    terms tsvector,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE INDEX entries_terms ON entries USING gin (terms) WHERE terms IS NOT NULL;
+CREATE INDEX entries_reverts ON entries (session_id, seq) WHERE kind = 'revert';
+CREATE TABLE artifacts (
+    id text COLLATE "C" PRIMARY KEY,
+    media_type text NOT NULL,
+    size bigint NOT NULL,
+    created_at double precision NOT NULL,
+    data bytea NOT NULL
+);
+CREATE TABLE leases (
+    session_id text COLLATE "C" PRIMARY KEY,
+    holder text NOT NULL,
+    pid integer,
+    host text,
+    since double precision NOT NULL,
+    expires_at double precision NOT NULL,
+    request text
+);
+CREATE TABLE shares (
+    id text COLLATE "C" PRIMARY KEY,
+    session_id text COLLATE "C" NOT NULL,
+    token_hash bytea NOT NULL UNIQUE,
+    created_at double precision NOT NULL,
+    expires_at double precision,
+    revoked_at double precision
+);
+CREATE INDEX shares_session ON shares (session_id, created_at);
+CREATE TABLE streams (
+    session_id text COLLATE "C" PRIMARY KEY,
+    after_seq bigint NOT NULL,
+    updated_at double precision NOT NULL,
+    payload text NOT NULL
+);
+CREATE TABLE audit (
+    seq bigint PRIMARY KEY,
+    at double precision NOT NULL,
+    kind text NOT NULL,
+    session_id text COLLATE "C",
+    actor text,
+    outcome text,
+    detail text NOT NULL,
+    prev text NOT NULL,
+    hash text NOT NULL
+);
+CREATE INDEX audit_session ON audit (session_id, seq) WHERE session_id IS NOT NULL;
+CREATE TABLE audit_head (
+    id integer PRIMARY KEY CHECK (id = 1),
+    seq bigint NOT NULL,
+    hash text NOT NULL
+);
+CREATE TABLE sink_positions (
+    sink text COLLATE "C" NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (sink, session_id)
+);
+"""
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
+]
+"""(version, SQL) in order; the schema of a store is the last version."""
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def _version(conn: Any) -> int | None:
+    """The schema version, or None when the database has no tether schema yet."""
+    if conn.execute("SELECT to_regclass('tether_schema')").fetchone()[0] is None:
+        return None
+    row = conn.execute("SELECT version FROM tether_schema").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def migrate(conn: Any, *, known: int = SCHEMA_VERSION) -> tuple[int, int]:
+    """Bring the database of `conn` (a psycopg connection, not in a transaction) to `known`; returns the
+    version before and after. Raises `NewerSchema` for a database of a newer tether."""
+    version = _version(conn)
+    if version is not None and version >= known:
+        if version > known:
+            raise NewerSchema(version, known)
+        return version, version
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        version = _version(conn)  # again, under the lock: another process may have done it meanwhile
+        if version is None:
+            conn.execute("CREATE TABLE tether_schema (version integer NOT NULL)")
+            conn.execute("INSERT INTO tether_schema (version) VALUES (0)")
+            version = 0
+        if version > known:
+            raise NewerSchema(version, known)
+        before = version
+        for number, sql in MIGRATIONS:
+            if version < number <= known:
+                conn.execute(sql)
+                version = number
+        conn.execute("UPDATE tether_schema SET version = %s", (version,))
+    return before, version
+
+
+class NewerSchema(Exception):
+    """The database's schema is newer than this tether knows."""
+
+    def __init__(self, version: int, known: int) -> None:
+        super().__init__(f"schema {version}, this tether knows {known}")
+        self.version = version
+        self.known = known

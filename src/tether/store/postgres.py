@@ -1,0 +1,1325 @@
+"""`PostgresStore`: sessions in a PostgreSQL database that many processes and machines share (the
+`postgres` extra: psycopg 3 and its pool, imported only when a ``postgresql://`` URL is opened).
+
+Opening migrates the schema (`pgschema.migrate`, under an advisory lock: two nodes may start at once) on a
+connection of its own; the work then goes through an `AsyncConnectionPool` of autocommit connections, one per
+event loop. An append is one statement, so one round trip and one transaction: the session row's UPDATE
+checks the expected seq and bumps the counters, and the entries are inserted from its RETURNING, with their
+search terms; `synchronous_commit` is left as the server has it (on: a commit is acknowledged after its WAL
+is flushed). A write runs to its end even when the task awaiting it is cancelled. A connection lost
+mid-operation is `StoreConnectionLost` (the write was committed whole or not at all); the pool drops a
+connection the server closed before it hands it out again, so the next operation works.
+
+PostgreSQL text cannot hold NUL: text columns (title, directory...) are stored with NUL and SOH escaped
+(`_esc`), which keeps equality (a directory filter) exact; JSON columns are text too (msgspec escapes NUL
+there, and jsonb would refuse ``\\u0000``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import select
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import msgspec
+
+from ..errors import (
+    CorruptEntry,
+    InvalidInput,
+    MissingExtra,
+    NotFound,
+    SeqConflict,
+    SessionNotFound,
+    StoreBusy,
+    StoreClosed,
+    StoreConnectionLost,
+    StoreFull,
+    StorePermission,
+    StoreUnavailable,
+)
+from ..ids import check_id, new_id, new_session_id
+from ..messages import Entry, EntryBody, Message, Revert, TitleChange, decode_body, encode_body, encode_json, kind_of
+from . import pgschema
+from .audit import GENESIS, AuditDraft, AuditRecord, canonical_json, pruned_draft, seal
+from .audit import created as _created
+from .audit import deleted as _deleted
+from .audit import forked as _forked
+from .audit import imported as _imported
+from .audit import reverted as _reverted
+from .audit import share_made as _share_made
+from .audit import share_revoked as _share_revoked
+from .bookkeeping import artifact_id, decimal_to_pico, message_counters, pico_to_decimal, title_candidate
+from .records import (
+    LEASE_REQUESTS,
+    UNSET,
+    BackfillProgress,
+    CorruptHandler,
+    Durability,
+    Lease,
+    LeaseRequest,
+    Page,
+    RevertSpan,
+    SearchHit,
+    SessionInfo,
+    SessionState,
+    Share,
+    StreamRecord,
+    decode_cursor,
+    encode_cursor,
+    lease_lost,
+    log_corrupt,
+)
+from .reverts import hidden_spans, is_hidden
+from .searchtext import document, excerpt_of, indexed_text, query_terms, tokens
+from .validate import (
+    check_artifact_id,
+    check_audit_filters,
+    check_created_at,
+    check_lease,
+    check_lease_request,
+    check_limit,
+    check_new_session,
+    check_search_filters,
+    check_share,
+    check_stream,
+    check_token_hash,
+    check_update,
+    validate_bodies,
+    validate_import,
+)
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ModuleNotFoundError as _missing:  # pragma: no cover - the extra is installed wherever tests run
+    raise MissingExtra("postgres", _missing.name or "psycopg") from _missing
+
+R = TypeVar("R")
+SCHEMA_VERSION = pgschema.SCHEMA_VERSION
+ROLES = {"user": 1, "assistant": 2, "tool": 3}
+ROLE_NAMES = {v: k for k, v in ROLES.items()}
+
+# --- NUL in text -------------------------------------------------------------------------------------------
+
+_ESC = re.compile("[\x00\x01]")
+_UNESC = re.compile("\x01[\x01\x02]")
+
+
+def _esc(value: str | None) -> str | None:
+    """`value` without NUL, reversibly: NUL is SOH SOH and SOH is SOH STX (equal texts stay equal)."""
+    if value is None or ("\x00" not in value and "\x01" not in value):
+        return value
+    return _ESC.sub(lambda m: "\x01\x01" if m.group() == "\x00" else "\x01\x02", value)
+
+
+def _unesc(value: str | None) -> str | None:
+    if value is None or "\x01" not in value:
+        return value
+    return _UNESC.sub(lambda m: "\x00" if m.group() == "\x01\x01" else "\x01", value)
+
+
+# --- SQL -----------------------------------------------------------------------------------------------------
+
+_SESSION_COLS = (
+    "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
+    "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost_pico, metadata"
+)
+_APPEND_SQL = """
+WITH newest AS (SELECT max(updated_at) AS at FROM sessions),
+s AS (
+    UPDATE sessions SET
+        entry_count = entry_count + %(n)s, message_count = message_count + %(messages)s,
+        input_tokens = input_tokens + %(t_in)s, output_tokens = output_tokens + %(t_out)s,
+        cost_pico = cost_pico + %(cost)s,
+        title = CASE %(title_mode)s::text WHEN 'set' THEN %(title)s::text
+            WHEN 'default' THEN coalesce(title, %(title)s::text) ELSE title END,
+        updated_at = CASE
+            WHEN updated_at < newest.at AND newest.at - %(now)s < 1.0 THEN greatest(%(now)s, newest.at + 1e-6)
+            WHEN updated_at < newest.at OR %(now)s - updated_at >= 1.0 THEN %(now)s
+            ELSE updated_at END
+    FROM newest
+    WHERE id = %(sid)s AND (%(expect)s::bigint IS NULL OR entry_count = %(expect)s::bigint - 1)
+    RETURNING entry_count - %(n)s AS base, greatest(%(now)s, updated_at) AS at
+),
+ins AS (
+    INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
+    SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
+        CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
+    FROM s, unnest(%(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
+        %(docs)s::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
+)
+SELECT base, at FROM s
+"""
+"""The append, one statement. The session's `updated_at` moves only when that changes the listing's order
+or a second passed (an index write less on most appends: the row's update stays HOT); when another session
+is newer by a clock a little ahead, it goes just above it (as in `SqliteStore.append`)."""
+_POSITION_SQL = "SELECT entry_count FROM sessions WHERE id = %s"
+_INSERT_ENTRIES_SQL = """
+INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
+SELECT %(sid)s, t.seq, t.kind, t.at, t.payload, t.role,
+    CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
+FROM unnest(%(seqs)s::int8[], %(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
+    %(docs)s::text[]) AS t(seq, kind, payload, at, role, doc)
+"""
+_LEASE_COLS = "l.holder, l.pid, l.host, l.since, l.expires_at, l.request"
+_LEASE_SQL = f"SELECT {_LEASE_COLS} FROM sessions s LEFT JOIN leases l ON l.session_id = s.id WHERE s.id = %s"
+_LEASE_TAKE_FREE_SQL = (
+    "UPDATE leases SET holder = %s, pid = %s, host = %s, since = %s, expires_at = %s, request = NULL"
+    " WHERE session_id = %s AND (expires_at <= %s OR holder = %s)"
+)
+_STREAM_SQL = (
+    "INSERT INTO streams (session_id, after_seq, updated_at, payload) SELECT %s, %s, %s, %s WHERE EXISTS"
+    " (SELECT 1 FROM sessions WHERE id = %s) ON CONFLICT (session_id) DO UPDATE SET after_seq = excluded.after_seq,"
+    " updated_at = excluded.updated_at, payload = excluded.payload"
+)
+_SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
+_AUDIT_COLS = "seq, at, kind, session_id, actor, outcome, detail, prev, hash"
+
+_metadata_decoder = msgspec.json.Decoder(dict[str, Any])
+_message_decoder = msgspec.json.Decoder(Message)
+
+
+def _doc(body: EntryBody) -> tuple[int | None, str | None]:
+    """(role number, the words the search index holds) of a body: None, None for what is not indexed. The
+    words are `searchtext.tokens`, the split FTS5 makes, so that PostgreSQL only stems them."""
+    text = indexed_text(body)
+    if text is None:
+        return None, None
+    return ROLES[body.role], " ".join(tokens(document(text)))  # type: ignore[union-attr]
+
+
+def _encoded(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[int | None], list[str | None]]:
+    kinds, payloads, roles, docs = [], [], [], []
+    for body in bodies:
+        kinds.append(kind_of(body))
+        payloads.append(encode_body(body).decode())
+        role, doc = _doc(body)
+        roles.append(role)
+        docs.append(doc)
+    return kinds, payloads, roles, docs
+
+
+def _where(url: str) -> str:
+    """The server and database a URL names, without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        return f"{host}{port}{parts.path or '/'}"
+    except ValueError:
+        return "the PostgreSQL server"
+
+
+def _check_idle(conn: Any) -> Awaitable[None]:
+    """The pool's check of a connection it hands out, without a round trip: an idle connection has nothing
+    to read, unless the server closed it (a restart, `pg_terminate_backend`): then it is dropped."""
+
+    async def check() -> None:
+        if conn.closed:
+            raise psycopg.OperationalError("the connection is closed")
+        try:
+            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError) as e:
+            raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
+        if readable:
+            conn.pgconn.consume_input()  # the server's goodbye (or EOF), or a notification
+            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the server closed the connection")
+            while conn.pgconn.notifies() is not None:
+                pass
+
+    return check()
+
+
+class PostgresStore:
+    """The PostgreSQL backend of `Store`, opened from a ``postgresql://`` URL (libpq's form: user, password,
+    host, port, database, and options such as ``?sslmode=require``).
+
+    `durability` is accepted for every backend's sake: PostgreSQL's own `synchronous_commit` decides, and tether
+    never turns it off (a commit is acknowledged once it is durable on the server). `min_size`/`max_size`
+    bound the pool of each event loop; `timeout` is how long an operation waits for a connection (then
+    `StoreBusy`), and `connect_timeout` how long opening waits for the server."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: Durability = "normal",
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        on_corrupt: CorruptHandler | None = None,
+    ) -> None:
+        if durability not in ("normal", "full"):
+            raise InvalidInput(f"durability must be 'normal' or 'full', not {durability!r}")
+        if not 1 <= min_size <= max_size:
+            raise InvalidInput(f"the pool needs 1 <= min_size <= max_size, not {min_size} and {max_size}")
+        self.url = url
+        self.where = _where(url)
+        self.durability: Durability = durability
+        self.on_corrupt: CorruptHandler = on_corrupt or log_corrupt
+        self._sizes = (min_size, max_size)
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._migrate()
+
+    # --- opening, the pool, errors ---------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        """Connect once, now, so that a wrong URL or a server that is down fails `open_store` itself, and
+        bring the schema to this version (a blocking call, once per store, as SqliteStore's open)."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout))) as conn:
+                pgschema.migrate(conn)
+        except pgschema.NewerSchema as e:
+            raise StoreUnavailable(
+                f"the database {self.where} was written by a newer tether ({e})", "upgrade tether, or open another store"
+            ) from None
+        except psycopg.Error as e:
+            raise self._fault(e, "open") from e
+
+    def _fault(self, e: BaseException, doing: str) -> StoreUnavailable | StoreBusy:
+        """A psycopg or pool error as the store error that says what it is."""
+        text = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, PoolTimeout):
+            return StoreBusy(
+                f"no connection to {self.where} came free within {self._timeout:g}s to {doing} it: every "
+                "connection of the pool is busy, or the server does not answer"
+            )
+        if isinstance(e, pg_errors.QueryCanceled | pg_errors.LockNotAvailable | pg_errors.DeadlockDetected):
+            return StoreBusy(f"PostgreSQL at {self.where} gave up waiting to {doing} it: {text}")
+        if isinstance(e, pg_errors.DiskFull | pg_errors.OutOfMemory | pg_errors.ProgramLimitExceeded):
+            return StoreFull(f"PostgreSQL at {self.where} could not {doing} it: {text}", "free space on the server")
+        if isinstance(e, pg_errors.InsufficientPrivilege):
+            return StorePermission(
+                f"PostgreSQL at {self.where} refused to let tether {doing} it: {text}",
+                "grant the role tether connects as what it needs on that database",
+            )
+        if isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+            return StoreConnectionLost(
+                f"the connection to PostgreSQL at {self.where} failed while tether tried to {doing} it ({text})",
+                "check that the server is up and reachable; a write that was under way was kept whole or not at "
+                "all, so read it back before trying it again",
+            )
+        return StoreUnavailable(f"PostgreSQL at {self.where} failed to {doing} it: {text}")
+
+    async def _pool(self) -> AsyncConnectionPool[Any]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = AsyncConnectionPool(
+                self.url,
+                min_size=self._sizes[0],
+                max_size=self._sizes[1],
+                timeout=self._timeout,
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(self._connect_timeout))},
+                check=_check_idle,
+                open=False,
+                name=f"tether {self.where}",
+            )
+            self._pools[loop] = pool
+            await pool.open(wait=False)
+        return pool
+
+    async def _run(self, fn: Callable[[Any], Awaitable[R]], doing: str) -> R:
+        """`fn(connection)` on a connection of the pool; a failure of the server or of the connection as a
+        `StoreError`. Reads only: see `_write`."""
+        pool = await self._pool()
+        try:
+            async with pool.connection() as conn:
+                return await fn(conn)
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
+            if self._closed:
+                raise StoreClosed("the store is closed") from None
+            raise self._fault(e, doing) from e
+        except psycopg.Error as e:
+            if isinstance(e, pg_errors.UntranslatableCharacter | pg_errors.CharacterNotInRepertoire):
+                raise InvalidInput(f"text that PostgreSQL cannot store ({' '.join(str(e).split())})") from None
+            raise self._fault(e, doing) from e
+
+    async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        async def go(conn: Any) -> list[Any]:
+            cur = await conn.execute(sql, params)
+            return list(await cur.fetchall())
+
+        try:
+            return await self._run(go, "read")
+        except StoreConnectionLost:
+            # a read changes nothing: once more, on a connection the pool has checked since
+            return await self._run(go, "read")
+
+    async def _write(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
+        """Run a write to its end even when the awaiting task is cancelled (the caller stops waiting; the
+        write commits or fails on its own), as SqliteStore's writes do."""
+        task = asyncio.ensure_future(self._run(fn, doing))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
+        """`fn(connection)` in one transaction (committed when it returns, rolled back when it raises)."""
+
+        async def go(conn: Any) -> R:
+            async with conn.transaction():
+                return await fn(conn)
+
+        return await self._write(go, doing)
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        if self._tasks:  # writes still under way finish first
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self._closed = True
+        running = asyncio.get_running_loop()
+        for loop, pool in list(self._pools.items()):
+            if loop is running:
+                await pool.close()
+            elif not loop.is_closed() and loop.is_running():
+                asyncio.run_coroutine_threadsafe(pool.close(), loop)
+        self._pools.clear()
+
+    # --- sessions ----------------------------------------------------------------------------------
+
+    def _row_to_info(self, row: Sequence[Any]) -> SessionInfo:
+        try:
+            metadata = _metadata_decoder.decode(row[17])
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+            metadata = {"_corrupt_metadata": str(row[17])[:200]}
+        return SessionInfo(
+            id=row[0],
+            created_at=row[1],
+            updated_at=row[2],
+            title=_unesc(row[3]),
+            directory=_unesc(row[4]),
+            parent_id=row[5],
+            forked_from=row[6],
+            forked_at=row[7],
+            agent=_unesc(row[8]),
+            model=_unesc(row[9]),
+            state=row[10],
+            system_prompt=_unesc(row[11]),
+            entry_count=row[12],
+            message_count=row[13],
+            input_tokens=row[14],
+            output_tokens=row[15],
+            cost=pico_to_decimal(row[16]),
+            metadata=metadata,
+        )
+
+    async def _get_row(self, conn: Any, session_id: str, *, lock: bool = False) -> SessionInfo:
+        sql = f"SELECT {_SESSION_COLS} FROM sessions WHERE id = %s" + (" FOR UPDATE" if lock else "")
+        row = await (await conn.execute(sql, (session_id,))).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return self._row_to_info(row)
+
+    async def _exists(self, conn: Any, session_id: str) -> bool:
+        cur = await conn.execute("SELECT 1 FROM sessions WHERE id = %s", (session_id,))
+        return await cur.fetchone() is not None
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        directory: str | None = None,
+        parent_id: str | None = None,
+        title: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        state: SessionState = "active",
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> SessionInfo:
+        fields: dict[str, Any] = {"title": title, "directory": directory, "agent": agent, "model": model}
+        fields.update(system_prompt=system_prompt, metadata=metadata)
+        sid = check_new_session(id, parent_id, state, fields) or new_session_id()
+        meta = encode_json(metadata or {}).decode()
+        now = time.time()
+        created = created_at if created_at is not None else now
+        record = _created(sid, now, directory, parent_id, title, metadata)
+        row = (sid, parent_id, _esc(title), _esc(directory), _esc(agent), _esc(model), state, _esc(system_prompt))
+
+        async def tx(conn: Any) -> SessionInfo:
+            if parent_id is not None and not await self._exists(conn, parent_id):
+                raise SessionNotFound(parent_id)
+            cur = await conn.execute(
+                "INSERT INTO sessions (id, parent_id, title, directory, agent, model, state, system_prompt,"
+                f" created_at, updated_at, metadata) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {_SESSION_COLS}",
+                (*row, created, now, meta),
+            )
+            made = await cur.fetchone()
+            if made is None:
+                raise InvalidInput(f"session {sid} already exists")
+            await self._audit(conn, record)
+            return self._row_to_info(made)
+
+        return await self._tx(tx)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        check_id(session_id, "session id")
+        rows = await self._read(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = %s", (session_id,))
+        if not rows:
+            raise SessionNotFound(session_id)
+        return self._row_to_info(rows[0])
+
+    async def update_session(self, session_id: str, **fields: Any) -> SessionInfo:
+        changes = check_update(session_id, fields)
+        if "metadata" in changes:
+            changes["metadata"] = encode_json(changes["metadata"] or {}).decode()
+        for name in ("title", "directory", "agent", "model", "system_prompt"):
+            if name in changes:
+                changes[name] = _esc(changes[name])
+        changes["updated_at"] = time.time()
+        assignments = ", ".join(f"{k} = %s" for k in changes)
+
+        async def go(conn: Any) -> SessionInfo:
+            cur = await conn.execute(
+                f"UPDATE sessions SET {assignments} WHERE id = %s RETURNING {_SESSION_COLS}",
+                (*changes.values(), session_id),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            return self._row_to_info(row)
+
+        return await self._write(go)
+
+    async def _delete_tree(self, conn: Any, session_id: str) -> list[str]:
+        """Delete a session and its sub-agents' sessions (inside the caller's transaction); their ids."""
+        cur = await conn.execute(
+            "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE id = %s"
+            " UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree",
+            (session_id,),
+        )
+        ids = [r[0] for r in await cur.fetchall()]
+        if not ids:
+            raise SessionNotFound(session_id)
+        for table in ("entries", "leases", "shares", "streams"):
+            await conn.execute(f"DELETE FROM {table} WHERE session_id = ANY(%s)", (ids,))
+        await conn.execute("DELETE FROM sessions WHERE id = ANY(%s)", (ids,))
+        return ids
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        check_id(session_id, "session id")
+
+        async def tx(conn: Any) -> list[str]:
+            ids = await self._delete_tree(conn, session_id)
+            await self._audit(conn, _deleted(session_id, ids))
+            return ids
+
+        return await self._tx(tx)
+
+    async def list_sessions(
+        self,
+        *,
+        directory: str | None = None,
+        parent_id: str | None = UNSET,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[SessionInfo]:
+        check_limit(limit)
+        where: list[str] = []
+        params: list[Any] = []
+        if directory is not None:
+            where.append("directory = %s")
+            params.append(_esc(directory))
+        if parent_id is None:
+            where.append("parent_id IS NULL")
+        elif parent_id is not UNSET:
+            where.append("parent_id = %s")
+            params.append(check_id(parent_id, "parent id"))
+        if cursor is not None:
+            at, sid = decode_cursor(cursor)
+            where.append("(updated_at, id) < (%s, %s)")
+            params.extend((at, sid))
+        sql = f"SELECT {_SESSION_COLS} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_at DESC, id DESC LIMIT %s"
+        rows = await self._read(sql, (*params, limit + 1))
+        items = [self._row_to_info(r) for r in rows[:limit]]
+        nxt = encode_cursor(items[-1].updated_at, items[-1].id) if len(rows) > limit else None
+        return Page(items, nxt)
+
+    async def last_session(self, directory: str) -> SessionInfo | None:
+        page = await self.list_sessions(directory=directory, parent_id=None, limit=1)
+        return page.items[0] if page.items else None
+
+    # --- entries -----------------------------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        bodies: Sequence[EntryBody],
+        *,
+        expect_seq: int | None = None,
+        created_at: Sequence[float] | None = None,
+        audit: Sequence[AuditDraft] = (),
+    ) -> list[Entry]:
+        check_id(session_id, "session id")
+        n = len(bodies)
+        if not n:
+            raise InvalidInput("append needs at least one entry")
+        times = check_created_at(created_at, n)
+        kinds, payloads, roles, docs = _encoded(bodies)  # bad input fails here, before any round trip
+        messages, t_in, t_out, cost = message_counters(bodies)
+        explicit_title: str | None = None
+        has_revert = False
+        for body in bodies:
+            if type(body) is TitleChange:
+                explicit_title = body.title
+            elif type(body) is Revert:
+                has_revert = True
+        title = explicit_title if explicit_title is not None else title_candidate(bodies)
+        title_mode = None if title is None else ("set" if explicit_title is not None else "default")
+        params: dict[str, Any] = {
+            "sid": session_id,
+            "n": n,
+            "messages": messages,
+            "t_in": t_in,
+            "t_out": t_out,
+            "cost": decimal_to_pico(cost) if cost else 0,
+            "title_mode": title_mode,
+            "title": _esc(title or None),
+            "expect": expect_seq,
+            "kinds": kinds,
+            "payloads": payloads,
+            "times": times if times is not None else [None] * n,
+            "roles": roles,
+            "docs": docs,
+        }
+
+        async def statement(conn: Any) -> tuple[int, float]:
+            params["now"] = time.time()
+            row = await (await conn.execute(_APPEND_SQL, params)).fetchone()
+            if row is None:  # no such session, or another writer moved it past expect_seq: nothing written
+                at = await (await conn.execute(_POSITION_SQL, (session_id,))).fetchone()
+                if at is None:
+                    raise SessionNotFound(session_id)
+                raise SeqConflict(session_id, expect_seq or 0, int(at[0]) + 1)
+            return int(row[0]) + 1, float(row[1])
+
+        if has_revert or audit:
+
+            async def tx(conn: Any) -> tuple[int, float]:
+                if has_revert:  # a revert is checked at its position: the session's row is held meanwhile
+                    at = await (await conn.execute(_POSITION_SQL + " FOR UPDATE", (session_id,))).fetchone()
+                    if at is None:
+                        raise SessionNotFound(session_id)
+                    if expect_seq is not None and expect_seq != at[0] + 1:
+                        raise SeqConflict(session_id, expect_seq, int(at[0]) + 1)
+                    validate_bodies(bodies, int(at[0]) + 1)
+                first, now = await statement(conn)
+                for record in [*audit, *(_reverted(session_id, bodies, first, now) if has_revert else ())]:
+                    await self._audit(conn, record)
+                return first, now
+
+            first, now = await self._tx(tx, "append to")
+        else:
+            first, now = await self._write(statement, "append to")
+        return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
+
+    def _decode_rows(self, session_id: str, rows: list[Any]) -> list[Entry]:
+        out: list[Entry] = []
+        for seq, created_at, payload in rows:
+            try:
+                out.append(Entry(seq, created_at, decode_body(payload)))
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as e:
+                self.on_corrupt(CorruptEntry(session_id, seq, str(e)))
+        return out
+
+    async def _require_session(self, session_id: str) -> None:
+        if not await self._read("SELECT 1 FROM sessions WHERE id = %s", (session_id,)):
+            raise SessionNotFound(session_id)
+
+    async def read(self, session_id: str, start: int = 1, end: int | None = None) -> list[Entry]:
+        check_id(session_id, "session id")
+        rows = await self._read(
+            "SELECT seq, created_at, payload FROM entries WHERE session_id = %s AND seq >= %s AND seq <= %s"
+            " ORDER BY seq",
+            (session_id, max(1, start), end if end is not None else 2**62),
+        )
+        if not rows:
+            await self._require_session(session_id)
+        return self._decode_rows(session_id, rows)
+
+    async def tail(self, session_id: str, n: int) -> list[Entry]:
+        check_id(session_id, "session id")
+        if n <= 0:
+            await self._require_session(session_id)
+            return []
+        rows = await self._read(
+            "SELECT seq, created_at, payload FROM entries WHERE session_id = %s ORDER BY seq DESC LIMIT %s",
+            (session_id, n),
+        )
+        if not rows:
+            await self._require_session(session_id)
+        rows.reverse()
+        return self._decode_rows(session_id, rows)
+
+    async def iter_entries(self, session_id: str, start: int = 1, *, batch: int = 500) -> AsyncIterator[Entry]:
+        check_id(session_id, "session id")
+        seq = max(1, start)
+        first = True
+        while True:
+            rows = await self._read(
+                "SELECT seq, created_at, payload FROM entries WHERE session_id = %s AND seq >= %s ORDER BY seq"
+                " LIMIT %s",
+                (session_id, seq, batch),
+            )
+            if not rows:
+                if first:
+                    await self._require_session(session_id)
+                return
+            first = False
+            for entry in self._decode_rows(session_id, rows):
+                yield entry
+            seq = rows[-1][0] + 1
+
+    async def _usage(self, conn: Any, session_id: str, first: int, last: int) -> tuple[int, int, int, int]:
+        """(messages, input tokens, output tokens, cost in picodollars) of entries first..last, as `append`
+        counted them; an entry that does not decode counts for nothing."""
+        cur = await conn.execute(
+            "SELECT payload FROM entries WHERE session_id = %s AND seq BETWEEN %s AND %s AND kind = 'message'",
+            (session_id, first, last),
+        )
+        bodies: list[EntryBody] = []
+        for (payload,) in await cur.fetchall():
+            try:
+                bodies.append(decode_body(payload))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        messages, t_in, t_out, cost = message_counters(bodies)
+        return messages, t_in, t_out, decimal_to_pico(cost) if cost else 0
+
+    async def fork(
+        self, session_id: str, at_seq: int | None = None, *, id: str | None = None, title: str | None = None
+    ) -> SessionInfo:
+        check_id(session_id, "session id")
+        fork_id = check_id(id, "session id") if id is not None else new_session_id()
+        if title is not None:
+            check_new_session(None, None, "active", {"title": title})
+
+        async def tx(conn: Any) -> SessionInfo:
+            src = await self._get_row(conn, session_id, lock=True)  # no append moves it while it is copied
+            at = src.entry_count if at_seq is None else at_seq
+            if not 0 <= at <= src.entry_count:
+                raise InvalidInput(f"cannot fork {session_id} at {at}: it has {src.entry_count} entries")
+            now = time.time()
+            total = (src.message_count, src.input_tokens, src.output_tokens, decimal_to_pico(src.cost))
+            if at == src.entry_count:
+                counters = total
+            elif at <= src.entry_count - at:
+                counters = await self._usage(conn, session_id, 1, at)
+            else:
+                after = await self._usage(conn, session_id, at + 1, src.entry_count)
+                counters = tuple(whole - part for whole, part in zip(total, after, strict=True))  # type: ignore[assignment]
+            cur = await conn.execute(
+                "INSERT INTO sessions (id, forked_from, forked_at, title, directory, agent, model, state,"
+                " system_prompt, created_at, updated_at, metadata, entry_count, message_count, input_tokens,"
+                " output_tokens, cost_pico)"
+                " SELECT %s, id, %s, %s, directory, agent, model, 'active', system_prompt, %s, %s, metadata, %s,"
+                " %s, %s, %s, %s FROM sessions WHERE id = %s ON CONFLICT (id) DO NOTHING RETURNING id",
+                (fork_id, at, _esc(title if title is not None else src.title), now, now, at, *counters, session_id),
+            )
+            if await cur.fetchone() is None:
+                raise InvalidInput(f"session {fork_id} already exists")
+            await conn.execute(
+                "INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)"
+                " SELECT %s, seq, kind, created_at, payload, role, terms FROM entries"
+                " WHERE session_id = %s AND seq <= %s",
+                (fork_id, session_id, at),
+            )
+            await self._audit(conn, _forked(fork_id, session_id, at, now))
+            return await self._get_row(conn, fork_id)
+
+        return await self._tx(tx)
+
+    def _importing(self, info: SessionInfo, entries: Sequence[Entry]) -> Callable[[Any], Awaitable[SessionInfo]]:
+        """The import of one session, checked and encoded now, written when the returned function runs (in
+        the caller's transaction)."""
+        sid = validate_import(info, entries)
+        kinds, payloads, roles, docs = _encoded([e.body for e in entries])
+        messages, t_in, t_out, cost = message_counters([e.body for e in entries])
+        meta = encode_json(info.metadata).decode()
+        rows = {
+            "sid": sid,
+            "seqs": [e.seq for e in entries],
+            "kinds": kinds,
+            "payloads": payloads,
+            "times": [e.created_at for e in entries],
+            "roles": roles,
+            "docs": docs,
+        }
+
+        async def tx(conn: Any) -> SessionInfo:
+            if info.parent_id is not None and not await self._exists(conn, info.parent_id):
+                raise SessionNotFound(info.parent_id)
+            cur = await conn.execute(
+                "INSERT INTO sessions (id, parent_id, forked_from, forked_at, title, directory, agent, model,"
+                " state, system_prompt, created_at, updated_at, entry_count, message_count, input_tokens,"
+                " output_tokens, cost_pico, metadata) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {_SESSION_COLS}",
+                (
+                    sid, info.parent_id, info.forked_from, info.forked_at, _esc(info.title), _esc(info.directory),
+                    _esc(info.agent), _esc(info.model), info.state, _esc(info.system_prompt), info.created_at,
+                    info.updated_at, len(entries), messages, t_in, t_out, decimal_to_pico(cost), meta,
+                ),
+            )  # fmt: skip
+            made = await cur.fetchone()
+            if made is None:
+                raise InvalidInput(f"session {sid} already exists")
+            if entries:
+                await conn.execute(_INSERT_ENTRIES_SQL, rows)
+            return self._row_to_info(made)
+
+        return tx
+
+    async def import_session(self, info: SessionInfo, entries: Sequence[Entry]) -> SessionInfo:
+        write = self._importing(info, entries)
+        record = _imported(info, len(entries))
+
+        async def tx(conn: Any) -> SessionInfo:
+            imported = await write(conn)
+            await self._audit(conn, record)
+            return imported
+
+        return await self._tx(tx, "import into")
+
+    async def replace_session(
+        self, session_id: str, sessions: Sequence[tuple[SessionInfo, Sequence[Entry]]], record: AuditDraft
+    ) -> list[SessionInfo]:
+        check_id(session_id, "session id")
+        writes = [self._importing(info, entries) for info, entries in sessions]
+
+        async def tx(conn: Any) -> list[SessionInfo]:
+            await self._delete_tree(conn, session_id)
+            made = [await write(conn) for write in writes]
+            await self._audit(conn, record)
+            return made
+
+        return await self._tx(tx)
+
+    # --- search ------------------------------------------------------------------------------------
+    # Each message's words are stemmed into `entries.terms` (a GIN index) by the append that writes it:
+    # nothing is ever behind, so there is no backlog to fill. Ranking is PostgreSQL's `ts_rank`.
+
+    async def search(
+        self,
+        query: str,
+        *,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        check_search_filters(role, limit, session_id)
+        terms = query_terms(query)
+        tsquery = _tsquery(terms)
+        if tsquery is None:
+            return []
+        stems = [t for term in terms for t in term.tokens]
+        where = ["e.terms @@ q.q"]
+        params: list[Any] = [tsquery]
+        if session_id is not None:
+            where.append("e.session_id = %s")
+            params.append(session_id)
+        if directory is not None:
+            where.append("e.session_id IN (SELECT id FROM sessions WHERE directory = %s)")
+            params.append(_esc(directory))
+        if role is not None:
+            where.append("e.role = %s")
+            params.append(ROLES.get(role, 0))
+        if since is not None:
+            where.append("e.created_at >= %s")
+            params.append(since)
+        if until is not None:
+            where.append("e.created_at < %s")
+            params.append(until)
+        sql = (
+            "WITH q AS (SELECT to_tsquery('tether_search', %s) AS q),"
+            " hits AS MATERIALIZED (SELECT e.session_id, e.seq, ts_rank(e.terms, q.q) AS rank FROM entries e, q"
+            f" WHERE {' AND '.join(where)} ORDER BY rank DESC, e.session_id, e.seq LIMIT %s)"
+            " SELECT h.session_id, h.seq, h.rank, s.title, s.directory, e.created_at, e.payload FROM hits h"
+            " JOIN sessions s ON s.id = h.session_id JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq"
+            " ORDER BY h.rank DESC, h.session_id, h.seq"
+        )
+        fetch = limit if include_reverted else limit + 16
+        while True:
+            rows = await self._read(sql, (*params, fetch))
+            hits = await self._hits(rows, stems, include_reverted)
+            if len(hits) >= limit or len(rows) < fetch:
+                return hits[:limit]
+            fetch *= 4  # reverts hid many of the best: look further down
+
+    async def _reverts_of(self, session_ids: list[str]) -> dict[str, list[RevertSpan]]:
+        rows = await self._read(
+            "SELECT session_id, seq, payload FROM entries WHERE session_id = ANY(%s) AND kind = 'revert'",
+            (session_ids,),
+        )
+        reverts: dict[str, list[tuple[int, int]]] = {}
+        for sid, seq, payload in rows:
+            try:
+                body = decode_body(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if type(body) is Revert:
+                reverts.setdefault(sid, []).append((seq, body.to_seq))
+        return {sid: hidden_spans(found) for sid, found in reverts.items()}
+
+    async def _hits(self, rows: list[Any], stems: list[str], include_reverted: bool) -> list[SearchHit]:
+        spans = await self._reverts_of(sorted({r[0] for r in rows})) if rows else {}
+        out: list[SearchHit] = []
+        for sid, seq, rank, title, directory, created_at, payload in rows:
+            reverted = is_hidden(seq, spans.get(sid, ()))
+            if reverted and not include_reverted:
+                continue
+            try:
+                body = decode_body(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            text = indexed_text(body)
+            if text is None:
+                continue
+            out.append(
+                SearchHit(
+                    session_id=sid,
+                    seq=seq,
+                    role=body.role,  # type: ignore[union-attr]  # indexed_text: messages only
+                    created_at=created_at,
+                    score=float(rank),
+                    excerpt=excerpt_of(text, stems),
+                    title=_unesc(title),
+                    directory=_unesc(directory),
+                    metadata=body.metadata,  # type: ignore[union-attr]
+                    reverted=reverted,
+                )
+            )
+        return out
+
+    async def reverted_spans(self, session_id: str) -> list[RevertSpan]:
+        check_id(session_id, "session id")
+        await self._require_session(session_id)
+        return (await self._reverts_of([session_id])).get(session_id, [])
+
+    async def search_backlog(self) -> int:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return 0  # indexed by the append itself: never behind
+
+    async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        check_limit(batch)
+        return
+        yield  # an async generator that yields nothing
+
+    # --- artifacts ---------------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, media_type: str = "text/plain") -> str:
+        aid = artifact_id(data)
+
+        async def go(conn: Any) -> str:
+            await conn.execute(
+                "INSERT INTO artifacts (id, media_type, size, created_at, data) VALUES (%s,%s,%s,%s,%s)"
+                " ON CONFLICT (id) DO NOTHING",
+                (aid, _esc(media_type), len(data), time.time(), bytes(data)),
+            )
+            return aid
+
+        return await self._write(go)
+
+    async def get_artifact(self, artifact_id: str) -> bytes:
+        check_artifact_id(artifact_id)
+        rows = await self._read("SELECT data FROM artifacts WHERE id = %s", (artifact_id,))
+        if not rows:
+            raise NotFound(f"no artifact {artifact_id}")
+        return bytes(rows[0][0])
+
+    # --- leases ------------------------------------------------------------------------------------------
+    # As in SqliteStore: a session's lease row stays until the session goes; releasing sets expires_at to 0.
+    # Taking a free (or dead holder's) lease is one conditional UPDATE; the rest runs under the session's
+    # advisory lease lock, so that two first takers of a session never both insert its row.
+
+    @staticmethod
+    def _lease(session_id: str, row: Sequence[Any]) -> Lease | None:
+        if row[0] is None:
+            return None
+        return Lease(
+            session_id=session_id,
+            holder=row[0],
+            pid=row[1],
+            host=_unesc(row[2]),
+            since=row[3],
+            expires_at=row[4],
+            request=row[5] if row[5] in LEASE_REQUESTS else None,
+        )
+
+    async def _lease_row(self, conn: Any, session_id: str) -> Lease | None:
+        row = await (await conn.execute(_LEASE_SQL, (session_id,))).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return self._lease(session_id, row)
+
+    async def acquire_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: float,
+        pid: int | None = None,
+        host: str | None = None,
+        take_from: str | None = None,
+    ) -> Lease:
+        check_lease(session_id, holder, ttl)
+        if take_from == holder:
+            take_from = None  # a live lease of its own is renewed (its request stays)
+
+        async def tx(conn: Any) -> Lease:
+            now = time.time()
+            expires_at = now + ttl
+            cur = await conn.execute(
+                _LEASE_TAKE_FREE_SQL, (holder, pid, _esc(host), now, expires_at, session_id, now, take_from)
+            )
+            if cur.rowcount:
+                return Lease(session_id=session_id, holder=holder, pid=pid, host=host, since=now, expires_at=expires_at)
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pgschema.LEASE_LOCK_SPACE, session_id)
+            )
+            current = await self._lease_row(conn, session_id)
+            if current is not None and current.expires_at <= now:
+                current = None  # expired meanwhile: free
+            if current is not None and current.holder != holder:
+                if take_from is None or current.holder != take_from:
+                    raise current.busy()
+                current = None
+            since = current.since if current is not None else now
+            request = current.request if current is not None else None
+            await conn.execute(
+                "INSERT INTO leases (session_id, holder, pid, host, since, expires_at, request)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (session_id) DO UPDATE SET holder = excluded.holder,"
+                " pid = excluded.pid, host = excluded.host, since = excluded.since,"
+                " expires_at = excluded.expires_at, request = excluded.request",
+                (session_id, holder, pid, _esc(host), since, expires_at, request),
+            )
+            return Lease(
+                session_id=session_id,
+                holder=holder,
+                pid=pid,
+                host=host,
+                since=since,
+                expires_at=expires_at,
+                request=request,
+            )
+
+        return await self._tx(tx, "take a lease in")
+
+    async def renew_lease(self, session_id: str, holder: str, *, ttl: float) -> Lease:
+        check_lease(session_id, holder, ttl)
+
+        async def go(conn: Any) -> Lease:
+            now = time.time()
+            cur = await conn.execute(
+                "UPDATE leases l SET expires_at = %s WHERE session_id = %s AND holder = %s AND expires_at > %s"
+                f" RETURNING {_LEASE_COLS}",
+                (now + ttl, session_id, holder, now),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                lease = self._lease(session_id, row)
+                assert lease is not None
+                return lease
+            current = await self._lease_row(conn, session_id)
+            raise lease_lost(session_id, holder, current if current is not None and current.expires_at > now else None)
+
+        return await self._write(go, "renew a lease in")
+
+    async def release_lease(self, session_id: str, holder: str) -> bool:
+        check_lease(session_id, holder)
+
+        async def go(conn: Any) -> bool:
+            cur = await conn.execute(
+                "UPDATE leases SET expires_at = 0 WHERE session_id = %s AND holder = %s AND expires_at > 0",
+                (session_id, holder),
+            )
+            return bool(cur.rowcount)
+
+        return await self._write(go, "release a lease in")
+
+    async def request_lease(self, session_id: str, request: LeaseRequest) -> Lease | None:
+        check_lease_request(session_id, request)
+
+        async def go(conn: Any) -> Lease | None:
+            cur = await conn.execute(
+                "UPDATE leases l SET request = CASE WHEN request = 'cancel' THEN request ELSE %s END"
+                f" WHERE session_id = %s AND expires_at > %s RETURNING {_LEASE_COLS}",
+                (request, session_id, time.time()),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return self._lease(session_id, row)
+            if not await self._exists(conn, session_id):
+                raise SessionNotFound(session_id)
+            return None
+
+        return await self._write(go, "ask a lease's holder in")
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        check_id(session_id, "session id")
+        rows = await self._read(_LEASE_SQL, (session_id,))
+        if not rows:
+            raise SessionNotFound(session_id)
+        lease = self._lease(session_id, rows[0])
+        return lease if lease is not None and lease.expires_at > time.time() else None
+
+    # --- streams -------------------------------------------------------------------------------------------
+
+    async def save_stream(self, session_id: str, after_seq: int, message: Message) -> None:
+        payload = check_stream(session_id, after_seq, message).decode()
+
+        async def go(conn: Any) -> int:
+            cur = await conn.execute(_STREAM_SQL, (session_id, after_seq, time.time(), payload, session_id))
+            return int(cur.rowcount)
+
+        if not await self._write(go, "save a stream in"):
+            raise SessionNotFound(session_id)
+
+    async def get_stream(self, session_id: str) -> StreamRecord | None:
+        check_id(session_id, "session id")
+        rows = await self._read(
+            "SELECT s.id, t.after_seq, t.updated_at, t.payload FROM sessions s"
+            " LEFT JOIN streams t ON t.session_id = s.id WHERE s.id = %s",
+            (session_id,),
+        )
+        if not rows:
+            raise SessionNotFound(session_id)
+        row = rows[0]
+        if row[1] is None:
+            return None
+        try:
+            message = _message_decoder.decode(row[3])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log_corrupt(CorruptEntry(session_id, row[1] + 1, "its streamed answer could not be read; it is left out"))
+            return None
+        return StreamRecord(session_id=session_id, after_seq=row[1], updated_at=row[2], message=message)
+
+    async def drop_stream(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
+
+        async def go(conn: Any) -> bool:
+            cur = await conn.execute("DELETE FROM streams WHERE session_id = %s", (session_id,))
+            return bool(cur.rowcount)
+
+        return await self._write(go, "drop a stream in")
+
+    # --- shares --------------------------------------------------------------------------------------------
+
+    async def create_share(
+        self, session_id: str, token_hash: bytes, *, expires_at: float | None = None, id: str | None = None
+    ) -> Share:
+        check_share(session_id, token_hash, expires_at, id)
+        share = Share(id=id or new_id("shr"), session_id=session_id, created_at=time.time(), expires_at=expires_at)
+
+        async def tx(conn: Any) -> Share:
+            if not await self._exists(conn, session_id):
+                raise SessionNotFound(session_id)
+            cur = await conn.execute(
+                "INSERT INTO shares (id, session_id, token_hash, created_at, expires_at) VALUES (%s,%s,%s,%s,%s)"
+                " ON CONFLICT DO NOTHING",
+                (share.id, session_id, bytes(token_hash), share.created_at, expires_at),
+            )
+            if not cur.rowcount:
+                raise InvalidInput("a share with this id or token already exists")
+            await self._audit(conn, _share_made(share))
+            return share
+
+        return await self._tx(tx)
+
+    async def share_by_token(self, token_hash: bytes) -> Share | None:
+        check_token_hash(token_hash)
+        rows = await self._read(f"SELECT {_SHARE_COLS} FROM shares WHERE token_hash = %s", (bytes(token_hash),))
+        return _share(rows[0]) if rows else None
+
+    async def list_shares(self, session_id: str | None = None) -> list[Share]:
+        if session_id is None:
+            return [_share(r) for r in await self._read(f"SELECT {_SHARE_COLS} FROM shares ORDER BY created_at, id")]
+        check_id(session_id, "session id")
+        await self._require_session(session_id)
+        rows = await self._read(
+            f"SELECT {_SHARE_COLS} FROM shares WHERE session_id = %s ORDER BY created_at, id", (session_id,)
+        )
+        return [_share(r) for r in rows]
+
+    async def revoke_share(self, share_id: str) -> Share:
+        check_id(share_id, "share id")
+
+        async def tx(conn: Any) -> Share:
+            cur = await conn.execute(
+                "UPDATE shares SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL", (time.time(), share_id)
+            )
+            revoked = cur.rowcount
+            row = await (await conn.execute(f"SELECT {_SHARE_COLS} FROM shares WHERE id = %s", (share_id,))).fetchone()
+            if row is None:
+                raise NotFound(f"no share {share_id}")
+            if revoked:
+                await self._audit(conn, _share_revoked(_share(row)))
+            return _share(row)
+
+        return await self._tx(tx)
+
+    # --- the audit trail --------------------------------------------------------------------------------------
+
+    async def _audit(self, conn: Any, draft: AuditDraft) -> AuditRecord:
+        """Append `draft` after the head, in the caller's transaction, under the trail's advisory lock (held
+        to the commit: writers in every process keep one chain)."""
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.AUDIT_LOCK_KEY,))
+        last = await (await conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1")).fetchone()
+        seq, prev = (int(last[0]) + 1, str(last[1])) if last is not None else (1, GENESIS)
+        record = seal(seq, prev, draft)
+        await conn.execute(
+            f"INSERT INTO audit ({_AUDIT_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (
+                seq, record.at, record.kind, record.session_id, _esc(record.actor), _esc(record.outcome),
+                canonical_json(record.detail).decode(), prev, record.hash,
+            ),
+        )  # fmt: skip
+        await conn.execute(
+            "INSERT INTO audit_head (id, seq, hash) VALUES (1, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+            (seq, record.hash),
+        )
+        return record
+
+    async def append_audit(self, draft: AuditDraft) -> AuditRecord:
+        return await self._tx(lambda conn: self._audit(conn, draft), "append to the audit trail of")
+
+    async def list_audit(
+        self,
+        *,
+        after: int = 0,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRecord]:
+        check_audit_filters(after, session_id, kind, limit)
+        where: list[str] = ["seq > %s"]
+        params: list[Any] = [after]
+        if since is not None:
+            where.append("at >= %s")
+            params.append(since)
+        if until is not None:
+            where.append("at < %s")
+            params.append(until)
+        if session_id is not None:
+            where.append("session_id = %s")
+            params.append(session_id)
+        if kind is not None:
+            where.append("(kind = %s OR left(kind, %s) = %s)")
+            params += [kind, len(kind) + 1, kind + "."]
+        sql = f"SELECT {_AUDIT_COLS} FROM audit WHERE {' AND '.join(where)} ORDER BY seq LIMIT %s"
+        return [_audit_record(row) for row in await self._read(sql, (*params, limit))]
+
+    async def audit_head(self) -> tuple[int, str] | None:
+        rows = await self._read("SELECT seq, hash FROM audit_head WHERE id = 1")
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    async def prune_audit(self, before: float) -> int:
+        now = time.time()
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.AUDIT_LOCK_KEY,))
+            row = await (await conn.execute("SELECT max(seq) FROM audit WHERE at < %s", (before,))).fetchone()
+            through = row[0] if row is not None else None
+            if through is None:
+                return 0
+            last = await (await conn.execute("SELECT hash FROM audit WHERE seq = %s", (through,))).fetchone()
+            count = int((await conn.execute("DELETE FROM audit WHERE seq <= %s", (through,))).rowcount)
+            await self._audit(conn, pruned_draft(int(through), str(last[0]), count, before, now))
+            return count
+
+        return await self._tx(tx, "prune the audit trail of")
+
+    # --- event sinks' positions -----------------------------------------------------------------------------
+
+    async def sink_positions(self, sink: str) -> dict[str, int]:
+        rows = await self._read("SELECT session_id, seq FROM sink_positions WHERE sink = %s", (_esc(sink),))
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    async def save_sink_positions(self, sink: str, positions: dict[str, int]) -> None:
+        if not positions:
+            return
+        sids = list(positions)
+
+        async def go(conn: Any) -> None:
+            await conn.execute(
+                "INSERT INTO sink_positions (sink, session_id, seq) SELECT %s, t.sid, t.seq"
+                " FROM unnest(%s::text[], %s::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
+                " DO UPDATE SET seq = greatest(sink_positions.seq, excluded.seq)",
+                (_esc(sink), sids, [positions[s] for s in sids]),
+            )
+
+        await self._write(go, "save sink positions in")
+
+
+def _tsquery(terms: Sequence[Any]) -> str | None:
+    """The `to_tsquery` text of a query's terms: each term's tokens as a phrase (``<->``), a prefix term's
+    last one with ``:*``, the alternatives OR-ed. Tokens are letters and digits only (`searchtext.tokens`),
+    and each is quoted besides: nothing of the user's text is read as tsquery syntax."""
+    parts: list[str] = []
+    for term in terms:
+        quoted = ["'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in term.tokens]
+        if term.prefix:
+            quoted[-1] += ":*"
+        parts.append(quoted[0] if len(quoted) == 1 else "(" + " <-> ".join(quoted) + ")")
+    return " | ".join(parts) if parts else None
+
+
+def _share(row: Sequence[Any]) -> Share:
+    return Share(id=row[0], session_id=row[1], created_at=row[2], expires_at=row[3], revoked_at=row[4])
+
+
+def _audit_record(row: Sequence[Any]) -> AuditRecord:
+    import json
+
+    try:
+        detail = json.loads(row[6])
+    except ValueError:
+        detail = {"unreadable": str(row[6])[:200]}
+    return AuditRecord(
+        seq=row[0],
+        at=row[1],
+        kind=row[2],
+        session_id=row[3],
+        actor=_unesc(row[4]),
+        outcome=_unesc(row[5]),
+        detail=detail if isinstance(detail, dict) else {"value": detail},
+        prev=row[7],
+        hash=row[8],
+    )
