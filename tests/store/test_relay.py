@@ -1,5 +1,6 @@
-"""The relay of a SQLite store (`store/relay.py`): rows written in batches and read back in order by any
-peer, a wake-up from one peer to another, run claims, orphans of a dead peer taken by one peer only, pruning."""
+"""The relay (`store/relay.py`), of a SQLite store (its side file) and of a PostgreSQL one (`pgrelay.py`, on a
+real server the tests start): rows written in batches and read back in order by any peer, a wake-up from one
+peer to another (a datagram; NOTIFY), run claims, orphans of a dead peer taken by one peer only, pruning."""
 
 from __future__ import annotations
 
@@ -9,12 +10,30 @@ import sys
 import time
 from pathlib import Path
 
-from tether.store.relay import Orphan, RelayPost, SqliteRelay, open_relay, relay_path
+import pytest
+
+from tether.store.relay import Orphan, Relay, RelayPost, SqliteRelay, open_relay, relay_path
 from tether.store.sqlite import SqliteStore
 
 
-async def test_rows_are_read_back_in_order_by_every_peer(tmp_path: Path) -> None:
-    a, b = SqliteRelay(tmp_path / "r"), SqliteRelay(tmp_path / "r")
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the relay is: a SQLite side file's path, or a PostgreSQL database's URL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "r")
+
+
+def relay(where: str) -> Relay:
+    if where.startswith("postgresql:"):
+        from tether.store.pgrelay import PgRelay
+
+        return PgRelay(where)
+    return SqliteRelay(where)
+
+
+async def test_rows_are_read_back_in_order_by_every_peer(where: str) -> None:
+    a, b = relay(where), relay(where)
     await a.join()
     await b.join()
     try:
@@ -36,8 +55,8 @@ async def test_rows_are_read_back_in_order_by_every_peer(tmp_path: Path) -> None
         await b.close()
 
 
-async def test_a_post_wakes_the_other_peers_at_once(tmp_path: Path) -> None:
-    a, b = SqliteRelay(tmp_path / "r"), SqliteRelay(tmp_path / "r")
+async def test_a_post_wakes_the_other_peers_at_once(where: str) -> None:
+    a, b = relay(where), relay(where)
     await a.join()
     await b.join()
     try:
@@ -54,14 +73,15 @@ async def test_a_post_wakes_the_other_peers_at_once(tmp_path: Path) -> None:
         await b.close()
 
 
-async def test_a_dead_peers_claims_are_orphans_taken_by_one_peer_only(tmp_path: Path) -> None:
-    path = tmp_path / "r"
+async def test_a_dead_peers_claims_are_orphans_taken_by_one_peer_only(where: str) -> None:
+    path = where
     # a peer in another process, which claims a run and is killed
     script = (
         "import asyncio, os, sys, time\n"
+        "from tether.store.pgrelay import PgRelay\n"
         "from tether.store.relay import SqliteRelay\n"
         "async def main():\n"
-        "    r = SqliteRelay(sys.argv[1])\n"
+        "    r = (PgRelay if sys.argv[1].startswith('postgresql:') else SqliteRelay)(sys.argv[1])\n"
         "    await r.join()\n"
         "    await r.claim_run('ses_dead')\n"
         "    print(r.peer, flush=True)\n"
@@ -71,7 +91,7 @@ async def test_a_dead_peers_claims_are_orphans_taken_by_one_peer_only(tmp_path: 
     child = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     dead_peer = child.stdout.readline().strip()
-    a, b = SqliteRelay(path), SqliteRelay(path)
+    a, b = relay(path), relay(path)
     await a.join()
     await b.join()
     try:
@@ -93,8 +113,8 @@ async def test_a_dead_peers_claims_are_orphans_taken_by_one_peer_only(tmp_path: 
         await b.close()
 
 
-async def test_old_rows_and_dead_peers_are_pruned(tmp_path: Path) -> None:
-    a = SqliteRelay(tmp_path / "r")
+async def test_old_rows_and_dead_peers_are_pruned(where: str) -> None:
+    a = relay(where)
     await a.join()
     try:
         await a.post([RelayPost("event", "ses_1", 1, b"{}")])
