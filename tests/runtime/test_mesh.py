@@ -102,7 +102,7 @@ async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_on
     await asyncio.wait_for(asyncio.gather(*followers), 10)
     assert [e.n for e in there] == [e.n for e in here] and there == here
     assert sum(isinstance(e, TextDelta) for e in there) > 5  # the deltas, which no journal holds
-    assert [type(e).__name__ for e in there][0] == "RunStarted"
+    assert type(there[0]).__name__ == "RunStarted"
 
 
 def asks(request: ModelRequest) -> Message | str:

@@ -98,7 +98,12 @@ class LoopbackModel:
             return
         if asked.startswith("edit"):
             if not any(m["role"] == "tool" for m in after):
-                call = {"name": "edit", "arguments": json.dumps({"path": str(self.workspace / "notes.txt"), "old_string": "a", "new_string": "b"})}
+                call = {
+                    "name": "edit",
+                    "arguments": json.dumps(
+                        {"path": str(self.workspace / "notes.txt"), "old_string": "a", "new_string": "b"}
+                    ),
+                }
                 yield _chunk({"tool_calls": [{"index": 0, "id": "call_edit", "type": "function", "function": call}]}), 0
                 return
             yield _chunk({"content": "edited"}), 0.0
@@ -108,7 +113,10 @@ class LoopbackModel:
             if not results:
                 path = str(self.workspace / "held.txt")
                 call = {"name": "write", "arguments": json.dumps({"path": path, "content": "written once\n"})}
-                yield _chunk({"tool_calls": [{"index": 0, "id": "call_write", "type": "function", "function": call}]}), 0
+                yield (
+                    _chunk({"tool_calls": [{"index": 0, "id": "call_write", "type": "function", "function": call}]}),
+                    0,
+                )
                 return
             if any(m["role"] == "assistant" for m in after[results[-1] + 1 :]):
                 yield _chunk({"content": "resumed"}), 0.0
@@ -162,7 +170,12 @@ class Node:
                 os.kill(pid, signal.SIGKILL)
 
 
-def start_node(home: Path, store_url: str, model_url: str, *, workers: int, port: int | None = None) -> Node:
+def start_node(
+    home: Path, store_url: str, model_url: str, *, workers: int, port: int | None = None, hostname: str | None = None
+) -> Node:
+    """`tether serve` with this home, store and model; `hostname`: in a UTS namespace of its own with that host
+    name (`unshare --uts`, as root), so that the other processes of this machine take it for another machine's
+    (a lease it holds is waited out, not taken over because its process is seen gone)."""
     port = port or free_port()
     log = home / f"serve-{port}.log"
     env = {
@@ -173,8 +186,11 @@ def start_node(home: Path, store_url: str, model_url: str, *, workers: int, port
         "OPENAI_API_KEY": "sk-loopback-dummy-key",
     }
     command = [sys.executable, "-m", "tether", "--store", store_url, "serve", "--port", str(port)]
+    command = [*command, "--workers", str(workers), "--grace", "1"]
+    if hostname is not None:
+        command = ["unshare", "--uts", "sh", "-c", f'hostname {hostname} && exec "$@"', "sh", *command]
     with log.open("wb") as out:
-        process = subprocess.Popen([*command, "--workers", str(workers), "--grace", "1"], env=env, stdout=out, stderr=out)
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
     node = Node(f"http://127.0.0.1:{port}", process, log, home)
     deadline = time.monotonic() + 90
     while True:
@@ -224,6 +240,7 @@ class Stream:
     frames: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    warmup: list[tuple[int, str]] = field(default_factory=list)
     ends: int = 1
     """How many ends (done, error) of the session's own runs to read before it stops."""
 
@@ -234,21 +251,52 @@ class Stream:
     async def _read(self) -> None:
         headers = {} if self.after is None else {"Last-Event-ID": str(self.after)}
         ended = 0
-        async with httpx2.AsyncClient(base_url=self.url, timeout=httpx2.Timeout(120, connect=10)) as client:
-            async with client.stream("GET", f"/sessions/{self.session_id}/events", headers=headers) as r:
-                assert r.status_code == 200
-                self.connected.set()
-                event_id: int | None = None
-                async for line in r.aiter_lines():
-                    if line.startswith("id:"):
-                        event_id = int(line[3:].strip())
-                    elif line.startswith("data:") and event_id is not None:
-                        event = json.loads(line[5:])
-                        self.frames.append((event_id, event))
-                        if event["type"] in ("done", "error") and event["session_id"] == self.session_id:
-                            ended += 1
-                            if ended >= self.ends:
-                                return
+        timeout = httpx2.Timeout(120, connect=10)
+        async with (
+            httpx2.AsyncClient(base_url=self.url, timeout=timeout) as client,
+            client.stream("GET", f"/sessions/{self.session_id}/events", headers=headers) as r,
+        ):
+            assert r.status_code == 200
+            self.connected.set()
+            event_id: int | None = None
+            async for line in r.aiter_lines():
+                if line.startswith("id:"):
+                    event_id = int(line[3:].strip())
+                elif line.startswith("data:") and event_id is not None:
+                    event = json.loads(line[5:])
+                    self.frames.append((event_id, event))
+                    if event["type"] in ("done", "error") and event["session_id"] == self.session_id:
+                        ended += 1
+                        if ended >= self.ends:
+                            return
 
     def types(self) -> list[str]:
         return [e["type"] for _, e in self.frames]
+
+
+def call(url: str, method: str, path: str, **kwargs: object) -> httpx2.Response:
+    """One request on a connection of its own (which the kernel gives to any worker of a node)."""
+    with httpx2.Client(base_url=url, timeout=30) as client:
+        return client.request(method, path, **kwargs)  # type: ignore[arg-type]
+
+
+async def until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(predicate):  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def subscribed(urls: list[str], sid: str) -> list[Stream]:
+    """A stream of the session on each of `urls`, each one subscribed for sure: a short run first (on the
+    first URL), which they all see end; its frames are then dropped. Each stream stops at the end of the
+    next run of the session."""
+    streams = [Stream(url, sid, ends=2).start() for url in urls]
+    await asyncio.wait_for(asyncio.gather(*(s.connected.wait() for s in streams)), 60)
+    r = call(urls[0], "POST", f"/sessions/{sid}/prompt", json={"prompt": "say 1", "model": MODEL})
+    assert r.status_code == 202, r.text
+    await until(lambda: all("done" in s.types() for s in streams), 90, "the streams to be subscribed")
+    for stream in streams:
+        stream.warmup = [(n, e["type"]) for n, e in stream.frames]
+        stream.frames.clear()
+    return streams

@@ -18,7 +18,18 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from .cluster import MODEL, LoopbackModel, Node, Stream, connections_of, home_with_config, start_node
+from .cluster import (
+    MODEL,
+    LoopbackModel,
+    Node,
+    Stream,
+    call,
+    connections_of,
+    home_with_config,
+    start_node,
+    subscribed,
+    until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -38,32 +49,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Node, LoopbackModel, Path]]:
         model.close()
 
 
-def fresh(url: str) -> httpx2.Client:
-    """A client of its own: a new connection, which the kernel gives to either worker."""
-    return httpx2.Client(base_url=url, timeout=30)
-
-
-def call(url: str, method: str, path: str, **kwargs: object) -> httpx2.Response:
-    with fresh(url) as client:
-        return client.request(method, path, **kwargs)  # type: ignore[arg-type]
-
-
-async def until(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(predicate):  # type: ignore[arg-type]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-async def streams_of(url: str, sid: str, count: int, **kwargs: object) -> list[Stream]:
-    streams = [Stream(url, sid, **kwargs).start() for _ in range(count)]  # type: ignore[arg-type]
-    await asyncio.wait_for(asyncio.gather(*(s.connected.wait() for s in streams)), 60)
-    await asyncio.sleep(0.3)  # each subscribed in its worker
-    return streams
+async def streams_of(url: str, sid: str, count: int) -> list[Stream]:
+    return await subscribed([url] * count, sid)
 
 
 async def test_two_workers_serve_every_run_to_every_client(cluster: tuple[Node, LoopbackModel, Path]) -> None:
-    node, model, workspace = cluster
+    node, _, workspace = cluster
     port = int(node.url.rsplit(":", 1)[1])
     workers = node.workers()
     assert len(workers) == 2
@@ -172,12 +163,15 @@ class _Feed:
     async def _read(self) -> None:
         import json
 
-        async with httpx2.AsyncClient(base_url=self.url, timeout=httpx2.Timeout(120, connect=10)) as client:
-            async with client.stream("GET", "/events") as r:
-                self.connected.set()
-                async for line in r.aiter_lines():
-                    if line.startswith("data:"):
-                        self.types.append(json.loads(line[5:])["type"])
+        timeout = httpx2.Timeout(120, connect=10)
+        async with (
+            httpx2.AsyncClient(base_url=self.url, timeout=timeout) as client,
+            client.stream("GET", "/events") as r,
+        ):
+            self.connected.set()
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    self.types.append(json.loads(line[5:])["type"])
 
     def stop(self) -> None:
         self.task.cancel()

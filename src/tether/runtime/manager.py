@@ -84,6 +84,7 @@ class Relaying(Protocol):
     def requests(self, session_id: str | None) -> list[ApprovalRequest]: ...
     def waits_for_approval(self, session_id: str) -> bool: ...
     def relays(self, session_id: str) -> bool: ...
+    async def claimed_elsewhere(self, session_id: str) -> bool: ...
     async def answer(self, session_id: str, call_id: str, answer: Answer) -> None: ...
     async def control(self, session_id: str, what: str) -> None: ...
     async def run_started(self, session_id: str) -> None: ...
@@ -411,8 +412,12 @@ class SessionManager:
     def relayed(self, session_id: str, event: Event) -> None:
         """An event that another process's run published to the followers of `session_id` (`mesh`): this
         process's followers get it as they get a run's here."""
-        entry = self._sessions.get(session_id)
-        if entry is not None and not self._runs_here(entry):
+        entry = self._sessions.get(session_id) or self._recent.get(session_id)
+        if entry is None:  # kept as a session let go of is: a follower that comes next catches up with it
+            entry = self._recent[session_id] = _Session(session_id)
+            while len(self._recent) > RECENT_SESSIONS:
+                self._recent.popitem(last=False)
+        if not self._runs_here(entry):
             self._publish(entry, event, relay=False)
 
     async def subscribe(self, session_id: str, after: int | None = None) -> AsyncIterator[Event]:
@@ -496,7 +501,10 @@ class SessionManager:
                     last_seq = (await self.store.get_session(entry.session_id)).last_seq
                 except TetherError:
                     return  # deleted (its subscribers end with the deletion) or the store is closing
-                relayed = self.mesh is not None and self.mesh.relays(entry.session_id)
+                mesh = self.mesh
+                relayed = mesh is not None and (
+                    mesh.relays(entry.session_id) or await mesh.claimed_elsewhere(entry.session_id)
+                )
                 if seen is not None and last_seq > seen and not self._runs_here(entry) and not relayed:
                     for subscriber in list(entry.subscribers):
                         subscriber.read_journal()
@@ -713,7 +721,9 @@ class SessionManager:
             entry = self._sessions.get(session_id)
             lease = await live_lease(self.store, session_id)
             if lease is not None and (entry is None or entry.run is None):
-                if self.mesh is not None and call_id in [r.call_id for r in await journaled_requests(self.store, session_id)]:
+                if self.mesh is not None and call_id in [
+                    r.call_id for r in await journaled_requests(self.store, session_id)
+                ]:
                     await self.mesh.answer(session_id, call_id, answer)  # asked before this process joined
                     return None
                 raise lease.busy()

@@ -66,6 +66,7 @@ class Mesh:
         await self.relay.join()
         self.others = {p.peer for p in await self.relay.heartbeat()}
         last = await self.relay.last_id()
+        await self.relay.post([RelayPost("hello", "", 0, b"{}")])
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._follow(last), name="tether-mesh-follow"),
@@ -133,7 +134,17 @@ class Mesh:
         except TetherError:
             log.warning("could not claim the run of session %s in the relay", session_id, exc_info=True)
 
+    async def claimed_elsewhere(self, session_id: str) -> bool:
+        """Whether a live peer claims the session's run: its events come through the relay, in order (a
+        follower here must not read the journal ahead of them)."""
+        try:
+            peer = await self.relay.claimant(session_id)
+        except TetherError:
+            return False
+        return peer is not None and peer != self.relay.peer and peer in self.others
+
     async def run_ended(self, session_id: str) -> None:
+        await self._drain()  # the run's last events are posted before its claim goes
         try:
             await self.relay.release_run(session_id)
         except TetherError:
@@ -168,6 +179,7 @@ class Mesh:
                     for row in rows:
                         last = row.id
                         if row.origin != self.relay.peer:
+                            self.others.add(row.origin)  # it lives: it just wrote
                             self._receive(row)
                     if len(rows) < 1000:
                         break

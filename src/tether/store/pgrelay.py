@@ -70,7 +70,9 @@ class PgRelay:
         self._woken = asyncio.Event()
 
     def _fault(self, e: BaseException, doing: str) -> StoreUnavailable:
-        return StoreUnavailable(f"the relay could not {doing} PostgreSQL: {' '.join(str(e).split())}", "check the server")
+        return StoreUnavailable(
+            f"the relay could not {doing} PostgreSQL: {' '.join(str(e).split())}", "check the server"
+        )
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
@@ -179,6 +181,10 @@ class PgRelay:
 
     async def release_run(self, session_id: str) -> None:
         await self._run("DELETE FROM tether_relay_runs WHERE session_id = %s AND peer = %s", (session_id, self.peer))
+
+    async def claimant(self, session_id: str) -> str | None:
+        rows = await self._fetch("SELECT peer FROM tether_relay_runs WHERE session_id = %s", (session_id,))
+        return str(rows[0][0]) if rows else None
 
     async def orphans(self) -> list[Orphan]:
         now = time.time()

@@ -284,7 +284,8 @@ class PostgresStore:
                 pgschema.migrate(conn)
         except pgschema.NewerSchema as e:
             raise StoreUnavailable(
-                f"the database {self.where} was written by a newer tether ({e})", "upgrade tether, or open another store"
+                f"the database {self.where} was written by a newer tether ({e})",
+                "upgrade tether, or open another store",
             ) from None
         except psycopg.Error as e:
             raise self._fault(e, "open") from e

@@ -36,9 +36,10 @@ from ..errors import StoreClosed
 from ..ids import new_id
 from .faults import store_fault
 
-Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause"]
+Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause", "hello"]
 """What a row carries: a run's event; an approval request that waits, or no longer does; an answer to one;
-a cancel or a pause for the run of the session."""
+a cancel or a pause for the run of the session; a peer that joined (so that the others post to it at once,
+not from their next heartbeat on)."""
 
 KEEP = 120.0
 """Seconds a row is kept for readers that fell behind."""
@@ -144,6 +145,10 @@ class Relay(Protocol):
 
     async def release_run(self, session_id: str) -> None:
         """Remove this peer's claim of the session (another's stays)."""
+        ...
+
+    async def claimant(self, session_id: str) -> str | None:
+        """The peer that claims the session's run, or None."""
         ...
 
     async def orphans(self) -> list[Orphan]:
@@ -277,7 +282,9 @@ class SqliteRelay:
         )
         peers = [
             Peer(peer=str(p), host=str(h), pid=int(i), wake=str(w), seen=float(s))  # type: ignore[arg-type]
-            for p, h, i, w, s in self._read("SELECT peer, host, pid, wake, seen FROM peers WHERE peer != ?", (self.peer,))
+            for p, h, i, w, s in self._read(
+                "SELECT peer, host, pid, wake, seen FROM peers WHERE peer != ?", (self.peer,)
+            )
         ]
         alive = [p for p in peers if not peer_dead(p, now, self.host)]
         self._others = [p.wake for p in alive if p.wake and p.host == self.host]
@@ -327,6 +334,10 @@ class SqliteRelay:
 
     async def release_run(self, session_id: str) -> None:
         self._write("DELETE FROM runs WHERE session_id = ? AND peer = ?", params=(session_id, self.peer))
+
+    async def claimant(self, session_id: str) -> str | None:
+        rows = self._read("SELECT peer FROM runs WHERE session_id = ?", (session_id,))
+        return str(rows[0][0]) if rows else None
 
     async def orphans(self) -> list[Orphan]:
         now = time.time()
