@@ -183,3 +183,13 @@ async def test_the_run_claim_of_a_gone_peer_is_taken_over_and_the_session_resume
     assert messages[2].tool_results[0].is_error  # interrupted, never run again
     assert messages[3].text == "held"
     assert await pair.a.mesh._take_over() is None and pair.a.running() == []  # type: ignore[union-attr]
+
+
+async def test_a_prompt_that_comes_as_a_run_gives_its_claim_back_still_runs(pair: Pair) -> None:
+    """The worker gives the run's claim back (a store write) after its last prompt: a prompt queued meanwhile
+    is run by it, not left waiting behind a worker that is ending."""
+    first = await pair.a.start(None, "one")
+    assert isinstance(await first.result(), Done)
+    for i in range(5):  # each prompt as the one before ends, when its worker gives its claim back
+        handle = await pair.a.start(first.session_id, f"again {i}")
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)

@@ -320,13 +320,19 @@ class SessionManager:
         """Run the session's waiting prompts one after another, publishing their events."""
         mesh = self.mesh
         try:
-            if mesh is not None:
-                await mesh.run_started(entry.session_id)
-            await self._run_waiting(entry, first)
+            while True:
+                if mesh is not None:  # the other processes know who runs it (and take it over if this one dies)
+                    await mesh.run_started(entry.session_id)
+                try:
+                    await self._run_waiting(entry, first)
+                finally:
+                    first = None
+                    if mesh is not None:
+                        await asyncio.shield(mesh.run_ended(entry.session_id))
+                if not entry.waiting:  # else a prompt came while the claim was given back: run it too
+                    break
         finally:
-            if mesh is not None:
-                await asyncio.shield(mesh.run_ended(entry.session_id))
-            self._let_go(entry)
+            self._let_go(entry)  # no await between the last look at `waiting` and this
 
     async def _run_waiting(self, entry: _Session, first: LaunchedRun | None) -> None:
         while entry.waiting:
