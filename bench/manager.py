@@ -75,7 +75,8 @@ from tether.providers.registry import ResolvedModel
 from tether.providers.scripted import ScriptedProvider
 from tether.runtime.launch import RunRequest
 from tether.runtime.lease import LeaseTerms, RunLease
-from tether.runtime.manager import SessionManager, _Session
+from tether.runtime.manager import SessionManager
+from tether.runtime.manager_base import _Session
 from tether.store import SqliteStore
 from tether.tools.base import ToolRegistry, function_tool
 

@@ -22,6 +22,12 @@ Figures:
 - `unpaced_*`, `pacing_ratio_*`: the main load again, on a server whose runs do not take turns
   (`SessionManager(pace=False)`; `--no-baseline` skips it), and the ratios paced / unpaced of the
   first-event p50, the commit -> client p99 and the time the runs took (below 1: pacing helps).
+- `http_prompt_store_reads` (target <= 4): the store's reads of the prompted session (`get_session`,
+  `get_lease`, `read`) for one `POST /sessions/{id}/prompt` on an idle session with a history, from the
+  request to the run's end, counted by a store that counts every call made on it (the app in this
+  process, over ASGI, the scripted model). `http_prompt_store_reads_all`: every read of the store by name
+  (`READS`, of any session: also the streamed answer's record and the memory notes' sessions), and beside
+  them `http_prompt_store_calls`, every call by name.
 - `list_rps`, `tail_rps`: `--http-clients` (4) concurrent httpx clients with keep-alive for
   `--http-seconds`: the first page of `GET /sessions` (50 of `--list-sessions`, most recent first) and
   `GET /sessions/{id}/entries?tail=100`. Beside each: the server's CPU per request (from /proc), which
@@ -80,9 +86,12 @@ HERE = Path(__file__).resolve().parent
 TARGETS = (
     Target("sse_p99_ms", "<=", 50),
     Target("prompt_first_event_p50_ms", "<=", 20),
+    Target("http_prompt_store_reads", "<=", 4),
     Target("workers_throughput_ratio", ">=", 1.6),
     Target("workers2_prompt_first_event_p50_ms", "<=", 20),
 )
+READS = ("get_session", "get_lease", "read", "tail", "iter_entries", "get_stream", "list_sessions")
+"""The store's reads of a session, as `http_prompt_store_reads` counts them."""
 WORK = "steps=10 size=200"
 """A prompt of the main load: ten model calls (nine tool calls), 200 characters of text each."""
 STALL_WORK = "steps=30 size=8000 chunk=1000"
@@ -1089,6 +1098,91 @@ async def opencode_measure(
 # --- main ---------------------------------------------------------------------------------------------
 
 
+class CountingStore:
+    """A store that counts every call made on it, by method name and first argument, and passes it on."""
+
+    def __init__(self, inner: SqliteStore) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, object]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if not callable(value):
+            return value
+
+        def counted(*a: Any, **k: Any) -> Any:
+            self.calls.append((name, a[0] if a else None))
+            return value(*a, **k)
+
+        return counted
+
+
+async def prompt_reads_section(report: Report, scratch: Path) -> None:
+    """`http_prompt_store_reads`: one prompt over HTTP on an idle session that has a history (see the
+    module docstring)."""
+    from tether.config import Config
+    from tether.providers.catalog import unknown_model
+    from tether.providers.registry import ResolvedModel
+    from tether.providers.scripted import ScriptedProvider
+    from tether.runtime.launch import RunRequest
+    from tether.runtime.manager import SessionManager
+    from tether.server import ServerSettings, create_app
+    from tether.tools.base import ToolRegistry
+
+    report.section("store reads of one prompt over HTTP (an idle session, SQLite)")
+    work = scratch / "reads"
+    work.mkdir()
+    store = CountingStore(SqliteStore(work / "reads.db"))
+    provider = ScriptedProvider(lambda request: "ok")
+
+    def resolve(name: str | None = None, **_: object) -> ResolvedModel:
+        return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
+
+    def make(opened: Any, config: Config) -> SessionManager:
+        return SessionManager(
+            opened, config=config, defaults=RunRequest(None, registry=ToolRegistry([])), resolve=resolve
+        )
+
+    app = create_app(ServerSettings(), store=store, config=Config(), make_manager=make)  # type: ignore[arg-type]
+    async with app.router.lifespan_context(app):
+        manager = app.state.tether.manager
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            made = (await client.post("/sessions", json={"directory": str(work)})).json()
+            sid = made["session"]["id"]
+
+            async def prompt(text: str) -> dict[str, Any]:
+                answer = await client.post(f"/sessions/{sid}/prompt", json={"prompt": text})
+                if answer.status_code != 202:
+                    raise BenchError(f"the prompt was refused: {answer.status_code} {answer.text}")
+                deadline = time.monotonic() + 60
+                while manager.running() or (manager._sessions.get(sid) is not None and manager._sessions[sid].waiting):
+                    if time.monotonic() > deadline:
+                        raise BenchError("the prompt's run did not end in 60 s")
+                    await asyncio.sleep(0.01)
+                return dict(answer.json())
+
+            await prompt("a first exchange, so that the session has a history")
+            await asyncio.sleep(0.1)
+            store.calls.clear()
+            await prompt("hello again")
+            await asyncio.sleep(0.1)  # the activity feed's last word after the run
+    await store.inner.close()
+    own = [name for name, first in store.calls if first == sid and name in ("get_session", "get_lease", "read")]
+    every_read: dict[str, int] = {}
+    every_call: dict[str, int] = {}
+    for name, _ in store.calls:
+        every_call[name] = every_call.get(name, 0) + 1
+        if name in READS:
+            every_read[name] = every_read.get(name, 0) + 1
+    report.row(
+        "reads of the session (get_session, get_lease, read)", "http_prompt_store_reads", len(own), "reads", digits=0
+    )
+    report.set("http_prompt_store_reads_all", every_read)
+    report.set("http_prompt_store_calls", every_call)
+    report.note(f"every read: {every_read}; every call: {every_call}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
@@ -1148,6 +1242,7 @@ async def main() -> None:
             report.set("loadavg_end", load())
             report.finish()
             return
+        await prompt_reads_section(report, scratch)
         tether = await tether_section(report, args, scratch)
         if not args.no_baseline:
             await unpaced_section(report, args, scratch)

@@ -51,7 +51,11 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     assert figures["prompt_first_event_p50_ms"] <= figures["prompt_first_event_p95_ms"]
     # the stalled clients were really sent something they did not read, and the server is a real process
     assert figures["unread_mb_per_stream"] > 0.05 and figures["server_rss_mb"] > 20
-    assert set(figures["targets"]) == {"sse_p99_ms", "prompt_first_event_p50_ms"}
+    assert set(figures["targets"]) == {"sse_p99_ms", "prompt_first_event_p50_ms", "http_prompt_store_reads"}
+    # counted by the store, not written down: the session's reads, and every read and call by name beside them
+    reads, every = figures["http_prompt_store_reads"], figures["http_prompt_store_reads_all"]
+    assert isinstance(reads, int | float) and 1 <= reads <= sum(every.values())
+    assert every["get_session"] >= 1 and figures["http_prompt_store_calls"]["append"] == 2
     assert figures["quick"] is True and figures["sizes"]["sessions"] == 5 and figures["sizes"]["clients"] == 20
     assert figures["opencode"] is None and "is not a file" in proc.stdout
     assert "journal commit -> client" in proc.stdout and "never read" in proc.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -286,3 +287,53 @@ async def test_the_journal_redacts_before_it_writes_and_costs_nothing_without_se
     stored = [e.body async for e in store.iter_entries(handle.id, 1)]
     assert stored == [plain, Message.user("key [redacted:OPENAI_API_KEY]")]
     assert not RunJournal(handle).redactor  # none given: nothing to do
+
+
+async def test_a_run_after_one_that_died_mid_stream_never_reuses_its_numbers(tmp_path: Path) -> None:
+    """A process killed while its model streamed gave live numbers after the last entry; the next process
+    (a fresh store object, no memory of them) numbers after every one of them: its `run_started` is not
+    taken for a delta a follower already saw. (On main, it took the number of the dead run's first delta.)"""
+    path = tmp_path / "t.db"
+    dead = SqliteStore(path)  # the process that dies: left as it is, mid-stream
+    session = await Session.create(dead, directory=tmp_path)
+    seen: list[Event] = []
+    stream = session.stream("hi", provider=ScriptedProvider(["a long answer " * 20]), model="m", tools=ToolRegistry())
+    async for event in stream:
+        seen.append(event)
+        if sum(isinstance(e, TextDelta) for e in seen) == 3:
+            break  # nothing after these events
+    sid = session.id
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM leases")  # its lease is gone, as a dead holder's is taken over
+    conn.close()
+    try:
+        async with SqliteStore(path) as store:  # a restart: a new process, same file
+            again = await Session.open(store, sid)
+            provider = ScriptedProvider(["done"])
+            resumed = [e async for e in again.stream(None, provider=provider, model="m", tools=ToolRegistry())]
+    finally:
+        await stream.aclose()
+        await dead.close()
+    assert isinstance(resumed[0], RunStarted)
+    assert min(e.n for e in resumed if e.session_id == sid) > max(e.n for e in seen)
+    numbers = [e.n for e in seen + resumed]
+    assert len(numbers) == len(set(numbers))
+
+
+async def test_every_live_number_given_is_reserved_before_it_leaves(store: Store, tmp_path: Path) -> None:
+    counting = CountingStore(store)
+    session = await Session.create(counting, directory=tmp_path)  # type: ignore[arg-type]
+    reserved: list[tuple[int, int]] = []
+    inner = counting.inner.reserve_numbers
+
+    async def spy(session_id: str, floor: int, count: int) -> int:
+        first = await inner(session_id, floor, count)
+        reserved.append((first, first + count - 1))
+        return first
+
+    counting.inner.reserve_numbers = spy  # type: ignore[method-assign]
+    events = [
+        e async for e in session.stream("hi", provider=ScriptedProvider(["x y z"]), model="m", tools=ToolRegistry())
+    ]
+    live = [e.n for e in events if not isinstance(e, DURABLE_TYPES)]
+    assert live and all(any(lo <= n <= hi for lo, hi in reserved) for n in live)

@@ -283,9 +283,9 @@ async def test_status_of_a_session_another_process_runs(store: SqliteStore, tmp_
     assert await mgr.status(info.id) == "idle"
     await store.acquire_lease(info.id, "run_elsewhere", ttl=30, pid=1, host="another-machine")
     assert await mgr.status(info.id) == "busy_elsewhere"
-    run = await mgr.start(info.id, "hi")
-    outcome = await run.result()
-    assert isinstance(outcome, Error) and outcome.code == "busy" and "run_elsewhere" in outcome.message
+    with pytest.raises(SessionBusy, match="run_elsewhere"):  # refused now: never taken, then dropped
+        await mgr.start(info.id, "hi")
+    assert info.id not in mgr._sessions or not mgr._sessions[info.id].waiting
     assert await mgr.cancel(info.id)  # asked through the store
     lease = await store.get_lease(info.id)
     assert lease is not None and lease.request == "cancel"
@@ -309,7 +309,7 @@ async def test_shutdown_cancels_what_runs_and_refuses_new_prompts(store: SqliteS
 async def test_sessions_nothing_uses_are_let_go_and_followed_again_from_where_they_stand(
     store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tether.runtime.manager.RECENT_SESSIONS", 2)
+    monkeypatch.setattr("tether.runtime.queueing.RECENT_SESSIONS", 2)
     mgr = manager(store, tmp_path, ScriptedProvider(lambda r: f"answer to {r.messages[-1].text}"))
     handles = [await mgr.start(None, f"task {i}") for i in range(4)]
     assert all(isinstance(r, Done) for r in [await h.result() for h in handles])
@@ -410,7 +410,7 @@ async def test_shutdown_ends_every_subscription_and_the_activity_feed(store: Sql
 async def test_a_subscriber_sees_what_a_run_of_another_process_appends(
     store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tether.runtime.manager.WATCH_INTERVAL", 0.02)
+    monkeypatch.setattr("tether.runtime.following.WATCH_INTERVAL", 0.02)
     here = manager(store, tmp_path, ScriptedProvider(steps(0)))
     first = await here.start(None, "hello")
     assert isinstance(await first.result(), Done)
@@ -439,7 +439,7 @@ async def test_a_subscriber_sees_what_a_run_of_another_process_appends(
 async def test_the_activity_feed_tells_what_another_process_does_to_the_store(
     store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tether.runtime.manager.STORE_WATCH_INTERVAL", 0.02)
+    monkeypatch.setattr("tether.runtime.watching.STORE_WATCH_INTERVAL", 0.02)
     here = manager(store, tmp_path, ScriptedProvider(steps(0)))
     feed = here.follow_activity()
     first = asyncio.ensure_future(anext(feed))

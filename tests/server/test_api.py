@@ -349,3 +349,69 @@ async def test_the_server_titles_a_session_again(server: Served) -> None:
         assert (await client.get_session(sid)).session.title == info.title
         request = server.provider.requests[-1]
         assert request.system is not None and "title" in request.system and request.max_output_tokens == 32
+
+
+async def test_a_request_left_by_a_stopped_server_is_listed_by_the_next_one(tmp_path: Path) -> None:
+    """`GET /approvals` with no filter lists what waits in the store, also a request whose run stopped with
+    its server (on main it listed only what this process's runs waited on)."""
+    with serve(tmp_path, asks("the config")) as served:
+        async with TetherClient(served.url) as client:
+            created = await client.create_session(str(served.workspace), prompt="change it")
+            assert created.run is not None
+            sid = created.session.id
+            events = client.events(sid, after=created.run.after)
+            async for event in events:
+                if type(event).__name__ == "ApprovalRequested":
+                    break
+            await events.aclose()
+    with serve(tmp_path, asks("the config")) as served:  # the run stopped with its server; the request is journaled
+        async with TetherClient(served.url) as client:
+            (left,) = await client.approvals()
+            assert left["session_id"] == sid and left["call_id"] == "ch1"
+            assert await client.approvals(sid) == [left]
+            assert (await client.get_session(sid)).status == "waiting_for_approval"
+            run = await client.answer(sid, "ch1", approved=True)  # resumes the session, whose run takes it
+            assert run is not None
+            done = [e async for e in client.events(sid, after=run.after, until_done=True)]
+            assert isinstance(done[-1], Done) and done[-1].text == "result: changed the config"
+            assert await client.approvals() == []
+
+
+async def test_a_prompt_for_a_session_another_process_runs_is_refused_never_dropped(server: Served) -> None:
+    """While a live process (here a `sleep`, named by its pid on this host) holds the session's lease, a
+    prompt is refused with 409, whatever the queue option, and nothing is journaled (on main: 202 with
+    `queued: false`, and the prompt was lost). Once that process is gone, its lease no longer shows, and the
+    same prompt runs."""
+    import socket
+    import subprocess
+
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        async with TetherClient(server.url) as client:
+            sid = (await client.create_session(str(server.workspace))).session.id
+            await asyncio.to_thread(
+                server.call,
+                server.state.store.acquire_lease(
+                    sid, "run_elsewhere", ttl=300, pid=holder.pid, host=socket.gethostname()
+                ),
+            )
+            view = await client.get_session(sid)
+            assert view.status == "busy_elsewhere" and view.lease is not None
+            for queue in (True, False):
+                with pytest.raises(SessionBusy, match="run_elsewhere"):
+                    await client.prompt(sid, "are you there?", queue=queue)
+            with pytest.raises(SessionBusy):
+                await client.resume(sid)
+            assert (await client.get_session(sid)).session.entry_count == 0  # nothing taken, nothing lost
+            holder.kill()
+            holder.wait(10)
+            view = await client.get_session(sid)  # a dead holder's lease is not listed: it is taken over at once
+            assert view.status == "idle" and view.lease is None
+            run = await client.prompt(sid, "are you there?")
+            assert run.queued is False and run.steered is False
+            events = [e async for e in client.events(sid, after=run.after, until_done=True)]
+            assert isinstance(events[-1], Done)
+            assert (await client.get_session(sid)).session.entry_count == 2
+    finally:
+        holder.kill()
+        holder.wait(10)

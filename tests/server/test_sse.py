@@ -235,3 +235,57 @@ async def test_the_activity_stream_tells_when_a_call_waits_for_a_person_and_when
     assert [(s.session_id, s.call_id, s.approved) for s in settled] == [(sid, "ch1", True)]
     after_answer = statuses[statuses.index("waiting_for_approval") + 1 :]
     assert after_answer[0] == "running"  # the run goes on once answered
+
+
+async def test_events_across_a_restart_replay_what_the_follower_missed(tmp_path: Path) -> None:
+    """A follower of `/events` that saw the first change, then lost the server, reconnects to the server
+    started again on the same store with the number it had: it gets the changes made after it, those of the
+    stopped server too, each once (on main the restarted server numbered from 1 again: a silent gap)."""
+    with serve(tmp_path) as served:
+        async with TetherClient(served.url) as client:
+            feed = client.activity(after=0)
+            first = await client.create_session(str(served.workspace))
+            seen = await anext(feed)
+            assert isinstance(seen, SessionCreated) and seen.session.id == first.session.id
+            await feed.aclose()
+            missed = [await client.create_session(str(served.workspace)) for _ in range(3)]
+    with serve(tmp_path) as served:
+        async with TetherClient(served.url) as client:
+            after_restart = await client.create_session(str(served.workspace))
+            feed = client.activity(after=seen.n)
+            got = []
+            async for item in feed:
+                got.append(item)
+                if isinstance(item, SessionCreated) and item.session.id == after_restart.session.id:
+                    break
+            await feed.aclose()
+    created = [i.session.id for i in got if isinstance(i, SessionCreated)]
+    assert created == [c.session.id for c in [*missed, after_restart]]
+    assert [i.n for i in got] == sorted({i.n for i in got}) and got[0].n > seen.n
+
+
+async def test_a_number_the_store_never_gave_is_told_to_resync(server: Served) -> None:
+    async with TetherClient(server.url) as client:
+        made = await client.create_session(str(server.workspace))
+        feed = client.activity(after=10**9)
+        first = await anext(feed)
+        await feed.aclose()
+    assert type(first).__name__ == "Resync" and first.n >= 1 and made.session.id
+
+
+async def test_each_new_session_is_announced_once(server: Served) -> None:
+    async with TetherClient(server.url) as client:
+        feed = client.activity(after=0)
+        made = [await client.create_session(str(server.workspace)) for _ in range(2)]
+        await asyncio.sleep(2.5)  # two looks of the store watcher, which used to tell them again
+        marker = await client.create_session(str(server.workspace))
+        got = []
+        async for item in feed:
+            got.append(item)
+            if isinstance(item, SessionCreated) and item.session.id == marker.session.id:
+                break
+        await feed.aclose()
+    about = [getattr(i, "session", None) for i in got]
+    ids = [s.id for s in about if s is not None]
+    for m in made:
+        assert ids.count(m.session.id) == 1, [type(i).__name__ for i in got]

@@ -105,6 +105,16 @@ class ContextEngine:
                 return await self._reload(session_id, last_seq)
         return loaded.entries
 
+    def prime(self, session_id: str, entries: Sequence[Entry], last_seq: int) -> bool:
+        """Take `entries`, read by the caller, as the session's history when they are all of it: seqs 1 to
+        `last_seq` with no revert or compaction among them (what `history` would read). A run that read its
+        tail so then costs no second read. False (nothing kept) otherwise."""
+        whole = len(entries) == last_seq and all(e.seq == i for i, e in enumerate(entries, 1))
+        if not whole or any(isinstance(e.body, Revert | Compaction) for e in entries):
+            return False
+        self._loaded[session_id] = _Loaded(last_seq, list(entries))
+        return True
+
     def observe(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Entries just appended to the session by whoever holds this engine: kept, so the next `history`
         need not read them back. Anything that does not simply continue what is held (a gap, a revert)

@@ -1,19 +1,24 @@
-"""What happens to the sessions of one process, as a feed: sessions created, updated and deleted, and where
-each one's runs stand (`StatusChanged`), and the approval requests that wait for a person
-(`ApprovalPending`, then `ApprovalSettled`). Numbered in the order they happened (`n`, this process's own count),
-the latest few thousand kept so that a follower who dropped out can catch up; one who fell further behind
-is told to read the list again (`Resync`). A follower's buffer is bounded, as a session subscriber's is."""
+"""What happens to the sessions, as a feed: sessions created, updated and deleted, where each one's runs
+stand (`StatusChanged`), and the approval requests that wait for a person (`ApprovalPending`, then
+`ApprovalSettled`). Each activity is first recorded in the store's global change feed (`Store.append_change`)
+and numbered by it (`n` is the change's id), then handed to this process's followers: a follower who
+reconnects, to this process or to one started after it, replays what it missed from the store; a number the
+store never gave (another store's, one from before it was replaced) is told to read the list again
+(`Resync`). A follower's buffer is bounded, as a session subscriber's is; one that falls behind catches up
+from the store."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import logging
 from collections.abc import AsyncIterator
 from typing import Literal
 
 import msgspec
 
-from ..store.records import SessionInfo
+from ..errors import TetherError
+from ..store.protocols import Changes
+from ..store.records import Change, SessionInfo
 from .permission import ApprovalRequest
 
 ActivityStatus = Literal["idle", "queued", "running", "waiting_for_approval", "paused", "busy_elsewhere"]
@@ -22,7 +27,8 @@ ActivityStatus = Literal["idle", "queued", "running", "waiting_for_approval", "p
 
 class _Activity(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
     n: int = 0
-    """The activity's number in this process's feed (increasing; not a session event number)."""
+    """The activity's number: the id of its change in the store's feed (increasing, never reused; not a
+    session event number)."""
 
 
 class SessionCreated(_Activity, tag="session_created"):
@@ -64,15 +70,24 @@ class ApprovalSettled(_Activity, tag="approval_settled"):
 
 
 class Resync(_Activity, tag="resync"):
-    """The follower missed more than the feed keeps: read the session list again, then go on from `n`."""
+    """The follower's number is not one this store's feed gave: read the session list again, then go on
+    from `n`."""
 
 
 Activity = SessionCreated | SessionUpdated | SessionDeleted | StatusChanged | ApprovalPending | ApprovalSettled | Resync
 
-KEPT = 4096
-"""Activities kept for followers who catch up after a reconnect."""
+log = logging.getLogger("tether.runtime")
+
 FOLLOWER_BUFFER = 1024
-"""Activities a follower may fall behind by before it catches up from what the feed keeps."""
+"""Activities a follower may fall behind by before it catches up from the store."""
+PAGE = 500
+"""Changes read from the store at a time when a follower catches up."""
+
+
+def activity_of(change: Change) -> Activity:
+    """The activity a change of the store's feed records, numbered by it."""
+    item: dict[str, object] = {**change.data, "type": change.kind, "n": change.id}
+    return msgspec.json.decode(msgspec.json.encode(item), type=Activity)  # type: ignore[no-any-return]
 
 
 class _Follower:
@@ -94,13 +109,16 @@ class _Follower:
 
 
 class ActivityFeed:
-    """The feed (see the module docstring): `publish` numbers and hands out, `follow` yields."""
+    """The feed (see the module docstring) over `store`'s change feed: `publish` records and hands out,
+    `follow` yields."""
 
-    def __init__(self, *, kept: int = KEPT, buffer: int = FOLLOWER_BUFFER) -> None:
+    def __init__(self, store: Changes, *, buffer: int = FOLLOWER_BUFFER) -> None:
+        self.store = store
         self.last_n = 0
-        self._kept: deque[Activity] = deque(maxlen=kept)
+        """The id of the last change this process published."""
         self._followers: set[_Follower] = set()
         self._buffer = buffer
+        self._order = asyncio.Lock()
 
     @property
     def followed(self) -> bool:
@@ -115,49 +133,58 @@ class ActivityFeed:
                 follower.queue.get_nowait()
             follower.queue.put_nowait(None)
 
-    def publish(self, activity: Activity) -> Activity:
-        self.last_n += 1
-        activity.n = self.last_n
-        self._kept.append(activity)
-        for follower in self._followers:
-            follower.offer(activity)
+    async def publish(self, activity: Activity) -> Activity:
+        """Record `activity` in the store's feed (its id becomes its number), then hand it to the followers,
+        in the order of the ids."""
+        data = msgspec.to_builtins(activity)
+        kind = data.pop("type")
+        data.pop("n", None)
+        session_id = data.get("session_id") or (data.get("session") or {}).get("id")
+        async with self._order:
+            try:
+                change = await self.store.append_change(kind, session_id=session_id, data=data)
+            except TetherError:  # a store that fails: the feed is a courtesy, never what stops a run
+                log.warning("could not record a %s in the change feed", kind, exc_info=True)
+                return activity
+            activity.n = change.id
+            self.last_n = max(self.last_n, change.id)
+            for follower in self._followers:
+                follower.offer(activity)
         return activity
 
-    def _since(self, after: int) -> list[Activity]:
-        """What the feed keeps after `after`, preceded by a `Resync` when some of it is gone."""
-        kept = [a for a in self._kept if a.n > after]
-        first = kept[0].n if kept else self.last_n + 1
-        if after < first - 1:
-            return [Resync(n=first - 1), *kept]
-        return kept
+    async def _since(self, after: int) -> AsyncIterator[Activity]:
+        while True:
+            changes = await self.store.changes_after(after, PAGE)
+            for change in changes:
+                after = change.id
+                yield activity_of(change)
+            if len(changes) < PAGE:
+                return
 
     async def follow(self, after: int | None = None) -> AsyncIterator[Activity]:
-        """The activities after `after` (None: from now on), then new ones as they come, each once. An
-        `after` this feed never reached (a number from before the process restarted) gets a `Resync`."""
+        """The activities after `after` (None: from now on), read from the store, then new ones as they come,
+        each once. An `after` the store's feed never reached gets a `Resync`."""
         follower = _Follower(self._buffer)
         self._followers.add(follower)
-        pending: list[Activity] = []
-        if after is None:
-            last = self.last_n
-        elif after > self.last_n:
-            last = self.last_n
-            pending = [Resync(n=self.last_n)]
-        else:
-            last = after
-            pending = self._since(after)
         try:
+            last = await self.store.last_change_id()
+            catch_up = False
+            if after is not None and after > last:
+                yield Resync(n=last)
+            elif after is not None:
+                last, catch_up = after, True
             while True:
-                for activity in pending:
-                    if activity.n > last or isinstance(activity, Resync):
-                        last = max(last, activity.n)
+                if catch_up or follower.overflowed:
+                    follower.overflowed = catch_up = False
+                    async for activity in self._since(last):
+                        last = activity.n
                         yield activity
-                if follower.overflowed:
-                    follower.overflowed = False
-                    pending = self._since(last)
                     continue
                 queued = await follower.queue.get()
                 if follower.closed:
                     return
-                pending = [] if queued is None else [queued]
+                if queued is not None and queued.n > last:
+                    last = queued.n
+                    yield queued
         finally:
             self._followers.discard(follower)

@@ -17,7 +17,7 @@ from ..messages import Message
 from ..paths import canonical_directory
 from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
-from ..store.records import IMPORTED
+from ..store.records import IMPORTED, SessionInfo
 from ..tools.base import AskFn, ToolRegistry
 from . import audit
 from .archive import refuse_archived
@@ -244,10 +244,11 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     return LaunchPlan(request, config, workspace, resolved, options, resolve, owns_mcp)
 
 
-async def open_run(store: Store, plan: LaunchPlan) -> LaunchedRun:
+async def open_run(store: Store, plan: LaunchPlan, *, info: SessionInfo | None = None) -> LaunchedRun:
     """Open or create the session of a checked request (`SessionNotFound` when the one it names, or the
-    last of its workspace, is not there)."""
-    session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved)
+    last of its workspace, is not there). `info`, the row of the session it names as the caller just read
+    it, is taken instead of reading it again (the run reads it once more under its lease)."""
+    session, created = await _open_session(store, plan.request, plan.workspace, plan.resolved, info)
     await audit.retain(store, plan.config)
     resolved, options = plan.resolved, plan.options
     own = session.info.model
@@ -295,13 +296,15 @@ async def launch(store: Store, request: RunRequest, *, config: Config | None = N
 
 
 async def _open_session(
-    store: Store, request: RunRequest, workspace: str, resolved: ResolvedModel
+    store: Store, request: RunRequest, workspace: str, resolved: ResolvedModel, known: SessionInfo | None = None
 ) -> tuple[SessionHandle, bool]:
     """The session a run works in: the one named, the last of the workspace (continue), or a new one. An
     existing session runs in its own directory unless the request names another (`--dir`: it is then filed
     there); one whose directory is gone, or an imported one whose directory is `/` or the home directory,
     is refused without one. An imported session runs only once a person said yes (`ConfirmationRequired`)."""
-    if request.session is not None:
+    if request.session is not None and known is not None and known.id == request.session:
+        session = SessionHandle(store, known)
+    elif request.session is not None:
         session = SessionHandle(store, await find_session(store, request.session))
     elif request.continue_last:
         last = await SessionHandle.last(store, workspace)

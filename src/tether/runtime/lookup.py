@@ -22,11 +22,13 @@ MAX_REF = 35
 _REF_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
 
 
-async def find_session(store: Store, ref: str) -> SessionInfo:
+async def find_session(store: Store, ref: str, *, settle: bool = True) -> SessionInfo:
     """The session that `ref` names: a full id, or a unique prefix or suffix of one (at least `MIN_REF`
     characters, any case). A full id is one lookup; a piece of one scans the session rows (not their
-    entries) once. A streamed answer that a killed run left is journaled first (`settle_stream`)."""
-    return await settle_stream(store, await _find(store, ref))
+    entries) once. A streamed answer that a killed run left is journaled first (`settle_stream`), unless
+    `settle` is False (for a run about to start there: its own start journals it, under its lease)."""
+    found = await _find(store, ref)
+    return await settle_stream(store, found) if settle else found
 
 
 async def _find(store: Store, ref: str) -> SessionInfo:

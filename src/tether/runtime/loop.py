@@ -120,6 +120,7 @@ class AgentRun:
         state.tools = with_children(state, AgentRun)  # `task` runs sub-agents of this run
         state.specs = state.tools.specs()
         state.entries = await active_tail(session.store, session.id, RESUME_TAIL, last_seq=info.entry_count)
+        engine.prime(session.id, state.entries, info.entry_count)  # a short history: read once, not twice
         await state.journal.open()
         return state
 
@@ -160,7 +161,7 @@ class AgentRun:
         """The end of this run when its task was stopped from outside (the manager cancelled it): numbered
         after its last event and reserved, as the run's own events are."""
         state = self.state
-        if state is None:
+        if state is None:  # stopped before it started: nothing numbered yet, the caller numbers it
             return Error(session_id=self.session.id, n=0, code=code, message=message)
         n = await state.journal.reserve_through(state.journal.next_number())
         return Error(session_id=self.session.id, n=n, code=code, message=message)

@@ -199,13 +199,12 @@ class Mesh:
                         self.remote_runs.pop(row.session_id, None)
                 manager.relayed(row.session_id, event)
             elif row.kind == "pending":
+                # (the activity feed has it from the store's change feed, where its process published it)
                 pending = _pending.decode(row.body)
                 self.asked[(pending.request.session_id, pending.request.call_id)] = (pending, row.origin)
-                manager.activity.publish(msgspec.structs.replace(pending, n=0))
             elif row.kind == "settled":
                 settled = _settled.decode(row.body)
-                if self.asked.pop((settled.session_id, settled.call_id), None) is not None:
-                    manager.activity.publish(msgspec.structs.replace(settled, n=0))
+                self.asked.pop((settled.session_id, settled.call_id), None)
             elif row.kind == "answer":
                 call_id, answer = msgspec.json.decode(row.body, type=tuple[str, Answer])
                 manager.answer_here(row.session_id, call_id, answer)
@@ -225,9 +224,7 @@ class Mesh:
             try:
                 self.others = {p.peer for p in await self.relay.heartbeat()}
                 for key in [k for k, (_, peer) in self.asked.items() if peer not in self.others]:
-                    item, _ = self.asked.pop(key)  # its run is gone with its peer: the journal keeps the request
-                    settled = ApprovalSettled(session_id=item.request.session_id, call_id=item.request.call_id)
-                    self.manager.activity.publish(settled)
+                    del self.asked[key]  # its run is gone with its peer: the journal keeps the request
                 for sid in [s for s, peer in self.remote_runs.items() if peer not in self.others]:
                     del self.remote_runs[sid]
                 await self._take_over()

@@ -29,6 +29,7 @@ from ..recall import RecallResult, recall
 from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
+from ..runtime.lease import live_lease
 from ..runtime.lookup import find_session
 from ..runtime.mcp import McpOverview, McpServerView
 from ..runtime.memory import Note, forget, remember
@@ -167,7 +168,7 @@ async def create_session(state: State, body: CreateSession) -> Response:
         agent=body.agent,
         system_prompt=body.system_prompt,
     )
-    state.manager.activity.publish(SessionCreated(session=session.info))
+    await state.manager.announce(SessionCreated(session=session.info))
     return answer(CreatedSession(session=session.info), 201)
 
 
@@ -180,7 +181,7 @@ async def _retitle(state: ServerState, info: SessionInfo, title: str) -> Session
 async def get_session(state: State, session_id: Ref) -> Response:
     info = await find_session(state.store, session_id)
     status = await state.manager.status(info.id)
-    lease = await state.store.get_lease(info.id)
+    lease = await live_lease(state.store, info.id)  # as the status reads it: a dead holder's is not listed
     return answer(SessionView(session=info, status=status, lease=lease))
 
 
@@ -195,7 +196,7 @@ async def update_session(state: State, session_id: Ref, body: UpdateSession) -> 
         if body.rules is not None:
             await handle.update(metadata=with_session_rules(handle.info.metadata, body.rules.model_dump()))
         info = await handle.refresh()
-    state.manager.activity.publish(SessionUpdated(session=info))
+    await state.manager.announce(SessionUpdated(session=info))
     return answer(info)
 
 
@@ -254,12 +255,13 @@ async def get_entry(state: State, session_id: Ref, seq: Annotated[int, PathParam
 
 
 async def prompt(state: State, session_id: Ref, body: PromptRequest) -> Response:
-    info = await find_session(state.store, session_id)
-    before = await state.manager.status(info.id)
-    handle = await state.manager.start(info.id, body.prompt, steer=body.steer, queue=body.queue, **_run_fields(body))
-    steered = body.steer and before == "running"  # a run in progress takes a steered prompt at once
-    queued = not steered and before in ("running", "queued")
-    return answer(RunAccepted(session_id=info.id, after=handle.after, queued=queued, steered=steered), 202)
+    info = await find_session(state.store, session_id, settle=False)  # the run settles what it finds
+    handle = await state.manager.start(
+        info.id, body.prompt, steer=body.steer, queue=body.queue, info=info, **_run_fields(body)
+    )
+    return answer(
+        RunAccepted(session_id=info.id, after=handle.after, queued=handle.queued, steered=handle.steered), 202
+    )
 
 
 async def cancel(state: State, session_id: Ref) -> Response:
@@ -275,9 +277,8 @@ async def pause(state: State, session_id: Ref) -> Response:
 async def resume(state: State, session_id: Ref, body: Annotated[ResumeRequest | None, Body()] = None) -> Response:
     info = await find_session(state.store, session_id)
     body = body or ResumeRequest()
-    before = await state.manager.status(info.id)
-    handle = await state.manager.start(info.id, body.prompt, **_run_fields(body))
-    return answer(RunAccepted(session_id=info.id, after=handle.after, queued=before in ("running", "queued")), 202)
+    handle = await state.manager.start(info.id, body.prompt, info=info, **_run_fields(body))
+    return answer(RunAccepted(session_id=info.id, after=handle.after, queued=handle.queued), 202)
 
 
 # --- edits --------------------------------------------------------------------------------------------------
@@ -287,7 +288,7 @@ async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None
     info = await find_session(state.store, session_id)
     body = body or ForkRequest()
     new = await state.store.fork(info.id, body.at, title=body.title)
-    state.manager.activity.publish(SessionCreated(session=new))
+    await state.manager.announce(SessionCreated(session=new))
     return answer(new, 201)
 
 
@@ -297,7 +298,7 @@ async def revert(state: State, session_id: Ref, body: RevertRequest) -> Response
         handle = SessionHandle(state.store, info)
         entry = await handle.revert(body.to_seq, reason=body.reason)
         info = await handle.refresh()
-    state.manager.activity.publish(SessionUpdated(session=info))
+    await state.manager.announce(SessionUpdated(session=info))
     return answer(entry, 201)
 
 
@@ -315,7 +316,7 @@ async def compact(state: State, session_id: Ref, body: Annotated[CompactRequest 
             resolve=state.manager.resolve,
         )
     if result.entry is not None:
-        state.manager.activity.publish(SessionUpdated(session=await state.store.get_session(info.id)))
+        await state.manager.announce(SessionUpdated(session=await state.store.get_session(info.id)))
     return answer(result)
 
 
@@ -334,7 +335,7 @@ async def retitle_session(
             lease=False,
         )
     info = await state.store.get_session(info.id)
-    state.manager.activity.publish(SessionUpdated(session=info))
+    await state.manager.announce(SessionUpdated(session=info))
     return answer(info)
 
 
@@ -342,7 +343,7 @@ async def undo_compact(state: State, session_id: Ref) -> Response:
     info = await find_session(state.store, session_id)
     async with state.manager.exclusive(info.id):
         entry = await undo_compaction(state.store, info.id)
-    state.manager.activity.publish(SessionUpdated(session=await state.store.get_session(info.id)))
+    await state.manager.announce(SessionUpdated(session=await state.store.get_session(info.id)))
     return answer(entry, 201)
 
 
@@ -433,7 +434,7 @@ async def import_session(
 ) -> Response:
     data = await request.body()
     info = await import_json(state.store, parse_export(data, source="the request body"), new_id=new_id)
-    state.manager.activity.publish(SessionCreated(session=info))
+    await state.manager.announce(SessionCreated(session=info))
     return answer(info, 201)
 
 

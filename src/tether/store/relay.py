@@ -28,7 +28,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -250,7 +250,7 @@ class SqliteRelay:
         except sqlite3.Error as e:
             raise store_fault(e, self.path, "write to") from e
 
-    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.Error as e:
@@ -281,7 +281,7 @@ class SqliteRelay:
             params=(self.peer, self.host, os.getpid(), self._wake_name, now),
         )
         peers = [
-            Peer(peer=str(p), host=str(h), pid=int(i), wake=str(w), seen=float(s))  # type: ignore[arg-type]
+            Peer(peer=str(p), host=str(h), pid=int(i), wake=str(w), seen=float(s))
             for p, h, i, w, s in self._read(
                 "SELECT peer, host, pid, wake, seen FROM peers WHERE peer != ?", (self.peer,)
             )
@@ -307,7 +307,7 @@ class SqliteRelay:
 
     async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
         return [
-            RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))  # type: ignore[arg-type]
+            RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))
             for i, o, k, s, n, b in self._read(
                 "SELECT id, origin, kind, session_id, n, body FROM relay WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit),
@@ -316,7 +316,7 @@ class SqliteRelay:
 
     async def last_id(self) -> int:
         ((last,),) = self._read("SELECT coalesce(max(id), 0) FROM relay")
-        return int(last)  # type: ignore[call-overload]
+        return int(last)
 
     async def wait(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -349,7 +349,7 @@ class SqliteRelay:
         out = []
         for sid, peer, host, pid, seen in rows:
             gone = host is None or peer_dead(
-                Peer(peer=str(peer), host=str(host), pid=int(pid), wake="", seen=float(seen)),  # type: ignore[arg-type]
+                Peer(peer=str(peer), host=str(host), pid=int(pid), wake="", seen=float(seen)),
                 now,
                 self.host,
             )
@@ -368,7 +368,7 @@ class SqliteRelay:
         gone = self._write("DELETE FROM relay WHERE at < ?", params=(before,))
         now = time.time()
         for p, h, i, s in self._read("SELECT peer, host, pid, seen FROM peers WHERE peer != ?", (self.peer,)):
-            if peer_dead(Peer(peer=str(p), host=str(h), pid=int(i), wake="", seen=float(s)), now, self.host):  # type: ignore[arg-type]
+            if peer_dead(Peer(peer=str(p), host=str(h), pid=int(i), wake="", seen=float(s)), now, self.host):
                 # its claims stay: with no peer row they are orphans (`orphans`)
                 self._write("DELETE FROM peers WHERE peer = ?", params=(str(p),))
         return gone
