@@ -518,7 +518,9 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
                 title = f"tether serve --workers {workers}, CPU-bound runs (the model answers at once)"
                 prefix = f"workers{workers}_"
-                streams = await load_phase(report, args, client, server, host, port, session_maker(client, workspace), title, prefix)
+                streams = await load_phase(
+                    report, args, client, server, host, port, session_maker(client, workspace), title, prefix
+                )
                 for group in streams.values():
                     for stream in group:
                         await stream.close()

@@ -26,7 +26,7 @@ import msgspec
 from ..errors import SessionNotFound, TetherError
 from ..events import Done, Error, Event, RunStarted, event_json
 from ..store.relay import HEARTBEAT, KEEP, POLL, Relay, RelayPost, RelayRow
-from .activity import ApprovalPending, ApprovalSettled
+from .activity import Activity, ApprovalPending, ApprovalSettled
 from .lease import live_lease
 from .permission import Answer, ApprovalRequest
 
@@ -67,6 +67,7 @@ class Mesh:
         self.others = {p.peer for p in await self.relay.heartbeat()}
         last = await self.relay.last_id()
         await self.relay.post([RelayPost("hello", "", 0, b"{}")])
+        self.manager.activity.on_publish = self._recorded
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._follow(last), name="tether-mesh-follow"),
@@ -98,6 +99,11 @@ class Mesh:
             self._post(RelayPost("pending", item.root_id, 0, _encode.encode(item)))
         else:
             self._post(RelayPost("settled", item.session_id, 0, _encode.encode(item)))
+
+    def _recorded(self, activity: Activity) -> None:
+        """An activity this process recorded in the store's change feed: the others' followers read it."""
+        if self.others:
+            self._post(RelayPost("change", "", activity.n, b"{}"))
 
     def waits_elsewhere(self, session_id: str, call_id: str) -> bool:
         return (session_id, call_id) in self.asked
@@ -205,6 +211,8 @@ class Mesh:
             elif row.kind == "settled":
                 settled = _settled.decode(row.body)
                 self.asked.pop((settled.session_id, settled.call_id), None)
+            elif row.kind == "change":
+                manager.activity.poke()
             elif row.kind == "answer":
                 call_id, answer = msgspec.json.decode(row.body, type=tuple[str, Answer])
                 manager.answer_here(row.session_id, call_id, answer)

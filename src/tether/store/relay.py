@@ -36,10 +36,11 @@ from ..errors import StoreClosed
 from ..ids import new_id
 from .faults import store_fault
 
-Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause", "hello"]
+Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause", "hello", "change"]
 """What a row carries: a run's event; an approval request that waits, or no longer does; an answer to one;
 a cancel or a pause for the run of the session; a peer that joined (so that the others post to it at once,
-not from their next heartbeat on)."""
+not from their next heartbeat on); a change recorded in the store's change feed (its id: the others'
+`/events` followers read it from the store)."""
 
 KEEP = 120.0
 """Seconds a row is kept for readers that fell behind."""
