@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx2 as httpx
 from _common import BenchError, Report, Target, percentile, scratch_dir
-from server import HERE, EVENT_SPAN, LIVE_OFFSET, Stream, child_env, host_port, load, start_process, tether_number
+
+from server import EVENT_SPAN, HERE, LIVE_OFFSET, Stream, child_env, host_port, load, start_process, tether_number
 
 TARGETS = (Target("cross_node_p99_ms", "<=", 100),)
 WORK = "steps=10 size=200"

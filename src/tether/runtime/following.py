@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from ..errors import TetherError
-from ..events import Done, Error, Event, RunStarted
+from ..events import Done, Error, Event, RunStarted, event_number
 from .journal import replay_events
 from .manager_base import ManagerBase, _Session, _Subscriber
 
@@ -138,11 +138,16 @@ class Following(ManagerBase):
                     last_seq = (await self.store.get_session(entry.session_id)).last_seq
                 except TetherError:
                     return  # deleted (its subscribers end with the deletion) or the store is closing
+                changed = seen is not None and last_seq > seen and not self._runs_here(entry)
                 mesh = self.mesh
-                relayed = mesh is not None and (
-                    mesh.relays(entry.session_id) or await mesh.claimed_elsewhere(entry.session_id)
-                )
-                if seen is not None and last_seq > seen and not self._runs_here(entry) and not relayed:
+                if changed and mesh is not None:
+                    # a run of another process over the store: what it posted to the relay comes first, in
+                    # order, live events too; the journal is read only for what the relay did not bring
+                    # (a process with no relay: `tether run`), never ahead of it
+                    await mesh.sync()
+                    relayed = mesh.relays(entry.session_id) or await mesh.claimed_elsewhere(entry.session_id)
+                    changed = not relayed and entry.last_n < event_number(last_seq, 0)
+                if changed:
                     for subscriber in list(entry.subscribers):
                         subscriber.read_journal()
                 seen = last_seq

@@ -61,16 +61,19 @@ class Mesh:
         self._flusher: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._last = 0
+        """The id of the last relay row read."""
+        self._reading = asyncio.Lock()
 
     async def start(self) -> None:
         await self.relay.join()
         self.others = {p.peer for p in await self.relay.heartbeat()}
-        last = await self.relay.last_id()
+        self._last = await self.relay.last_id()
         await self.relay.post([RelayPost("hello", "", 0, b"{}")])
         self.manager.activity.on_publish = self._recorded
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._follow(last), name="tether-mesh-follow"),
+            loop.create_task(self._follow(), name="tether-mesh-follow"),
             loop.create_task(self._beat(), name="tether-mesh-heartbeat"),
         ]
 
@@ -176,22 +179,29 @@ class Mesh:
 
     # --- in ----------------------------------------------------------------------------------------
 
-    async def _follow(self, last: int) -> None:
+    async def _follow(self) -> None:
         while not self._closing:
             await self.relay.wait(POLL)
             try:
-                while True:
-                    rows = await self.relay.rows_after(last)
-                    for row in rows:
-                        last = row.id
-                        if row.origin != self.relay.peer:
-                            self.others.add(row.origin)  # it lives: it just wrote
-                            self._receive(row)
-                    if len(rows) < 1000:
-                        break
+                await self.sync()
             except TetherError:
                 log.warning("could not read the relay", exc_info=True)
                 await asyncio.sleep(POLL)
+
+    async def sync(self) -> None:
+        """Read what the relay holds now and hand it on (the follower calls this when woken; the manager
+        before it reads a journal that another process changed: what that process posted first comes
+        first)."""
+        async with self._reading:
+            while True:
+                rows = await self.relay.rows_after(self._last)
+                for row in rows:
+                    self._last = row.id
+                    if row.origin != self.relay.peer:
+                        self.others.add(row.origin)  # it lives: it just wrote
+                        self._receive(row)
+                if len(rows) < 1000:
+                    return
 
     def _receive(self, row: RelayRow) -> None:
         manager = self.manager
