@@ -29,6 +29,8 @@ from tether.store.relay import SqliteRelay, relay_path
 from tether.tools.base import ToolRegistry, function_tool
 
 GATE: dict[str, asyncio.Event] = {}
+GATE_NAME = ["cancel"]
+"""The gate the `holds` model's call waits at."""
 
 
 @function_tool
@@ -134,13 +136,14 @@ async def test_an_approval_a_run_waits_on_is_listed_and_answered_in_the_other_ma
 
 def holds(request: ModelRequest) -> Message | str:
     if request.messages[-1].role == "user":
-        return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="hold", arguments={"name": "cancel"})])
+        return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="hold", arguments={"name": GATE_NAME[0]})])
     return "held"
 
 
 @pytest.mark.parametrize("pair", [holds], indirect=True)
 async def test_a_cancel_in_the_other_manager_stops_the_run_at_once(pair: Pair) -> None:
     GATE["cancel"] = asyncio.Event()
+    GATE_NAME[0] = "cancel"
     run = await pair.a.start(None, "hold on")
     while await pair.b.status(run.session_id) != "busy_elsewhere":
         await asyncio.sleep(0.01)
@@ -193,3 +196,25 @@ async def test_a_prompt_that_comes_as_a_run_gives_its_claim_back_still_runs(pair
     for i in range(5):  # each prompt as the one before ends, when its worker gives its claim back
         handle = await pair.a.start(first.session_id, f"again {i}")
         assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+
+
+@pytest.mark.parametrize("pair", [holds], indirect=True)
+async def test_a_prompt_to_a_session_another_manager_runs_waits_for_its_run(pair: Pair) -> None:
+    """Not refused (as a session held by a process outside the service is), nor dropped: it waits for the
+    lease of the run in the other manager, then runs."""
+    GATE["queued"] = asyncio.Event()
+    GATE_NAME[0] = "queued"
+    first = await pair.a.start(None, "hold on")
+    sid = first.session_id
+    while await pair.b.status(sid) != "busy_elsewhere":
+        await asyncio.sleep(0.01)
+    assert pair.b.mesh is not None and await pair.b.mesh.claimed_elsewhere(sid)  # type: ignore[attr-defined]
+    second = await pair.b.start(sid, "and then this")
+    assert second.queued
+    await asyncio.sleep(0.3)
+    assert not second.finished  # waits while A's run holds the session
+    GATE["queued"].set()
+    assert isinstance(await asyncio.wait_for(first.result(), 10), Done)
+    assert isinstance(await asyncio.wait_for(second.result(), 20), Done)
+    texts = [e.body.text for e in await pair.b.store.read(sid) if isinstance(e.body, Message) and e.body.role == "user"]
+    assert texts == ["hold on", "and then this"]
