@@ -27,12 +27,13 @@ import socket
 import sqlite3
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from ..errors import StoreClosed
+from ..errors import TetherError
 from ..ids import new_id
 from .faults import store_fault
 
@@ -219,6 +220,7 @@ class SqliteRelay:
         self._transport: asyncio.DatagramTransport | None = None
         self._wake_name = ""
         self._sender: socket.socket | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-relay")
         self._others: list[str] = []
         """The wake addresses of the other live peers of this host (refreshed by `heartbeat`)."""
 
@@ -237,7 +239,9 @@ class SqliteRelay:
             self._conn = conn
         return self._conn
 
-    def _write(self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()) -> int:
+    def _write_now(
+        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+    ) -> int:
         try:
             conn = self.conn
             conn.execute("BEGIN IMMEDIATE")
@@ -251,11 +255,21 @@ class SqliteRelay:
         except sqlite3.Error as e:
             raise store_fault(e, self.path, "write to") from e
 
-    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    def _read_now(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.Error as e:
             raise store_fault(e, self.path, "read") from e
+
+    async def _write(
+        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+    ) -> int:
+        """A write in the relay's own thread: another worker holding the file's lock for a moment (SQLite
+        waits for it, sleeping) never stalls this process's event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._write_now, sql, rows, params)
+
+    async def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._read_now, sql, params)
 
     # --- peers -------------------------------------------------------------------------------------
 
@@ -276,14 +290,14 @@ class SqliteRelay:
 
     async def heartbeat(self) -> list[Peer]:
         now = time.time()
-        self._write(
+        await self._write(
             "INSERT INTO peers(peer, host, pid, wake, seen) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(peer) DO UPDATE SET seen = excluded.seen",
             params=(self.peer, self.host, os.getpid(), self._wake_name, now),
         )
         peers = [
             Peer(peer=str(p), host=str(h), pid=int(i), wake=str(w), seen=float(s))
-            for p, h, i, w, s in self._read(
+            for p, h, i, w, s in await self._read(
                 "SELECT peer, host, pid, wake, seen FROM peers WHERE peer != ?", (self.peer,)
             )
         ]
@@ -297,7 +311,7 @@ class SqliteRelay:
         if not rows:
             return
         now = time.time()
-        self._write(
+        await self._write(
             "INSERT INTO relay(at, origin, kind, session_id, n, body) VALUES (?, ?, ?, ?, ?, ?)",
             [(now, self.peer, r.kind, r.session_id, r.n, r.body) for r in rows],
         )
@@ -309,14 +323,14 @@ class SqliteRelay:
     async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
         return [
             RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))
-            for i, o, k, s, n, b in self._read(
+            for i, o, k, s, n, b in await self._read(
                 "SELECT id, origin, kind, session_id, n, body FROM relay WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit),
             )
         ]
 
     async def last_id(self) -> int:
-        ((last,),) = self._read("SELECT coalesce(max(id), 0) FROM relay")
+        ((last,),) = await self._read("SELECT coalesce(max(id), 0) FROM relay")
         return int(last)
 
     async def wait(self, timeout: float) -> None:
@@ -327,22 +341,22 @@ class SqliteRelay:
     # --- run claims --------------------------------------------------------------------------------
 
     async def claim_run(self, session_id: str) -> None:
-        self._write(
+        await self._write(
             "INSERT INTO runs(session_id, peer, since) VALUES (?, ?, ?) "
             "ON CONFLICT(session_id) DO UPDATE SET peer = excluded.peer, since = excluded.since",
             params=(session_id, self.peer, time.time()),
         )
 
     async def release_run(self, session_id: str) -> None:
-        self._write("DELETE FROM runs WHERE session_id = ? AND peer = ?", params=(session_id, self.peer))
+        await self._write("DELETE FROM runs WHERE session_id = ? AND peer = ?", params=(session_id, self.peer))
 
     async def claimant(self, session_id: str) -> str | None:
-        rows = self._read("SELECT peer FROM runs WHERE session_id = ?", (session_id,))
+        rows = await self._read("SELECT peer FROM runs WHERE session_id = ?", (session_id,))
         return str(rows[0][0]) if rows else None
 
     async def orphans(self) -> list[Orphan]:
         now = time.time()
-        rows = self._read(
+        rows = await self._read(
             "SELECT r.session_id, r.peer, p.host, p.pid, p.seen FROM runs r LEFT JOIN peers p ON p.peer = r.peer "
             "WHERE r.peer != ?",
             (self.peer,),
@@ -359,31 +373,32 @@ class SqliteRelay:
         return out
 
     async def take_run(self, orphan: Orphan) -> bool:
-        taken = self._write(
+        taken = await self._write(
             "UPDATE runs SET peer = ?, since = ? WHERE session_id = ? AND peer = ?",
             params=(self.peer, time.time(), orphan.session_id, orphan.peer),
         )
         return taken == 1
 
     async def prune(self, before: float) -> int:
-        gone = self._write("DELETE FROM relay WHERE at < ?", params=(before,))
+        gone = await self._write("DELETE FROM relay WHERE at < ?", params=(before,))
         now = time.time()
-        for p, h, i, s in self._read("SELECT peer, host, pid, seen FROM peers WHERE peer != ?", (self.peer,)):
+        for p, h, i, s in await self._read("SELECT peer, host, pid, seen FROM peers WHERE peer != ?", (self.peer,)):
             if peer_dead(Peer(peer=str(p), host=str(h), pid=int(i), wake="", seen=float(s)), now, self.host):
                 # its claims stay: with no peer row they are orphans (`orphans`)
-                self._write("DELETE FROM peers WHERE peer = ?", params=(str(p),))
+                await self._write("DELETE FROM peers WHERE peer = ?", params=(str(p),))
         return gone
 
     async def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error, StoreClosed):
+        with contextlib.suppress(TetherError, RuntimeError):
             if self._conn is not None:
-                self._write("DELETE FROM peers WHERE peer = ?", params=(self.peer,))
+                await self._write("DELETE FROM peers WHERE peer = ?", params=(self.peer,))
         if self._transport is not None:
             self._transport.close()
             self._transport = None
         if self._sender is not None:
             self._sender.close()
             self._sender = None
+        self._thread.shutdown(wait=True)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
