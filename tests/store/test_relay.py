@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.store.relay import Orphan, Relay, RelayPost, SqliteRelay, open_relay, relay_path
+from tether.store import open_relay
+from tether.store.relay import Orphan, Relay, RelayPost, SqliteRelay, relay_path
 from tether.store.sqlite import SqliteStore
 
 

@@ -23,8 +23,7 @@ from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
 from ..runtime.mesh import Mesh
 from ..runtime.sharing import SHARE_PATH
-from ..store import Store, open_store
-from ..store.relay import open_relay
+from ..store import Store, open_relay, open_store
 from .errors import error_body, tether_error_body
 from .guard import Guard
 from .openapi import Routes, build_openapi

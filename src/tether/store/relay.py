@@ -402,17 +402,3 @@ class SqliteRelay:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def open_relay(store: object) -> Relay | None:
-    """The relay of `store`'s backend: a SQLite file's side file, a PostgreSQL database's tables; None for a
-    store no other process can reach (memory)."""
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path and path != ":memory:" and type(store).__name__ == "SqliteStore":
-        return SqliteRelay(relay_path(path))
-    url = getattr(store, "url", None) or getattr(store, "dsn", None)
-    if isinstance(url, str) and url.startswith(("postgresql:", "postgres:")):
-        from .pgrelay import PgRelay
-
-        return PgRelay(url)
-    return None
