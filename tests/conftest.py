@@ -26,7 +26,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 def make_store(kind: str, path: Path, request: pytest.FixtureRequest | None = None) -> Store:
-    """A store of `kind`; PostgreSQL's is a fresh database of the test's own (the `postgres_url` fixture)."""
+    """A store of `kind`; PostgreSQL's is on an empty database with tether's schema (`postgres_store_url`)."""
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
@@ -34,7 +34,7 @@ def make_store(kind: str, path: Path, request: pytest.FixtureRequest | None = No
     if kind == "postgres" and request is not None:
         from tether.store.postgres import PostgresStore
 
-        return PostgresStore(request.getfixturevalue("postgres_url"))
+        return PostgresStore(request.getfixturevalue("postgres_store_url"))
     raise ValueError(kind)
 
 
@@ -145,15 +145,15 @@ create databases (each test gets a database of its own there, dropped after it).
 own cluster with the initdb/pg_ctl of Debian's `postgresql` package (/usr/lib/postgresql/*/bin)."""
 
 
-def _postgres_bin() -> Path:
+def _postgres_bin(debian: Path = Path("/usr/lib/postgresql"), path: str | None = None) -> Path:
     """The folder with initdb, pg_ctl and postgres: PATH first, then Debian's versioned folders (newest)."""
     import shutil
 
-    on_path = shutil.which("pg_ctl")
-    if on_path and shutil.which("initdb"):
+    on_path = shutil.which("pg_ctl", path=path)
+    if on_path and shutil.which("initdb", path=path):
         return Path(on_path).parent
     found = sorted(
-        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if (p.parent / "pg_ctl").is_file()),
+        (p.parent for p in debian.glob("*/bin/initdb") if (p.parent / "pg_ctl").is_file()),
         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
     )
     if not found:
@@ -275,3 +275,45 @@ def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> Iterat
     finally:
         with psycopg.connect(postgres_server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def _postgres_tether_db(postgres_server: str) -> str:
+    """One database of this test session with tether's schema (made by opening a store on it once)."""
+    import uuid
+
+    import psycopg
+
+    from tether.store.postgres import PostgresStore
+
+    name = f"tether_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = _with_database(postgres_server, name)
+    PostgresStore(url)  # migrates; its pool is never opened, nothing to close
+    return url
+
+
+@pytest.fixture
+def postgres_store_url(_postgres_tether_db: str) -> str:
+    """A `postgresql://` URL of a database with tether's schema and no rows: the session's one, emptied before
+    each test (every table but the schema's version truncated; a connection left over by an earlier test is
+    ended first). Much faster than a database per test (CREATE DATABASE takes ~0.3 s here), for the hundreds of
+    tests the `store` fixture runs."""
+    import psycopg
+
+    with psycopg.connect(_postgres_tether_db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()"
+                " AND tablename <> 'tether_schema'"
+            ).fetchall()
+        ]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
+    return _postgres_tether_db

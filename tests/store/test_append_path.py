@@ -1,7 +1,7 @@
 """The SQLite append path's upkeep: the background checkpointer keeps the WAL bounded while a writer appends
 back to back (the WAL is started over, not grown), and a fork's counters are those of the entries it holds
 whichever way they are found (copied from a whole source, read from a short head, or the source's less a
-short tail). No timings are asserted."""
+short tail: on every backend, through the `store` fixture). No timings are asserted."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tether.messages import EntryBody, Marker, Message, TextPart, Usage
-from tether.store import SqliteStore
+from tether.store import SqliteStore, Store
 from tether.store import sqlite as sqlite_module
 from tether.store.bookkeeping import message_counters
 
@@ -134,18 +134,18 @@ async def test_the_locked_checkpoint_only_follows_little_written_beside_the_firs
 
 
 @pytest.mark.parametrize("split", [False, True])
-async def test_fork_counters_at_every_position(sqlite_store: SqliteStore, split: bool) -> None:
+async def test_fork_counters_at_every_position(store: Store, split: bool) -> None:
     bodies = history(23)
-    sid = (await sqlite_store.create_session()).id
+    sid = (await store.create_session()).id
     if split:
-        await sqlite_store.append(sid, bodies[:7])
+        await store.append(sid, bodies[:7])
         for body in bodies[7:]:
-            await sqlite_store.append(sid, [body])
+            await store.append(sid, [body])
     else:
-        await sqlite_store.append(sid, bodies)
-    src = await sqlite_store.get_session(sid)
+        await store.append(sid, bodies)
+    src = await store.get_session(sid)
     for at in range(len(bodies) + 1):
-        fork = await sqlite_store.fork(sid, at)
+        fork = await store.fork(sid, at)
         messages, t_in, t_out, cost = message_counters(bodies[:at])
         assert (fork.entry_count, fork.message_count, fork.input_tokens, fork.output_tokens, fork.cost) == (
             at,
@@ -154,9 +154,9 @@ async def test_fork_counters_at_every_position(sqlite_store: SqliteStore, split:
             t_out,
             cost,
         ), at
-        assert [e.body for e in await sqlite_store.read(fork.id)] == bodies[:at]
-        assert await sqlite_store.get_session(fork.id) == fork
-    assert await sqlite_store.get_session(sid) == src
+        assert [e.body for e in await store.read(fork.id)] == bodies[:at]
+        assert await store.get_session(fork.id) == fork
+    assert await store.get_session(sid) == src
 
 
 async def test_a_whole_fork_has_the_source_counters_even_past_a_damaged_entry(tmp_path: Path) -> None:
@@ -178,9 +178,9 @@ async def test_a_whole_fork_has_the_source_counters_even_past_a_damaged_entry(tm
         assert [e.seq for e in await store.read(fork.id)] == [1, 3, 4]  # the damaged row was copied too
 
 
-async def test_a_fork_is_indexed_for_search(sqlite_store: SqliteStore) -> None:
-    sid = (await sqlite_store.create_session()).id
-    await sqlite_store.append(sid, [Message.user("the zebra question"), reply(2)])
-    whole = await sqlite_store.fork(sid)
-    hits = await sqlite_store.search("zebra")
+async def test_a_fork_is_indexed_for_search(store: Store) -> None:
+    sid = (await store.create_session()).id
+    await store.append(sid, [Message.user("the zebra question"), reply(2)])
+    whole = await store.fork(sid)
+    hits = await store.search("zebra")
     assert {(h.session_id, h.seq) for h in hits} == {(sid, 1), (whole.id, 1)}

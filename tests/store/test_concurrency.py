@@ -1,4 +1,4 @@
-"""Many processes, one SQLite file: four writers append to sessions of their own while two race each other
+"""Many processes, one SQLite file or one PostgreSQL database: four writers append to sessions of their own while two race each other
 on one shared session, stating the seq they expect. Nothing may be lost or duplicated, no "database is
 locked" may escape, and the races must surface as `SeqConflict`, never as interleaved or missing entries."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from tether.ids import new_session_id
 from tether.messages import Entry, Message
-from tether.store import SqliteStore
+from tether.store import Store, open_store
 
 WORKERS = Path(__file__).with_name("workers.py")
 OWN_WRITERS = 4
@@ -21,7 +21,7 @@ OWN_BATCHES = 250
 SHARED_BATCHES = 200
 
 
-def start(db: Path, sid: str, tag: str, count: int, mode: str) -> subprocess.Popen[str]:
+def start(db: Path | str, sid: str, tag: str, count: int, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(WORKERS), "concurrent", str(db), sid, tag, str(count), mode],
         stdin=subprocess.PIPE,
@@ -35,9 +35,16 @@ def texts_of(entries: list[Entry]) -> list[str]:
     return [e.body.text if isinstance(e.body, Message) else f"<{e.kind}>" for e in entries]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Not made yet (a SQLite file) or empty (a PostgreSQL database): the six processes also race to make the
+    schema."""
+    return tmp_path / "shared.db" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.mark.slow
-async def test_six_processes_on_one_file(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"  # not created yet: the six processes also race to create the schema
+async def test_six_processes_on_one_store(shared_db: Path | str) -> None:
+    db = shared_db
     own = {f"own{i}": new_session_id() for i in range(OWN_WRITERS)}
     shared_sid = new_session_id()
     procs = {tag: start(db, sid, tag, OWN_BATCHES, "own") for tag, sid in own.items()}
@@ -56,7 +63,8 @@ async def test_six_processes_on_one_file(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         reports[tag] = json.loads(out.strip().splitlines()[-1])
 
-    async with SqliteStore(db) as store:
+    store: Store
+    async with open_store(str(db)) as store:
         listed = (await store.list_sessions(limit=100)).items
         assert {s.id for s in listed} == {*own.values(), shared_sid}
 

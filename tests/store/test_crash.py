@@ -21,7 +21,7 @@ import pytest
 
 from tether.errors import CorruptEntry
 from tether.messages import Message
-from tether.store import SqliteStore
+from tether.store import Store, open_store
 from tether.store.bookkeeping import title_candidate
 from tether.store.records import SessionInfo
 
@@ -63,7 +63,7 @@ class Acks:
 class Writer:
     """One crash writer and a thread that reads its pipe until the pipe closes."""
 
-    def __init__(self, db: Path, durability: str, seed: int) -> None:
+    def __init__(self, db: Path | str, durability: str, seed: int) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKERS), "crash", str(db), durability, str(seed)],
             stdout=subprocess.PIPE,
@@ -95,10 +95,11 @@ class Writer:
         return self.lines
 
 
-async def verify(db: Path, acks: Acks) -> int:
+async def verify(db: Path | str, acks: Acks) -> int:
     """Open the store as a fresh process would after the crash and check everything in it."""
     corrupt: list[CorruptEntry] = []
-    async with SqliteStore(db, on_corrupt=corrupt.append) as store:
+    store: Store
+    async with open_store(str(db), on_corrupt=corrupt.append) as store:
         listed: list[SessionInfo] = []
         cursor = None
         while True:
@@ -132,6 +133,8 @@ async def verify(db: Path, acks: Acks) -> int:
             assert info.title == title_candidate([e.body for e in entries])
             total += len(entries)
         assert corrupt == []
+    if not isinstance(db, Path):
+        return total  # PostgreSQL checks its own pages; nothing of the killed client can damage them
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -140,9 +143,15 @@ async def verify(db: Path, acks: Acks) -> int:
     return total
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def crash_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where the writers write: a SQLite file, or an empty PostgreSQL database (its schema not made yet)."""
+    return tmp_path / "crash.db" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.mark.slow
-async def test_sigkill_at_random_moments_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    db = tmp_path / "crash.db"
+async def test_sigkill_at_random_moments_loses_nothing_acknowledged(crash_db: Path | str) -> None:
+    db = crash_db
     rng = random.Random(20240607)
     acks = Acks()
     mid_write_kills = 0

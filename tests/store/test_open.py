@@ -7,9 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tether.errors import InvalidInput
 from tether.store import MemoryStore, SqliteStore, open_store
 
 
@@ -38,7 +35,25 @@ async def test_schemes_map_to_backends(tmp_path: Path) -> None:
         await store.close()
 
 
-@pytest.mark.parametrize("url", ["postgresql://user@db.example/tether", "postgres://db/tether"])
-def test_postgres_is_named_with_its_extra_not_run(url: str) -> None:
-    with pytest.raises(InvalidInput, match=r"tether\[postgres\]"):
-        open_store(url)
+def test_postgres_without_its_extra_names_the_extra() -> None:
+    """psycopg missing (made unimportable in a fresh interpreter): opening a postgresql:// URL says which
+    extra brings it, and nothing else of tether's breaks."""
+    probe = (
+        "import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None\n"
+        "from tether.errors import MissingExtra\n"
+        "from tether.store import open_store\n"
+        "try:\n    open_store('postgresql://user@db.example/tether')\n"
+        "except MissingExtra as e:\n    print('missing', e.extra)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "missing postgres"
+
+
+def test_postgres_urls_open_a_postgres_store(postgres_url: str) -> None:
+    from tether.store.postgres import PostgresStore
+
+    code = f"from tether.store import open_store; open_store({postgres_url!r})"
+    loaded = loaded_after(code)
+    assert "tether.store.postgres" in loaded and "tether.store.sqlite" not in loaded
+    for url in (postgres_url, "postgres" + postgres_url.removeprefix("postgresql")):
+        assert isinstance(open_store(url), PostgresStore)

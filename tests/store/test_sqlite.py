@@ -330,8 +330,6 @@ async def test_open_store_memory() -> None:
     ("url", "match"),
     [
         ("mysql://host/db", "unknown store URL scheme"),
-        ("postgresql://user@host/db", r"postgresql backend is not part of this version.*tether\[postgres\]"),
-        ("postgres://host/db", r"tether\[postgres\]"),
         ("sqlite://host/path.db", "sqlite:///path"),
         ("sqlite:///", "no file path"),
         ("sqlite:", "no file path"),

@@ -1,4 +1,5 @@
-"""Child processes for the crash and concurrency tests, run as `python workers.py <role> ...`.
+"""Child processes for the crash and concurrency tests, run as `python workers.py <role> ...` on a store named
+by a file path (SQLite) or a ``postgresql://`` URL.
 
 Every line a worker writes to stdout is one whole `os.write` (atomic on a pipe), so a parent that kills it
 with SIGKILL reads only lines that were finished: each one an acknowledgement of a committed append. The
@@ -15,7 +16,7 @@ from decimal import Decimal
 
 from tether.errors import InvalidInput, SeqConflict
 from tether.messages import EntryBody, Marker, Message, TextPart, Usage
-from tether.store import SqliteStore
+from tether.store import open_store
 from tether.store.records import Durability
 
 
@@ -38,7 +39,7 @@ def crash_body(sid: str, seq: int, first: int, last: int) -> EntryBody:
 async def crash_writer(db: str, durability: Durability, seed: int) -> None:
     """Append forever to a handful of sessions (sometimes starting a new one), reporting each commit."""
     rng = random.Random(seed)
-    store = SqliteStore(db, durability=durability)
+    store = open_store(db, durability=durability)  # a file path, or a postgresql:// URL
     next_seq: dict[str, int] = {}
     cursor = None
     while True:  # pick up where the previous (killed) writer left off
@@ -66,7 +67,7 @@ async def concurrent_writer(db: str, sid: str, tag: str, count: int, shared: boo
     """Append `count` batches to `sid`. Shared writers race another process for the same session: they
     state the seq they expect and, on `SeqConflict`, re-read the tail and try again."""
     rng = random.Random(tag)
-    store = SqliteStore(db)
+    store = open_store(db)
     emit("ready")
     sys.stdin.readline()  # the start signal: every writer begins at once
     try:

@@ -90,7 +90,8 @@ class TetherGroup(click.Group):
     "store_url",
     envvar="TETHER_STORE",
     metavar="URL",
-    help="Where sessions are kept: sqlite:///path/to.db, a file path, or memory://. "
+    help="Where sessions are kept: sqlite:///path/to.db, a file path, memory://, or "
+    "postgresql://user:password@host:port/database (the postgres extra). "
     "[env: TETHER_STORE; default: tether.db under TETHER_HOME]",
 )
 @click.option("--json", "json_output", is_flag=True, help="Print machine-readable JSON where a command supports it.")

@@ -1,5 +1,5 @@
 """Storage: the store's protocols by role (`protocols`), its records, shared validation, revert semantics,
-the backends (`sqlite`, `memory`; later `postgres`), and `open_store`, which picks a backend from a URL and
+the backends (`sqlite`, `memory`, `postgres`), and `open_store`, which picks a backend from a URL and
 imports only that one."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The schema of a `PostgresStore`, as numbered migrations applied when a store opens (`migrate`).
 
 `tether_schema` holds the version. A store that opens reads it first and, when it is current, takes no
-lock at all; otherwise it takes a transaction-scoped advisory lock (`LOCK_KEY`), reads the version again
-and applies what is missing in that one transaction: two processes (or nodes) that open a fresh database at
+lock at all; otherwise it takes an advisory lock (`LOCK_KEY`), reads the version again and applies what is
+missing in one transaction: two processes (or nodes) that open a fresh database at
 once apply each migration exactly once, the second waiting for the first and then finding nothing to do.
 A database written by a newer tether is refused, never touched.
 
@@ -19,6 +19,10 @@ LOCK_KEY = 0x7465746865720001
 """The advisory lock that serializes migrations (a bigint: "tether" and 1)."""
 AUDIT_LOCK_KEY = 0x7465746865720002
 """The advisory lock of the audit trail's head: writers append one record at a time, keeping one chain."""
+CHANGES_LOCK_KEY = 0x7465746865720003
+"""The advisory lock of the change feed: a change's id is taken and committed under it, so ids commit in
+order (a follower that read id N never later finds a smaller one appear), and `last_change_id` reads the
+sequence under it shared (no id taken but not yet committed)."""
 LEASE_LOCK_SPACE = 0x7465
 """The first key of the advisory locks of leases (the second is a hash of the session id)."""
 
@@ -118,8 +122,23 @@ CREATE TABLE sink_positions (
 );
 """
 
+_V2 = """
+CREATE TABLE event_numbers (
+    session_id text COLLATE "C" PRIMARY KEY,
+    hi bigint NOT NULL
+);
+CREATE TABLE changes (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at double precision NOT NULL,
+    kind text NOT NULL,
+    session_id text COLLATE "C",
+    data text NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
+    (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 
@@ -142,21 +161,28 @@ def migrate(conn: Any, *, known: int = SCHEMA_VERSION) -> tuple[int, int]:
         if version > known:
             raise NewerSchema(version, known)
         return version, version
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-        version = _version(conn)  # again, under the lock: another process may have done it meanwhile
-        if version is None:
-            conn.execute("CREATE TABLE tether_schema (version integer NOT NULL)")
-            conn.execute("INSERT INTO tether_schema (version) VALUES (0)")
-            version = 0
-        if version > known:
-            raise NewerSchema(version, known)
-        before = version
-        for number, sql in MIGRATIONS:
-            if version < number <= known:
-                conn.execute(sql)
-                version = number
-        conn.execute("UPDATE tether_schema SET version = %s", (version,))
+    # A session-level lock taken before the transaction begins: the transaction's first statement then
+    # reads the catalog as it is after whoever held the lock committed (inside a transaction that took the
+    # lock itself, a catalog lookup may still see the tables as they were before).
+    conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+    try:
+        with conn.transaction():
+            version = _version(conn)  # again, under the lock: another process may have done it meanwhile
+            if version is None:
+                conn.execute("CREATE TABLE tether_schema (version integer NOT NULL)")
+                conn.execute("INSERT INTO tether_schema (version) VALUES (0)")
+                version = 0
+            if version > known:
+                raise NewerSchema(version, known)
+            before = version
+            for number, sql in MIGRATIONS:
+                if version < number <= known:
+                    conn.execute(sql)
+                    version = number
+            conn.execute("UPDATE tether_schema SET version = %s", (version,))
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return before, version
 
 

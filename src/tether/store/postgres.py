@@ -17,6 +17,7 @@ there, and jsonb would refuse ``\\u0000``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import select
 import time
@@ -57,6 +58,7 @@ from .records import (
     LEASE_REQUESTS,
     UNSET,
     BackfillProgress,
+    Change,
     CorruptHandler,
     Durability,
     Lease,
@@ -78,11 +80,14 @@ from .searchtext import document, excerpt_of, indexed_text, query_terms, tokens
 from .validate import (
     check_artifact_id,
     check_audit_filters,
+    check_change,
+    check_changes_after,
     check_created_at,
     check_lease,
     check_lease_request,
     check_limit,
     check_new_session,
+    check_reservation,
     check_search_filters,
     check_share,
     check_stream,
@@ -129,7 +134,7 @@ _SESSION_COLS = (
     "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
     "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost_pico, metadata"
 )
-_APPEND_SQL = """
+_APPEND_HEAD = """
 WITH newest AS (SELECT max(updated_at) AS at FROM sessions),
 s AS (
     UPDATE sessions SET
@@ -150,11 +155,23 @@ ins AS (
     INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
         CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-    FROM s, unnest(%(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
-        %(docs)s::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
+"""
+_APPEND_SQL = (
+    _APPEND_HEAD
+    + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+        %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
 )
 SELECT base, at FROM s
 """
+)
+_APPEND_ONE_SQL = (
+    _APPEND_HEAD
+    + """    FROM s, (VALUES (%(kind)s::text, %(payload)s::text, %(time)s::float8, %(role)s::int2, %(doc)s::text, 1))
+        AS t(kind, payload, at, role, doc, ord)
+)
+SELECT base, at FROM s
+"""
+)
 """The append, one statement. The session's `updated_at` moves only when that changes the listing's order
 or a second passed (an index write less on most appends: the row's update stays HOT); when another session
 is newer by a clock a little ahead, it goes just above it (as in `SqliteStore.append`)."""
@@ -163,8 +180,8 @@ _INSERT_ENTRIES_SQL = """
 INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
 SELECT %(sid)s, t.seq, t.kind, t.at, t.payload, t.role,
     CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-FROM unnest(%(seqs)s::int8[], %(kinds)s::text[], %(payloads)s::text[], %(times)s::float8[], %(roles)s::int2[],
-    %(docs)s::text[]) AS t(seq, kind, payload, at, role, doc)
+FROM unnest(%(seqs)b::int8[], %(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
+    %(docs)b::text[]) AS t(seq, kind, payload, at, role, doc)
 """
 _LEASE_COLS = "l.holder, l.pid, l.host, l.since, l.expires_at, l.request"
 _LEASE_SQL = f"SELECT {_LEASE_COLS} FROM sessions s LEFT JOIN leases l ON l.session_id = s.id WHERE s.id = %s"
@@ -222,16 +239,22 @@ def _check_idle(conn: Any) -> Awaitable[None]:
     async def check() -> None:
         if conn.closed:
             raise psycopg.OperationalError("the connection is closed")
-        try:
-            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-        except (OSError, ValueError) as e:
-            raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
-        if readable:
-            conn.pgconn.consume_input()  # the server's goodbye (or EOF), or a notification
-            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        pgconn = conn.pgconn
+        for _ in range(3):
+            try:
+                readable, _, _ = select.select([pgconn.socket], [], [], 0)
+            except (OSError, ValueError) as e:
+                raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
+            if not readable:
+                return
+            # The server's goodbye, then the end of the stream (which stays readable), or a notification:
+            # read what came; a connection that is still readable after that is at its end.
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
                 raise psycopg.OperationalError("the server closed the connection")
-            while conn.pgconn.notifies() is not None:
+            while pgconn.notifies() is not None:
                 pass
+        raise psycopg.OperationalError("the server closed the connection")
 
     return check()
 
@@ -308,10 +331,16 @@ class PostgresStore:
                 "grant the role tether connects as what it needs on that database",
             )
         if isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+            if doing == "open":
+                advice = "check the URL, and that the server is up and reachable from here"
+            else:
+                advice = (
+                    "check that the server is up and reachable; a write that was under way was kept whole or not "
+                    "at all, so read it back before trying it again"
+                )
             return StoreConnectionLost(
                 f"the connection to PostgreSQL at {self.where} failed while tether tried to {doing} it ({text})",
-                "check that the server is up and reachable; a write that was under way was kept whole or not at "
-                "all, so read it back before trying it again",
+                advice,
             )
         return StoreUnavailable(f"PostgreSQL at {self.where} failed to {doing} it: {text}")
 
@@ -367,8 +396,13 @@ class PostgresStore:
         write commits or fails on its own), as SqliteStore's writes do."""
         task = asyncio.ensure_future(self._run(fn, doing))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._settled)
         return await asyncio.shield(task)
+
+    def _settled(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that stopped waiting has no one else to raise it to
 
     async def _tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
         """`fn(connection)` in one transaction (committed when it returns, rolled back when it raises)."""
@@ -388,10 +422,11 @@ class PostgresStore:
     async def close(self) -> None:
         if self._closed:
             return
-        if self._tasks:  # writes still under way finish first
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        self._closed = True
         running = asyncio.get_running_loop()
+        under_way = [t for t in self._tasks if t.get_loop() is running]
+        if under_way:  # writes still under way finish first
+            await asyncio.gather(*under_way, return_exceptions=True)
+        self._closed = True
         for loop, pool in list(self._pools.items()):
             if loop is running:
                 await pool.close()
@@ -527,6 +562,8 @@ class PostgresStore:
 
         async def tx(conn: Any) -> list[str]:
             ids = await self._delete_tree(conn, session_id)
+            # not in _delete_tree: a replaced session keeps its numbers reserved
+            await conn.execute("DELETE FROM event_numbers WHERE session_id = ANY(%s)", (ids,))
             await self._audit(conn, _deleted(session_id, ids))
             return ids
 
@@ -605,16 +642,19 @@ class PostgresStore:
             "title_mode": title_mode,
             "title": _esc(title or None),
             "expect": expect_seq,
-            "kinds": kinds,
-            "payloads": payloads,
-            "times": times if times is not None else [None] * n,
-            "roles": roles,
-            "docs": docs,
         }
+        if n == 1:  # the common case, with no arrays to build: a third less time on the client
+            sql = _APPEND_ONE_SQL
+            params.update(kind=kinds[0], payload=payloads[0], time=times[0] if times else None)
+            params.update(role=roles[0], doc=docs[0])
+        else:
+            sql = _APPEND_SQL
+            params.update(kinds=kinds, payloads=payloads, times=times if times is not None else [None] * n)
+            params.update(roles=roles, docs=docs)
 
         async def statement(conn: Any) -> tuple[int, float]:
             params["now"] = time.time()
-            row = await (await conn.execute(_APPEND_SQL, params)).fetchone()
+            row = await (await conn.execute(sql, params)).fetchone()
             if row is None:  # no such session, or another writer moved it past expect_seq: nothing written
                 at = await (await conn.execute(_POSITION_SQL, (session_id,))).fetchone()
                 if at is None:
@@ -1281,12 +1321,72 @@ class PostgresStore:
         async def go(conn: Any) -> None:
             await conn.execute(
                 "INSERT INTO sink_positions (sink, session_id, seq) SELECT %s, t.sid, t.seq"
-                " FROM unnest(%s::text[], %s::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
+                " FROM unnest(%b::text[], %b::int8[]) AS t(sid, seq) ON CONFLICT (sink, session_id)"
                 " DO UPDATE SET seq = greatest(sink_positions.seq, excluded.seq)",
                 (_esc(sink), sids, [positions[s] for s in sids]),
             )
 
         await self._write(go, "save sink positions in")
+
+    # --- event numbers and the change feed --------------------------------------------------------------------
+
+    async def reserve_numbers(self, session_id: str, floor: int, count: int) -> int:
+        check_reservation(session_id, floor, count)
+
+        async def go(conn: Any) -> int:
+            cur = await conn.execute(
+                "INSERT INTO event_numbers AS n (session_id, hi) VALUES (%(sid)s, %(floor)s + %(count)s)"
+                " ON CONFLICT (session_id) DO UPDATE SET hi = greatest(n.hi, %(floor)s) + %(count)s"
+                " RETURNING n.hi - %(count)s + 1",
+                {"sid": session_id, "floor": floor, "count": count},
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        return await self._write(go, "reserve event numbers in")
+
+    async def append_change(
+        self, kind: str, *, session_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> Change:
+        body = check_change(kind, session_id, {} if data is None else data)
+        at = time.time()
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.CHANGES_LOCK_KEY,))
+            cur = await conn.execute(
+                "INSERT INTO changes (at, kind, session_id, data) VALUES (%s, %s, %s, %s) RETURNING id",
+                (at, kind, session_id, body.decode()),
+            )
+            row = await cur.fetchone()
+            return int(row[0])
+
+        change_id = await self._tx(tx, "record a change in")
+        return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
+
+    async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
+        check_changes_after(after, limit)
+        rows = await self._read(
+            "SELECT id, at, kind, session_id, data FROM changes WHERE id > %s ORDER BY id LIMIT %s", (after, limit)
+        )
+        return [
+            Change(id=int(r[0]), at=float(r[1]), kind=str(r[2]), session_id=r[3], data=json.loads(r[4])) for r in rows
+        ]
+
+    async def last_change_id(self) -> int:
+        """The last id the sequence gave, read once no change is being recorded (so a deleted last row still
+        counts, and an id taken by a change not yet committed is never said)."""
+
+        async def tx(conn: Any) -> int:
+            await conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (pgschema.CHANGES_LOCK_KEY,))
+            cur = await conn.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM changes_id_seq")
+            row = await cur.fetchone()
+            return int(row[0])
+
+        async def go(conn: Any) -> int:
+            async with conn.transaction():
+                return await tx(conn)
+
+        return await self._run(go, "read the change feed of")
 
 
 def _tsquery(terms: Sequence[Any]) -> str | None:
@@ -1307,8 +1407,6 @@ def _share(row: Sequence[Any]) -> Share:
 
 
 def _audit_record(row: Sequence[Any]) -> AuditRecord:
-    import json
-
     try:
         detail = json.loads(row[6])
     except ValueError:

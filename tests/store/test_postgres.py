@@ -1,0 +1,360 @@
+"""What only `PostgresStore` has (the conformance suite runs everything else on it through the `store`
+fixture): its schema migrations under concurrent opens, its errors when the server is away or a connection
+is cut mid-operation, and the pool's recovery. A real PostgreSQL, started by the tests (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreConnectionLost, StoreUnavailable
+from tether.messages import Entry, Message, Revert
+from tether.store import open_store
+from tether.store.pgschema import SCHEMA_VERSION
+from tether.store.postgres import PostgresStore
+
+OPENERS = 6
+
+
+def _version(url: str) -> list[tuple[int]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT version FROM tether_schema").fetchall()
+
+
+def test_a_fresh_database_is_migrated_once_by_processes_that_open_it_at_once(postgres_url: str) -> None:
+    """Six processes open the same empty database at the same moment (a barrier on a pipe): every one opens,
+    the schema is made once (a second run of its CREATEs would fail), and its version is this tether's."""
+    probe = (
+        "import sys; from tether.store.postgres import PostgresStore\n"
+        "sys.stdin.readline()\n"
+        f"PostgresStore({postgres_url!r}); print('opened')\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(OPENERS)
+    ]
+    time.sleep(1.0)  # every interpreter started and waiting
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [p.returncode for p in procs] == [0] * OPENERS, outs
+    assert [o.strip() for o, _ in outs] == ["opened"] * OPENERS
+    assert _version(postgres_url) == [(SCHEMA_VERSION,)]
+
+
+async def test_opening_again_changes_nothing_and_the_data_stays(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as store:
+        info = await store.create_session(title="kept")
+        await store.append(info.id, [Message.user("hello")])
+    async with PostgresStore(postgres_url) as again:
+        assert (await again.get_session(info.id)).title == "kept"
+        assert [e.seq for e in await again.read(info.id)] == [1]
+    assert _version(postgres_url) == [(SCHEMA_VERSION,)]
+
+
+def test_a_database_of_a_newer_tether_is_refused_untouched(postgres_url: str) -> None:
+    PostgresStore(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE tether_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreUnavailable, match="newer tether") as caught:
+        PostgresStore(postgres_url)
+    assert "upgrade tether" in str(caught.value)
+    assert _version(postgres_url) == [(SCHEMA_VERSION + 1,)]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens there once the socket is closed
+
+
+def test_a_server_that_does_not_answer_is_a_typed_error_naming_it() -> None:
+    port = _closed_port()
+    url = f"postgresql://tether:secret-password@127.0.0.1:{port}/sessions"
+    with pytest.raises(StoreConnectionLost) as caught:
+        open_store(url)
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}/sessions" in message and "secret-password" not in message
+    assert isinstance(caught.value, StoreUnavailable)
+
+
+def test_bad_pool_sizes_are_refused(postgres_url: str) -> None:
+    with pytest.raises(InvalidInput, match="min_size"):
+        PostgresStore(postgres_url, min_size=3, max_size=2)
+
+
+def _terminate(admin_url: str, database_url: str, *, keep: int | None = None) -> int:
+    """End every backend connected to `database_url`'s database (but `keep`), waiting until each is gone."""
+    name = database_url.rsplit("/", 1)[1]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+            (name, keep if keep is not None else -1),
+        ).fetchall()
+    return len(rows)
+
+
+async def test_the_pool_recovers_when_the_server_ends_its_connections(postgres_url: str, postgres_server: str) -> None:
+    """A server restart or an administrator ends every connection while the pool holds them idle: the next
+    operations do not fail, the pool drops the dead connections before it hands them out."""
+    async with PostgresStore(postgres_url, min_size=3, max_size=3) as store:
+        info = await store.create_session()
+        await asyncio.gather(*(store.get_session(info.id) for _ in range(6)))  # every connection used once
+        for round_ in range(3):
+            assert _terminate(postgres_server, postgres_url) >= 1
+            entries = await store.append(info.id, [Message.user(f"after kill {round_}")])
+            assert entries[0].seq == round_ + 1
+            assert (await store.get_session(info.id)).entry_count == round_ + 1
+
+
+async def test_a_connection_lost_mid_append_is_typed_and_writes_nothing(
+    postgres_url: str, postgres_server: str
+) -> None:
+    """An append waits on the session's row (another transaction holds it); its backend is ended under it:
+    the append raises `StoreConnectionLost`, none of its three entries is there, the counters did not move,
+    and the store's next append, on another connection, goes on at the next seq."""
+    async with PostgresStore(postgres_url) as store:
+        info = await store.create_session()
+        await store.append(info.id, [Message.user("before")])
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (info.id,))
+            blocked = asyncio.ensure_future(
+                store.append(info.id, [Message.user(f"lost {i}") for i in range(3)], expect_seq=2)
+            )
+            name = postgres_url.rsplit("/", 1)[1]
+            with psycopg.connect(postgres_server, autocommit=True) as admin:
+                for _ in range(200):  # until the append is waiting for the row lock
+                    waiting = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'", (name,)
+                    ).fetchall()
+                    if waiting:
+                        break
+                    await asyncio.sleep(0.02)
+                assert waiting, "the append never waited for the lock"
+                admin.execute("SELECT pg_terminate_backend(%s, 5000)", (waiting[0][0],))
+            with pytest.raises(StoreConnectionLost, match="kept whole or not at all"):
+                await blocked
+            holder.rollback()
+        got = await store.get_session(info.id)
+        assert (got.entry_count, got.message_count) == (1, 1)
+        assert [e.body for e in await store.read(info.id)] == [Message.user("before")]
+        after = await store.append(info.id, [Message.user("next")], expect_seq=2)
+        assert [e.seq for e in after] == [2]
+
+
+async def test_appends_under_repeated_kills_keep_every_acknowledged_batch_whole(
+    postgres_url: str, postgres_server: str
+) -> None:
+    """Four writers append batches of three while every backend of the database is ended again and again:
+    each append is acknowledged or raises `StoreConnectionLost`, never anything else; afterwards every
+    acknowledged batch is there, every batch is whole (never one or two of its three), seqs are dense and
+    the counters match the entries."""
+    async with PostgresStore(postgres_url, max_size=4) as store:
+        sessions = [(await store.create_session()).id for _ in range(4)]
+        acked: dict[str, set[str]] = {sid: set() for sid in sessions}
+        lost = 0
+        stop = asyncio.Event()
+
+        async def writer(sid: str) -> None:
+            nonlocal lost
+            i = 0
+            while not stop.is_set():
+                tag = f"{sid}-{i}"
+                try:
+                    await store.append(sid, [Message.user(f"{tag}/{j}") for j in range(3)])
+                    acked[sid].add(tag)
+                except StoreConnectionLost:
+                    lost += 1
+                i += 1
+
+        tasks = [asyncio.ensure_future(writer(sid)) for sid in sessions]
+        killed = 0
+        for _ in range(10):
+            await asyncio.sleep(0.15)
+            killed += await asyncio.to_thread(_terminate, postgres_server, postgres_url)
+        stop.set()
+        await asyncio.gather(*tasks)
+        assert killed >= 10
+        for sid in sessions:
+            entries = await store.read(sid)
+            info = await store.get_session(sid)
+            assert [e.seq for e in entries] == list(range(1, info.entry_count + 1))
+            assert info.message_count == info.entry_count
+            tags: dict[str, list[int]] = {}
+            for e in entries:
+                tag, part = e.body.text.rsplit("/", 1)
+                tags.setdefault(tag, []).append(int(part))
+            assert all(parts == [0, 1, 2] for parts in tags.values()), "a batch was half written"
+            assert acked[sid] <= set(tags), "an acknowledged batch is missing"
+        print(f"{killed} backends ended, {lost} appends lost their connection, {sum(map(len, acked.values()))} acked")
+
+
+async def test_a_cancelled_append_still_commits_whole(postgres_url: str) -> None:
+    """As on SQLite: a write runs to its end when the task awaiting it is cancelled (the caller stops
+    waiting; the entries are written, or not, whole)."""
+    async with PostgresStore(postgres_url) as store:
+        info = await store.create_session()
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (info.id,))
+            task = asyncio.ensure_future(store.append(info.id, [Message.user("a"), Message.user("b")]))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            holder.rollback()
+        for _ in range(100):
+            if (await store.get_session(info.id)).entry_count:
+                break
+            await asyncio.sleep(0.02)
+        assert [e.body.text for e in await store.read(info.id)] == ["a", "b"]
+
+
+async def test_numbers_and_change_ids_hold_across_stores_and_a_pruned_feed(postgres_url: str) -> None:
+    """Two stores on one database (as two processes or nodes): reservations continue each other's, change ids
+    are shared and increasing, and a change id is never given again after its row is gone."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        block = await store.reserve_numbers(sid, 1_499_999, 64)
+        last = (await store.append_change("one")).id
+    async with PostgresStore(postgres_url) as again, PostgresStore(postgres_url) as beside:
+        assert await beside.reserve_numbers(sid, 1_499_999, 64) == block + 64
+        assert await again.reserve_numbers(sid, 1_499_999, 1) == block + 128
+        assert await again.last_change_id() == last
+        assert (await beside.append_change("two")).id == last + 1
+        assert [c.kind for c in await again.changes_after(0)] == ["one", "two"]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM changes")  # a pruned feed
+    async with PostgresStore(postgres_url) as store:
+        assert await store.last_change_id() == last + 1
+        assert (await store.append_change("three")).id == last + 2
+
+
+async def test_changes_commit_in_id_order_under_concurrent_writers(postgres_url: str) -> None:
+    """A follower that polls while many writers record changes never sees an id appear below one it has
+    already read (ids are taken and committed under one lock), so following by id misses nothing."""
+    async with PostgresStore(postgres_url, max_size=8) as store:
+        done = asyncio.Event()
+        seen: list[int] = []
+
+        async def follow() -> None:
+            after = 0
+            while True:
+                finished = done.is_set()
+                for change in await store.changes_after(after, 1000):
+                    seen.append(change.id)
+                    after = change.id
+                if finished:
+                    return
+                await asyncio.sleep(0)
+
+        follower = asyncio.ensure_future(follow())
+        made = await asyncio.gather(*(store.append_change("tick", data={"i": i}) for i in range(200)))
+        done.set()
+        await follower
+        assert seen == sorted(c.id for c in made)
+
+
+# --- what test_sqlite.py checks of SQLite's file, checked of PostgreSQL's database ---------------------------
+
+
+def _texts(entries: list[Entry]) -> list[str]:
+    return [e.body.text if isinstance(e.body, Message) else f"<{e.kind}>" for e in entries]
+
+
+async def test_two_stores_on_one_database_see_each_others_writes_and_conflict(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as a, PostgresStore(postgres_url) as b:
+        info = await a.create_session()
+        await a.append(info.id, [Message.user("from a")], expect_seq=1)
+        with pytest.raises(SeqConflict) as caught:
+            await b.append(info.id, [Message.user("from b, stale")], expect_seq=1)
+        assert (caught.value.expected, caught.value.actual) == (1, 2)
+        assert _texts(await b.read(info.id)) == ["from a"]
+        await b.append(info.id, [Message.user("from b")], expect_seq=2)
+        assert _texts(await a.read(info.id)) == ["from a", "from b"]
+
+
+async def test_a_lease_holds_across_stores_on_one_database(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as first, PostgresStore(postgres_url) as second:
+        sid = (await first.create_session()).id
+        await first.acquire_lease(sid, "run_a", ttl=30, pid=4242, host="node-1")
+        with pytest.raises(SessionBusy) as busy:
+            await second.acquire_lease(sid, "run_b", ttl=30)
+        assert (busy.value.holder, busy.value.pid, busy.value.host) == ("run_a", 4242, "node-1")
+        seen = await second.get_lease(sid)
+        assert seen is not None and seen.holder == "run_a"
+        assert await first.release_lease(sid, "run_a")
+        assert (await second.acquire_lease(sid, "run_b", ttl=30)).holder == "run_b"
+
+
+async def test_first_takers_of_a_session_race_and_one_wins(postgres_url: str) -> None:
+    """Eight stores (as eight nodes) take a session that never had a lease at the same moment: exactly one
+    gets it, the others are told who holds it."""
+    stores = [PostgresStore(postgres_url) for _ in range(8)]
+    try:
+        sid = (await stores[0].create_session()).id
+        results = await asyncio.gather(
+            *(s.acquire_lease(sid, f"run_{i}", ttl=30) for i, s in enumerate(stores)), return_exceptions=True
+        )
+        won = [r for r in results if not isinstance(r, BaseException)]
+        assert len(won) == 1
+        assert all(isinstance(r, SessionBusy) and r.holder == won[0].holder for r in results if r is not won[0])
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_corrupt_rows_are_skipped_and_reported(postgres_url: str) -> None:
+    """Rows damaged behind tether's back (torn JSON, JSON that is not an entry, not JSON; PostgreSQL itself
+    refuses text that is not UTF-8): every reader skips and reports them, the session goes on."""
+    seen: list[CorruptEntry] = []
+    async with PostgresStore(postgres_url, on_corrupt=seen.append) as store:
+        info = await store.create_session(directory="/w", metadata={"k": "v"})
+        sid = info.id
+        await store.append(sid, [Message.user(f"m{i}") for i in range(1, 6)])
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            for seq, payload in {
+                2: '{"kind": "message", "role": "user", "parts": [{"kind": "te',
+                3: '{"kind": "message", "role": "wizard"}',
+                4: "not json at all",
+            }.items():
+                raw.execute("UPDATE entries SET payload = %s WHERE session_id = %s AND seq = %s", (payload, sid, seq))
+            raw.execute("UPDATE sessions SET metadata = '{broken' WHERE id = %s", (sid,))
+        assert (await store.list_sessions()).items[0].metadata == {"_corrupt_metadata": "{broken"}
+        assert _texts(await store.read(sid)) == ["m1", "m5"]
+        assert [(r.session_id, r.seq) for r in seen] == [(sid, 2), (sid, 3), (sid, 4)]
+        seen.clear()
+        assert _texts(await store.tail(sid, 3)) == ["m5"]
+        assert _texts([e async for e in store.iter_entries(sid, batch=2)]) == ["m1", "m5"]
+        assert [e.seq for e in await store.append(sid, [Message.user("m6"), Revert(to_seq=1)])] == [6, 7]
+        fork = await store.fork(sid, 5)
+        assert fork.entry_count == 5
+        seen.clear()
+        assert _texts(await store.read(fork.id)) == ["m1", "m5"]
+        assert [r.seq for r in seen] == [2, 3, 4]
+
+
+def test_the_test_cluster_says_what_to_install_when_postgresql_is_missing(tmp_path: Path) -> None:
+    """tests/conftest.py finds initdb/pg_ctl on PATH or under Debian's /usr/lib/postgresql/*/bin; without
+    them it fails (never skips) saying what to install or which variable names a server."""
+    spec = importlib.util.spec_from_file_location("tether_tests_conftest", Path(__file__).parent.parent / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    with pytest.raises(RuntimeError, match=r"apt-get install -y postgresql.*TETHER_TEST_POSTGRES"):
+        conftest._postgres_bin(tmp_path, path=str(tmp_path))
+    version = tmp_path / "16" / "bin"
+    version.mkdir(parents=True)
+    for name in ("initdb", "pg_ctl"):
+        (version / name).touch()
+    (tmp_path / "9" / "bin").mkdir(parents=True)
+    assert conftest._postgres_bin(tmp_path, path=str(tmp_path)) == version
