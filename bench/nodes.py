@@ -62,7 +62,7 @@ def local_postgres() -> Iterator[str]:
     data = folder / "data"
     try:
         done = subprocess.run(
-            [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--locale=C"],
+            [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         if done.returncode != 0:
@@ -202,7 +202,7 @@ async def main() -> None:
     report.set("cpus", os.cpu_count())
     report.set("loadavg_start", load())
     print(f"load average at the start: {load()} on {os.cpu_count()} cpus", flush=True)
-    with scratch_dir(args.dir) as scratch:
+    with scratch_dir(args.dir, keep=bool(os.environ.get("TETHER_BENCH_KEEP"))) as scratch:
         if args.store:
             report.set("store", args.store.split(":", 1)[0])
             report.section(f"two nodes over {args.store}")
