@@ -5,6 +5,7 @@ its model from the configuration, and no configuration selects the scripted prov
 not something a user serves), so this script builds the manager as tests/server/conftest.py does.
 
     python bench/_scripted_server.py --store PATH --workspace DIR [--port 0] [--latency-ms 2] [--no-pacing]
+                                     [--workers N]
 
 Prints ``listening http://127.0.0.1:PORT pid PID`` once it accepts connections; SIGINT or SIGTERM stop it.
 
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, default=2.0)
     parser.add_argument("--no-pacing", action="store_true", help="runs do not take turns (the pacing's baseline)")
     parser.add_argument("--chunk", type=int, default=32, help="characters per text delta (default 32)")
+    parser.add_argument("--workers", type=int, default=1, help="server processes, as `tether serve --workers`")
     args = parser.parse_args(argv)
     model = SlowModel(args.latency_ms / 1000, args.chunk)
 
@@ -113,7 +115,20 @@ def main(argv: list[str] | None = None) -> None:
         defaults = RunRequest(None, directory=args.workspace, registry=ToolRegistry([noop]))
         return SessionManager(opened, config=config, defaults=defaults, resolve=resolve, pace=not args.no_pacing)
 
-    settings = ServerSettings(port=args.port)
+    if args.workers > 1:  # tether serve's supervisor: a process per worker, each with its app and server
+        from tether.server.workers import Supervisor, bind
+
+        port = args.port or bind("127.0.0.1", 0, listen=False).getsockname()[1]
+        settings = ServerSettings(port=port)
+
+        def serve_one(sock: Any) -> None:
+            app = create_app(settings, config=Config(), make_manager=make_manager, store_url=args.store)
+            Server(app, settings).run(sockets=[sock])
+
+        supervisor = Supervisor("127.0.0.1", port, args.workers, serve_one)
+        print(f"supervisor of {args.workers} workers on http://127.0.0.1:{port} pid {os.getpid()}", flush=True)
+        sys.exit(supervisor.run(grace=settings.shutdown_grace))
+    settings = ServerSettings(port=args.port, relay=not os.environ.get("NORELAY"))
     app = create_app(settings, config=Config(), make_manager=make_manager, store_url=args.store)
     Server(app, settings).run()
     sys.exit(0)

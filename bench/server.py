@@ -88,6 +88,11 @@ TARGETS = (
     Target("prompt_first_event_p50_ms", "<=", 20),
     Target("http_prompt_store_reads", "<=", 4),
 )
+WORKERS_TARGETS = (
+    Target("workers_throughput_ratio", ">=", 1.6),
+    Target("workers2_prompt_first_event_p50_ms", "<=", 20),
+)
+"""The targets of `--workers 2` (the only figures measured then)."""
 READS = ("get_session", "get_lease", "read", "tail", "iter_entries", "get_stream", "list_sessions")
 """The store's reads of a session, as `http_prompt_store_reads` counts them."""
 WORK = "steps=10 size=200"
@@ -128,9 +133,18 @@ class Process:
         return _status_kb(self.pid, "VmHWM") / 1024
 
     def cpu_s(self) -> float:
-        """User + system CPU seconds of the process (every thread)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU seconds of the process (every thread) and of its child processes that live (a
+        supervisor's workers)."""
+        total = 0
+        try:
+            children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        for pid in (self.pid, *map(int, children)):
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -417,7 +431,16 @@ def tether_number(data: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def start_tether(args: argparse.Namespace, db: Path, workspace: Path, log: Path, *, pacing: bool = True) -> Process:
+def start_tether(
+    args: argparse.Namespace,
+    db: Path,
+    workspace: Path,
+    log: Path,
+    *,
+    pacing: bool = True,
+    workers: int = 1,
+    latency_ms: float | None = None,
+) -> Process:
     return start_process(
         [
             *shlex.split(args.server_wrapper or ""),
@@ -428,11 +451,12 @@ def start_tether(args: argparse.Namespace, db: Path, workspace: Path, log: Path,
             "--workspace",
             str(workspace),
             "--latency-ms",
-            str(args.latency_ms),
+            str(args.latency_ms if latency_ms is None else latency_ms),
             *([] if pacing else ["--no-pacing"]),
+            *(["--workers", str(workers)] if workers > 1 else []),
         ],
         log,
-        r"listening (http://\S+) pid (\d+)",
+        r"(?:listening|supervisor of \d+ workers on) (http://\S+) pid (\d+)",
         env=child_env(),
     )
 
@@ -476,6 +500,38 @@ async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Pat
         ("runs_s", "time the runs took, paced / not"),
     ):
         report.row(label, f"pacing_ratio_{key.removesuffix('_ms')}", f[key] / f[f"unpaced_{key}"], "x", digits=3)
+
+
+async def workers_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
+    """The main load, CPU-bound (the scripted model answers at once), on `tether serve --workers 1` and then on
+    `--workers N` (N = `--workers`), each over a fresh SQLite store: `workers_throughput_ratio` is the time
+    the runs took on one worker over the time on N; the first-event and commit -> client figures of the N
+    workers under this load are `workersN_*`. Clients connect to any worker (the kernel spreads them), so
+    about (N-1)/N of them follow runs of another worker: their events come through the store's relay."""
+    for workers in (1, args.workers):
+        workspace = scratch / f"work-workers{workers}"
+        workspace.mkdir()
+        db = scratch / f"tether-workers{workers}.db"
+        await prefill(db, workspace, 50, 100)
+        log = scratch / f"tether-workers{workers}-server.log"
+        server = start_tether(args, db, workspace, log, workers=workers, latency_ms=0)
+        host, port = host_port(server.url)
+        limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
+        try:
+            async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+                title = f"tether serve --workers {workers}, CPU-bound runs (the model answers at once)"
+                prefix = f"workers{workers}_"
+                streams = await load_phase(
+                    report, args, client, server, host, port, session_maker(client, workspace), title, prefix
+                )
+                for group in streams.values():
+                    for stream in group:
+                        await stream.close()
+        finally:
+            server.stop()
+    f = report.figures
+    ratio = f["workers1_runs_s"] / f[f"workers{args.workers}_runs_s"]
+    report.row(f"runs' throughput, {args.workers} workers / 1", "workers_throughput_ratio", ratio, "x", digits=2)
 
 
 async def tether_section(report: Report, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
@@ -1159,6 +1215,12 @@ async def main() -> None:
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the main load on a server whose runs are not paced"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="measure only `tether serve --workers N` beside --workers 1 under CPU-bound runs (workers_*)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (what the test runs)")
     parser.add_argument("--dir", help="scratch directory (default: under .bench-out/)")
     args = parser.parse_args()
@@ -1170,7 +1232,7 @@ async def main() -> None:
     if args.list_sessions < 50:
         parser.error("--list-sessions at least 50 (a full first page)")
 
-    report = Report(targets=TARGETS)
+    report = Report(targets=WORKERS_TARGETS if args.workers else TARGETS)
     report.set("quick", args.quick)
     sizes = ("sessions", "clients", "rounds", "stall_rounds", "idle_prompts", "latency_ms", "list_sessions")
     report.set("sizes", {k: getattr(args, k) for k in (*sizes, "tail_entries", "http_clients", "http_seconds")})
@@ -1178,8 +1240,13 @@ async def main() -> None:
     report.set("python", sys.version.split()[0])
     report.set("loadavg_start", load())
     print(f"load average at the start: {load()} on {os.cpu_count()} cpus", flush=True)
-    with scratch_dir(args.dir) as scratch:
+    with scratch_dir(args.dir, keep=bool(os.environ.get("TETHER_BENCH_KEEP"))) as scratch:
         report.set("filesystem", filesystem_of(scratch))
+        if args.workers:
+            await workers_section(report, args, scratch)
+            report.set("loadavg_end", load())
+            report.finish()
+            return
         await prompt_reads_section(report, scratch)
         tether = await tether_section(report, args, scratch)
         if not args.no_baseline:

@@ -120,3 +120,14 @@ def test_a_run_on_a_server_takes_the_permission_options_as_a_local_run_does(tmp_
         assert "result:" in out and "changed the config" not in out  # denied: the model reads why
         code, _, err = run(*common, "--allow", "bash(", "x")
         assert code == 2 and "is not a rule" in " ".join(err.split())
+
+
+def test_serve_with_workers_refuses_a_memory_store(tmp_path: Path) -> None:
+    """A memory:// store lives in one process: several workers could not share it."""
+    result = CliRunner().invoke(cli, ["--store", "memory://", "serve", "--workers", "2"])
+    assert result.exit_code == 2 and "memory:// store lives in one process" in result.output
+
+
+def test_serve_help_names_workers_and_nodes() -> None:
+    result = CliRunner().invoke(cli, ["serve", "--help"])
+    assert result.exit_code == 0 and "--workers N" in result.output and "postgresql://" in result.output

@@ -46,6 +46,14 @@ from .state import OptionError, cli_state
     type=click.FloatRange(0, 3600),
     help="Seconds the runs in progress get to finish when the server stops, before they are cancelled.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 1024),
+    default=None,
+    metavar="N",
+    help="Processes that serve and run sessions over the one store (default: one per core). A run lives in "
+    "one of them; every client sees every run, whichever worker it reached.",
+)
 def serve(
     host: str,
     port: int,
@@ -53,6 +61,7 @@ def serve(
     allowed_hosts: tuple[str, ...],
     cors_origins: tuple[str, ...],
     grace: float,
+    workers: int | None,
 ) -> None:
     """Serve the sessions over HTTP: a web page at /, REST, live events (SSE), an OpenAPI spec at /openapi.json.
 
@@ -63,8 +72,15 @@ def serve(
     gracefully: runs get --grace seconds, then are cancelled (each keeps what it did).
 
     \b
+    Several processes share the work (--workers, one per core by default), and several `tether serve` on
+    different machines can share one PostgreSQL store (--store postgresql://...): they behave as one
+    service, each client seeing every run, and a run whose process died is resumed by another.
+
+    \b
     Examples:
       tether serve
+      tether serve --workers 4
+      tether --store postgresql://tether@db/tether serve --host 0.0.0.0
       TETHER_SERVER_TOKEN=$(cat token) tether serve --host 0.0.0.0 --allow-host devbox.lan
       tether run --server http://127.0.0.1:7477 "fix the failing test"
     """
@@ -96,12 +112,22 @@ def serve(
         token = None
     from ..server import serve as run_server
     from ..server.settings import is_wildcard
+    from ..server.workers import default_workers
+
+    store_url = cli_state().store_url
+    if workers is None:
+        workers = default_workers()
+    if (store_url or "").startswith("memory:"):
+        if workers > 1 and ctx_workers_given():
+            raise OptionError("a memory:// store lives in one process: use --workers 1")
+        workers = 1
 
     shown_host = "127.0.0.1" if is_wildcard(host) else f"[{host}]" if ":" in host else host
     address = f"http://{shown_host}:{port}"
     click.echo(
         f"tether serving on {address} (the web page at /, OpenAPI at /openapi.json"
-        f"{'; token required' if settings.token else ''}); Ctrl-C stops it",
+        f"{'; token required' if settings.token else ''}{f'; {workers} workers' if workers > 1 else ''}); "
+        "Ctrl-C stops it",
         err=True,
     )
     if token is not None:  # in the fragment: a browser never sends it; the page trades it for a cookie
@@ -109,7 +135,11 @@ def serve(
     record = _record_address(host, port)
     before = _forget_on_sigterm(record) if record is not None else None
     try:
-        run_server(settings, store_url=cli_state().store_url, log_level="info" if cli_state().debug else "warning")
+        status = run_server(
+            settings, store_url=store_url, workers=workers, log_level="info" if cli_state().debug else "warning"
+        )
+        if status:
+            raise SystemExit(status)
     finally:
         _forget_address(record)
         if before is not None:
@@ -182,3 +212,9 @@ def known_server(store_url: str | None) -> str | None:
     if record.get("store") != store_path(store_url):
         return None
     return url
+
+
+def ctx_workers_given() -> bool:
+    """Whether --workers was given on the command line (not the default)."""
+    ctx = click.get_current_context()
+    return ctx.get_parameter_source("workers") == click.core.ParameterSource.COMMANDLINE

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Literal
 
 import msgspec
@@ -119,6 +119,9 @@ class ActivityFeed:
         self._followers: set[_Follower] = set()
         self._buffer = buffer
         self._order = asyncio.Lock()
+        self.on_publish: Callable[[Activity], None] | None = None
+        """Told of each activity this process recorded (`runtime/mesh.py`: the other processes over the
+        store are woken to read it)."""
 
     @property
     def followed(self) -> bool:
@@ -150,7 +153,17 @@ class ActivityFeed:
             self.last_n = max(self.last_n, change.id)
             for follower in self._followers:
                 follower.offer(activity)
+        if self.on_publish is not None:
+            self.on_publish(activity)
         return activity
+
+    def poke(self) -> None:
+        """Another process recorded activities: every follower reads the store's feed from where it is."""
+        for follower in self._followers:
+            if not follower.overflowed and not follower.closed:
+                follower.overflowed = True  # read at its next turn, before its queue
+                if not follower.queue.full():
+                    follower.queue.put_nowait(None)  # wakes it
 
     async def _since(self, after: int) -> AsyncIterator[Activity]:
         while True:
@@ -183,7 +196,12 @@ class ActivityFeed:
                 queued = await follower.queue.get()
                 if follower.closed:
                     return
-                if queued is not None and queued.n > last:
+                if queued is not None and queued.n > last + 1:
+                    # other processes recorded what lies between: read it from the store, in order
+                    async for activity in self._since(last):
+                        last = activity.n
+                        yield activity
+                elif queued is not None and queued.n > last:
                     last = queued.n
                     yield queued
         finally:

@@ -28,7 +28,10 @@ class Asking(ManagerBase):
             return given
         asked = _Asked(request, root, asyncio.get_running_loop().create_future())
         self._asked[key] = asked
-        await self.activity.publish(ApprovalPending(request=request, root_id=root))
+        pending = ApprovalPending(request=request, root_id=root)
+        if self.mesh is not None:
+            self.mesh.approval(pending)
+        await self.activity.publish(pending)
         await self.activity.publish(StatusChanged(session_id=root, status="waiting_for_approval"))
         given_answer: Answer | None = None
         try:
@@ -38,9 +41,10 @@ class Asking(ManagerBase):
             if self._asked.get(key) is asked:
                 del self._asked[key]
             approved = given_answer.approved if given_answer is not None else None
-            await self.activity.publish(
-                ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
-            )
+            settled = ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
+            if self.mesh is not None:
+                self.mesh.approval(settled)
+            await self.activity.publish(settled)
             entry = self._sessions.get(root)
             if entry is not None and entry.run is not None:
                 await self.activity.publish(StatusChanged(session_id=root, status=await self.status(root)))
@@ -56,6 +60,8 @@ class Asking(ManagerBase):
             for a in self._asked.values()
             if session_id is None or session_id in (a.root, a.request.session_id)
         ]
+        if self.mesh is not None:
+            waiting += self.mesh.requests(session_id)  # those the runs of the other processes wait on now
         if session_id is None:
             asked = {(r.session_id, r.call_id) for r in waiting}
             for sid in await self._asked_elsewhere():
@@ -104,10 +110,10 @@ class Asking(ManagerBase):
         that a stopped run left in the journal is answered by resuming the session, whose run asks again
         and takes this answer (its handle is returned). `InvalidInput` when no such request waits;
         `SessionBusy` when another process runs the session (answer it there)."""
-        asked = self._asked.get((session_id, call_id))
-        if asked is not None:
-            if not asked.answer.done():
-                asked.answer.set_result(answer)
+        if self.answer_here(session_id, call_id, answer):
+            return None
+        if self.mesh is not None and self.mesh.waits_elsewhere(session_id, call_id):
+            await self.mesh.answer(session_id, call_id, answer)  # the process whose run waits takes it
             return None
         await self.store.get_session(session_id)  # SessionNotFound first
         journaled = [r.call_id for r in await self.approvals(session_id)]
@@ -115,7 +121,21 @@ class Asking(ManagerBase):
             entry = self._sessions.get(session_id)
             lease = await live_lease(self.store, session_id)
             if lease is not None and (entry is None or entry.run is None):
+                if self.mesh is not None and call_id in [
+                    r.call_id for r in await journaled_requests(self.store, session_id)
+                ]:
+                    await self.mesh.answer(session_id, call_id, answer)  # asked before this process joined
+                    return None
                 raise lease.busy()
             raise InvalidInput(f"no approval request for the call {call_id} waits in session {session_id}")
         self._given[(session_id, call_id)] = answer
         return await self.start(session_id, None)
+
+    def answer_here(self, session_id: str, call_id: str, answer: Answer) -> bool:
+        """Give `answer` to a run of this manager that waits on the request; False when none does."""
+        asked = self._asked.get((session_id, call_id))
+        if asked is None:
+            return False
+        if not asked.answer.done():
+            asked.answer.set_result(answer)
+        return True

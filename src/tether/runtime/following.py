@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from ..errors import TetherError
-from ..events import Done, Error, Event, RunStarted
+from ..events import Done, Error, Event, RunStarted, event_number
 from .journal import replay_events
 from .manager_base import ManagerBase, _Session, _Subscriber
 
@@ -22,22 +22,40 @@ WATCH_INTERVAL = 0.5
 appended (`_watch`)."""
 
 
+RECENT_RELAYED = 256
+"""Sessions let go of that are remembered, at most, when another process's run of one that nothing here
+follows is relayed (as `queueing.RECENT_SESSIONS`)."""
+
+
 class Following(ManagerBase):
     """Subscribers of sessions (see the module docstring)."""
 
-    def _publish(self, entry: _Session, event: Event) -> None:
+    def _publish(self, entry: _Session, event: Event, *, relay: bool = True) -> None:
+        if relay and self.mesh is not None:
+            self.mesh.event(entry.session_id, event)
         if event.session_id != entry.session_id:
             # a sub-agent's event, passed on by the run: its numbers are its own session's; those who
             # follow the child itself get it too
             child = self._sessions.get(event.session_id)
             if child is not None:
-                self._publish(child, event)
+                self._publish(child, event, relay=False)
         else:
             entry.last_n = max(entry.last_n, event.n)
             if isinstance(event, RunStarted | Done | Error):
                 entry.boundaries.append(event)
         for subscriber in entry.subscribers:
             subscriber.offer(event)
+
+    def relayed(self, session_id: str, event: Event) -> None:
+        """An event that another process's run published to the followers of `session_id` (`mesh`): this
+        process's followers get it as they get a run's here."""
+        entry = self._sessions.get(session_id) or self._recent.get(session_id)
+        if entry is None:  # kept as a session let go of is: a follower that comes next catches up with it
+            entry = self._recent[session_id] = _Session(session_id)
+            while len(self._recent) > RECENT_RELAYED:
+                self._recent.popitem(last=False)
+        if not self._runs_here(entry):
+            self._publish(entry, event, relay=False)
 
     async def subscribe(self, session_id: str, after: int | None = None) -> AsyncIterator[Event]:
         """The session's events as they come. With `after`, first the durable events numbered after it,
@@ -120,7 +138,16 @@ class Following(ManagerBase):
                     last_seq = (await self.store.get_session(entry.session_id)).last_seq
                 except TetherError:
                     return  # deleted (its subscribers end with the deletion) or the store is closing
-                if seen is not None and last_seq > seen and not self._runs_here(entry):
+                changed = seen is not None and last_seq > seen and not self._runs_here(entry)
+                mesh = self.mesh
+                if changed and mesh is not None:
+                    # a run of another process over the store: what it posted to the relay comes first, in
+                    # order, live events too; the journal is read only for what the relay did not bring
+                    # (a process with no relay: `tether run`), never ahead of it
+                    await mesh.sync()
+                    relayed = mesh.relays(entry.session_id) or await mesh.claimed_elsewhere(entry.session_id)
+                    changed = not relayed and entry.last_n < event_number(last_seq, 0)
+                if changed:
                     for subscriber in list(entry.subscribers):
                         subscriber.read_journal()
                 seen = last_seq

@@ -24,6 +24,9 @@ DEFAULT_TTL = 30.0
 """Seconds a run's lease lasts unless renewed: how long a session stays busy after its holder died."""
 POLL = 0.5
 """Seconds between the run's looks at its lease: a request from another process reaches it within this."""
+WAIT_POLL = 0.05
+"""Seconds between the tries of a run that waits for its session's lease (`LeaseTerms.wait`): a prompt given
+to one worker of a server while another worker's run ends starts within this of that end."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class RunLease:
                     on_wait(busy)
                     told = True
                 left = busy.expires_at - time.time() if busy.expires_at is not None else POLL
-                await asyncio.sleep(min(max(left, 0.05), POLL, max(deadline - time.monotonic(), 0.05)))
+                await asyncio.sleep(min(max(left, WAIT_POLL), WAIT_POLL, max(deadline - time.monotonic(), WAIT_POLL)))
 
     def watch(self, on_request: Callable[[LeaseRequest], None], on_lost: Callable[[LeaseLost], None]) -> None:
         """Keep the lease in the background: renewed every third of its life, looked at every `POLL`."""

@@ -75,6 +75,7 @@ class SessionManager(Queueing, Following, Asking, Watching):
         self.pacer = Pacer() if pace else None
         """Turns for this manager's runs, so that many at once do not stall the loop they share with a
         server's requests and streams (`pacing`)."""
+        self.mesh = None
 
     async def cancel(self, session_id: str) -> bool:
         """Stop the session's run now, and drop the prompts waiting behind it: the partial answer is kept, its
@@ -87,7 +88,10 @@ class SessionManager(Queueing, Following, Asking, Watching):
                 await entry.worker
             await self._announce(session_id)  # the cancelled worker could not: the feed said "running" still
             return True
-        return await self.store.request_lease(session_id, "cancel") is not None
+        asked = await self.store.request_lease(session_id, "cancel") is not None
+        if asked and self.mesh is not None:
+            await self.mesh.control(session_id, "cancel")  # at once; the lease says it within half a second
+        return asked
 
     async def pause(self, session_id: str) -> bool:
         """Stop the session's run at its next step (a checkpoint; the session marked paused); `resume`, or
@@ -96,7 +100,10 @@ class SessionManager(Queueing, Following, Asking, Watching):
         if entry is not None and entry.run is not None:
             entry.run.pause()
             return True
-        return await self.store.request_lease(session_id, "pause") is not None
+        asked = await self.store.request_lease(session_id, "pause") is not None
+        if asked and self.mesh is not None:
+            await self.mesh.control(session_id, "pause")  # at once; the lease says it within half a second
+        return asked
 
     @contextlib.asynccontextmanager
     async def exclusive(self, session_id: str) -> AsyncIterator[None]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..config import Config
 from ..errors import SessionBusy
@@ -15,7 +15,7 @@ from ..events import Done, Error, Event
 from ..messages import Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
-from .activity import Activity, ActivityFeed
+from .activity import Activity, ActivityFeed, ApprovalPending, ApprovalSettled
 from .launch import LaunchPlan, Resolver, RunRequest
 from .loop import AgentRun
 from .mcp import ProcessServers
@@ -132,6 +132,23 @@ class _Approver:
         return await self.manager._ask(request, self.root)
 
 
+class Relaying(Protocol):
+    """What the manager asks of its place among the processes sharing its store (`mesh.Mesh`), when it has one."""
+
+    def event(self, session_id: str, event: Event) -> None: ...
+    def approval(self, item: ApprovalPending | ApprovalSettled) -> None: ...
+    def waits_elsewhere(self, session_id: str, call_id: str) -> bool: ...
+    def requests(self, session_id: str | None) -> list[ApprovalRequest]: ...
+    def waits_for_approval(self, session_id: str) -> bool: ...
+    def relays(self, session_id: str) -> bool: ...
+    async def claimed_elsewhere(self, session_id: str) -> bool: ...
+    async def sync(self) -> None: ...
+    async def answer(self, session_id: str, call_id: str, answer: Answer) -> None: ...
+    async def control(self, session_id: str, what: str) -> None: ...
+    async def run_started(self, session_id: str) -> None: ...
+    async def run_ended(self, session_id: str) -> None: ...
+
+
 class ManagerBase:
     """The state of a `SessionManager`, set by its `__init__`, and what its rooms ask of each other."""
 
@@ -150,6 +167,9 @@ class ManagerBase:
     _given: dict[tuple[str, str], Answer]
     _store_watch: asyncio.Task[None] | None
     _known: OrderedDict[str, tuple[float, int]]
+    mesh: Relaying | None
+    """The other processes over the same store (`mesh.Mesh`, set by a server): they get this manager's
+    events, approvals and run claims, and it gets theirs."""
 
     if TYPE_CHECKING:  # each is defined in the room named
 
@@ -171,7 +191,7 @@ class ManagerBase:
 
         async def _announce(self, session_id: str, info: SessionInfo | None = None) -> None: ...  # queueing.py
 
-        def _publish(self, entry: _Session, event: Event) -> None: ...  # following.py
+        def _publish(self, entry: _Session, event: Event, *, relay: bool = True) -> None: ...  # following.py
 
         def _runs_here(self, entry: _Session) -> bool: ...  # following.py
 

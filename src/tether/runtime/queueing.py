@@ -23,6 +23,9 @@ from .manager_base import ManagerBase, RunHandle, Status, _Approver, _Session
 
 log = logging.getLogger("tether.runtime")
 
+PEER_WAIT = 3600.0
+"""Seconds a prompt to a session that another process of the service runs (`mesh`: a worker, a node) waits
+for that run's lease before its own run gives up (busy)."""
 RECENT_SESSIONS = 256
 """Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
 starts and ends) for a subscriber that comes just after a run: the least recently used are forgotten."""
@@ -55,6 +58,7 @@ class Queueing(ManagerBase):
         `answer`."""
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
+        waits_for_peer = False
         if session_id is not None:
             if info is None or info.id != session_id:
                 info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
@@ -62,7 +66,11 @@ class Queueing(ManagerBase):
             if here is None or not (here.run is not None or here.waiting):
                 busy = await self._busy(session_id)  # never queued to be dropped when the run starts
                 if busy is not None:
-                    raise busy
+                    if not queue or self.mesh is None or not await self.mesh.claimed_elsewhere(session_id):
+                        raise busy
+                    # another worker (or node) of this service runs it: the prompt's run waits for its lease
+                    fields.setdefault("wait", PEER_WAIT)
+                    waits_for_peer = True
             elif not queue and not steer:
                 raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
         approver: _Approver | None = None
@@ -100,7 +108,7 @@ class Queueing(ManagerBase):
             handle.steered = True
             return handle
         entry.waiting.append(handle)
-        if entry.run is not None or len(entry.waiting) > 1:
+        if entry.run is not None or len(entry.waiting) > 1 or waits_for_peer:
             handle.queued = True
             await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
         if entry.worker is None or entry.worker.done():
@@ -130,10 +138,21 @@ class Queueing(ManagerBase):
 
     async def _work(self, entry: _Session, first: LaunchedRun | None) -> None:
         """Run the session's waiting prompts one after another, publishing their events."""
+        mesh = self.mesh
         try:
-            await self._run_waiting(entry, first)
+            while True:
+                if mesh is not None:  # the other processes know who runs it (and take it over if this one dies)
+                    await mesh.run_started(entry.session_id)
+                try:
+                    await self._run_waiting(entry, first)
+                finally:
+                    first = None
+                    if mesh is not None:
+                        await asyncio.shield(mesh.run_ended(entry.session_id))
+                if not entry.waiting:  # else a prompt came while the claim was given back: run it too
+                    break
         finally:
-            self._let_go(entry)
+            self._let_go(entry)  # no await between the last look at `waiting` and this
 
     async def _run_waiting(self, entry: _Session, first: LaunchedRun | None) -> None:
         while entry.waiting:

@@ -21,8 +21,9 @@ from ..errors import TetherError
 from ..runtime import audit, sinks
 from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
+from ..runtime.mesh import Mesh
 from ..runtime.sharing import SHARE_PATH
-from ..store import Store, open_store
+from ..store import Store, open_relay, open_store
 from .errors import error_body, tether_error_body
 from .guard import Guard
 from .openapi import Routes, build_openapi
@@ -54,6 +55,10 @@ def create_app(
         conf = config if config is not None else load_config()
         manager = make_manager(opened, conf) if make_manager is not None else SessionManager(opened, config=conf)
         state = ServerState(opened, manager, settings, conf)
+        relay = open_relay(opened) if settings.relay else None
+        if relay is not None:  # the other workers and nodes over this store hear of this one's runs, and it of theirs
+            state.mesh = manager.mesh = Mesh(manager, relay)
+            await state.mesh.start()
         await audit.retain(opened, conf)
         state.sinks = sinks.runner_for(opened, conf)  # the event sinks follow the journal, off every run's path
         if state.sinks is not None:

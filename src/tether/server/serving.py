@@ -6,6 +6,8 @@ events went out, and the store is closed."""
 from __future__ import annotations
 
 import logging
+import socket
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -50,6 +52,27 @@ class TetherServer(uvicorn.Server):
         return self.config.port
 
 
-def serve(settings: ServerSettings, *, store_url: str | None = None, **options: Any) -> None:
-    """Run the server in this thread until it is told to stop."""
-    TetherServer(create_app(settings, store_url=store_url), settings, **options).run()
+def serve(
+    settings: ServerSettings,
+    *,
+    store_url: str | None = None,
+    workers: int = 1,
+    make_app: Callable[[], FastAPI] | None = None,
+    **options: Any,
+) -> int:
+    """Run the server until it is told to stop: in this thread, or with `workers` processes
+    (`workers.Supervisor`; each builds its app with `make_app`, by default `create_app` over `store_url`).
+    Returns the exit status."""
+
+    def app() -> FastAPI:
+        return make_app() if make_app is not None else create_app(settings, store_url=store_url)
+
+    if workers <= 1:
+        TetherServer(app(), settings, **options).run()
+        return 0
+    from .workers import serve_workers
+
+    def serve_one(sock: socket.socket) -> None:
+        TetherServer(app(), settings, **options).run(sockets=[sock])
+
+    return serve_workers(workers, settings.host, settings.port, serve_one, grace=settings.shutdown_grace)

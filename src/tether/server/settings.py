@@ -66,6 +66,10 @@ class ServerSettings:
     heartbeat: float = HEARTBEAT
     shutdown_grace: float = 5.0
     """Seconds the runs in progress get to finish when the server stops, before they are cancelled."""
+    relay: bool = True
+    """Join the store's relay (`store/relay.py`): the other workers and nodes over the same store get this
+    server's run events, approvals and run claims, and it gets theirs. Off: runs elsewhere show only as the
+    journal has them (durable events, polled)."""
     hosts: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..runtime.manager import SessionManager
+from ..runtime.mesh import Mesh
 from ..runtime.sinks import SinkRunner
 from ..store import Store
 from .settings import ServerSettings
@@ -27,6 +28,8 @@ class ServerState:
     stopped: bool = False
     sinks: SinkRunner | None = None
     """The event sinks' followers, when `[[sinks]]` are configured."""
+    mesh: Mesh | None = None
+    """The other processes over the same store (workers, nodes), through its relay (`runtime/mesh.py`)."""
 
     async def stop(self) -> None:
         """Stop gracefully (once): no more prompts, the runs in progress get the grace period and are then
@@ -37,3 +40,5 @@ class ServerState:
             await self.manager.shutdown(wait=self.settings.shutdown_grace)
             if self.sinks is not None:
                 await self.sinks.stop()
+            if self.mesh is not None:
+                await self.mesh.stop()

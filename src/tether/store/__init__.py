@@ -27,6 +27,7 @@ from .reverts import active_entries, active_tail, hidden_spans, is_hidden
 
 if TYPE_CHECKING:
     from .memory import MemoryStore
+    from .relay import Relay
     from .sqlite import SqliteStore
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "active_tail",
     "hidden_spans",
     "is_hidden",
+    "open_relay",
     "open_store",
     "store_path",
 ]
@@ -125,3 +127,19 @@ def open_store(url: str | None = None, *, durability: Durability | None = None, 
     if scheme in BACKENDS:
         return _backend(scheme)(url, durability=dur, **options)  # type: ignore[no-any-return]
     raise InvalidInput(f"unknown store URL scheme in {url!r}; use sqlite:///path or memory://")
+
+
+def open_relay(store: object) -> Relay | None:
+    """The relay of `store`'s backend: a SQLite file's side file, a PostgreSQL database's tables; None for a
+    store no other process can reach (memory)."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path and path != ":memory:" and type(store).__name__ == "SqliteStore":
+        from .relay import SqliteRelay, relay_path
+
+        return SqliteRelay(relay_path(path))
+    url = getattr(store, "url", None) or getattr(store, "dsn", None)
+    if isinstance(url, str) and url.startswith(("postgresql:", "postgres:")):
+        from .pgrelay import PgRelay
+
+        return PgRelay(url)
+    return None

@@ -1,0 +1,271 @@
+"""`Mesh`: a `SessionManager` among the other processes that share its store (the workers of `tether serve
+--workers N`, the nodes of a service on one PostgreSQL), through the store's relay (`store/relay.py`).
+
+Out: every event a run of this manager publishes (live ones too) is posted to the relay, what piles up in
+one pass of the event loop in one write, while another peer lives; so are the approval requests its runs
+wait on (and their settling), and the claim of each session it runs. In: a follower here of a session that
+another peer runs gets that run's events as they are posted (`SessionManager.relayed`), woken by the relay
+rather than by polling the journal; an answer, a cancel or a pause posted for a session run here reaches
+its run; the approval requests other peers' runs wait on are listed here and answered through the relay.
+
+Takeover: a peer that died (SIGKILL, a lost machine) leaves its run claims; once a session's lease is free
+(at once for a dead process of this host, after its expiry for another host's) the first live peer to take
+the claim resumes the session: the run picks up from the journal (a tool call cut off is marked
+interrupted, never run again; a request that waited for approval is asked again)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..errors import SessionNotFound, TetherError
+from ..events import Done, Error, Event, RunStarted, event_json
+from ..store.relay import HEARTBEAT, KEEP, POLL, Relay, RelayPost, RelayRow
+from .activity import Activity, ApprovalPending, ApprovalSettled
+from .lease import live_lease
+from .permission import Answer, ApprovalRequest
+
+if TYPE_CHECKING:
+    from .manager import SessionManager
+
+log = logging.getLogger("tether.runtime")
+
+PRUNE_EVERY = 10
+"""Heartbeats between two prunings of the relay's old rows."""
+
+_events = msgspec.json.Decoder(Event)
+_pending = msgspec.json.Decoder(ApprovalPending)
+_settled = msgspec.json.Decoder(ApprovalSettled)
+_answers = msgspec.json.Decoder(Answer)
+_encode = msgspec.json.Encoder()
+
+
+class Mesh:
+    """See the module docstring. `start` joins the relay and starts following it; `stop` leaves it."""
+
+    def __init__(self, manager: SessionManager, relay: Relay) -> None:
+        self.manager = manager
+        self.relay = relay
+        self.others: set[str] = set()
+        """The other peers that live (as of the last heartbeat): events are posted only while there is one."""
+        self.asked: dict[tuple[str, str], tuple[ApprovalPending, str]] = {}
+        """Approval requests other peers' runs wait on, with the peer."""
+        self.remote_runs: dict[str, str] = {}
+        """Sessions whose run another peer publishes here (from its `RunStarted` to its end), with the peer."""
+        self._out: list[RelayPost] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._last = 0
+        """The id of the last relay row read."""
+        self._reading = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self.relay.join()
+        self.others = {p.peer for p in await self.relay.heartbeat()}
+        self._last = await self.relay.last_id()
+        await self.relay.post([RelayPost("hello", "", 0, b"{}")])
+        self.manager.activity.on_publish = self._recorded
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._follow(), name="tether-mesh-follow"),
+            loop.create_task(self._beat(), name="tether-mesh-heartbeat"),
+        ]
+
+    async def stop(self) -> None:
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._flusher is not None:
+            with contextlib.suppress(asyncio.CancelledError, TetherError):
+                await self._flusher
+        await self.relay.close()
+
+    # --- out ---------------------------------------------------------------------------------------
+
+    def event(self, session_id: str, event: Event) -> None:
+        """An event a run of this manager published to the followers of `session_id`."""
+        if self.others:
+            self._post(RelayPost("event", session_id, event.n, event_json(event)))
+
+    def approval(self, item: ApprovalPending | ApprovalSettled) -> None:
+        """An approval request a run of this manager waits on, or one that no longer waits."""
+        if isinstance(item, ApprovalPending):
+            self._post(RelayPost("pending", item.root_id, 0, _encode.encode(item)))
+        else:
+            self._post(RelayPost("settled", item.session_id, 0, _encode.encode(item)))
+
+    def _recorded(self, activity: Activity) -> None:
+        """An activity this process recorded in the store's change feed: the others' followers read it."""
+        if self.others:
+            self._post(RelayPost("change", "", activity.n, b"{}"))
+
+    def waits_elsewhere(self, session_id: str, call_id: str) -> bool:
+        return (session_id, call_id) in self.asked
+
+    def requests(self, session_id: str | None) -> list[ApprovalRequest]:
+        """The requests other peers' runs wait on (of every session, or of `session_id` and its sub-agents)."""
+        return [
+            item.request
+            for item, _ in self.asked.values()
+            if session_id is None or session_id in (item.root_id, item.request.session_id)
+        ]
+
+    def waits_for_approval(self, session_id: str) -> bool:
+        return any(item.root_id == session_id for item, _ in self.asked.values())
+
+    async def answer(self, session_id: str, call_id: str, answer: Answer) -> None:
+        """Send `answer` to the peer whose run waits on the request."""
+        self._post(RelayPost("answer", session_id, 0, _encode.encode([call_id, answer])))
+        await self._drain()
+
+    async def control(self, session_id: str, what: str) -> None:
+        """Ask the peer that runs the session to cancel or pause it now (the lease carries it too, slower)."""
+        self._post(RelayPost("cancel" if what == "cancel" else "pause", session_id, 0, b"{}"))
+        await self._drain()
+
+    def relays(self, session_id: str) -> bool:
+        """Whether another peer's run of the session publishes its events here now (the journal need not
+        be watched for it)."""
+        return session_id in self.remote_runs
+
+    async def run_started(self, session_id: str) -> None:
+        try:
+            await self.relay.claim_run(session_id)
+        except TetherError:
+            log.warning("could not claim the run of session %s in the relay", session_id, exc_info=True)
+
+    async def claimed_elsewhere(self, session_id: str) -> bool:
+        """Whether a live peer claims the session's run: its events come through the relay, in order (a
+        follower here must not read the journal ahead of them)."""
+        try:
+            peer = await self.relay.claimant(session_id)
+        except TetherError:
+            return False
+        return peer is not None and peer != self.relay.peer and peer in self.others
+
+    async def run_ended(self, session_id: str) -> None:
+        await self._drain()  # the run's last events are posted before its claim goes
+        try:
+            await self.relay.release_run(session_id)
+        except TetherError:
+            log.warning("could not release the run of session %s in the relay", session_id, exc_info=True)
+
+    def _post(self, row: RelayPost) -> None:
+        self._out.append(row)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush(), name="tether-mesh-flush")
+
+    async def _flush(self) -> None:
+        while self._out:
+            await asyncio.sleep(0)  # what the rest of this pass of the loop publishes goes in the same write
+            rows, self._out = self._out, []
+            try:
+                await self.relay.post(rows)
+            except TetherError:
+                log.warning("could not post %d rows to the relay", len(rows), exc_info=True)
+
+    async def _drain(self) -> None:
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+
+    # --- in ----------------------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        while not self._closing:
+            await self.relay.wait(POLL)
+            try:
+                await self.sync()
+            except TetherError:
+                log.warning("could not read the relay", exc_info=True)
+                await asyncio.sleep(POLL)
+
+    async def sync(self) -> None:
+        """Read what the relay holds now and hand it on (the follower calls this when woken; the manager
+        before it reads a journal that another process changed: what that process posted first comes
+        first)."""
+        async with self._reading:
+            while True:
+                rows = await self.relay.rows_after(self._last)
+                for row in rows:
+                    self._last = row.id
+                    if row.origin != self.relay.peer:
+                        self.others.add(row.origin)  # it lives: it just wrote
+                        self._receive(row)
+                if len(rows) < 1000:
+                    return
+
+    def _receive(self, row: RelayRow) -> None:
+        manager = self.manager
+        try:
+            if row.kind == "event":
+                event = _events.decode(row.body)
+                if event.session_id == row.session_id:
+                    if isinstance(event, RunStarted):
+                        self.remote_runs[row.session_id] = row.origin
+                    elif isinstance(event, Done | Error):
+                        self.remote_runs.pop(row.session_id, None)
+                manager.relayed(row.session_id, event)
+            elif row.kind == "pending":
+                # (the activity feed has it from the store's change feed, where its process published it)
+                pending = _pending.decode(row.body)
+                self.asked[(pending.request.session_id, pending.request.call_id)] = (pending, row.origin)
+            elif row.kind == "settled":
+                settled = _settled.decode(row.body)
+                self.asked.pop((settled.session_id, settled.call_id), None)
+            elif row.kind == "change":
+                manager.activity.poke()
+            elif row.kind == "answer":
+                call_id, answer = msgspec.json.decode(row.body, type=tuple[str, Answer])
+                manager.answer_here(row.session_id, call_id, answer)
+            elif row.kind in ("cancel", "pause") and row.session_id in manager.running():
+                action = manager.cancel if row.kind == "cancel" else manager.pause
+                asyncio.get_running_loop().create_task(action(row.session_id))
+        except msgspec.ValidationError:
+            log.warning("a relay row of kind %s could not be read (another version of tether?)", row.kind)
+
+    # --- who lives ---------------------------------------------------------------------------------
+
+    async def _beat(self) -> None:
+        beats = 0
+        while not self._closing:
+            await asyncio.sleep(HEARTBEAT)
+            beats += 1
+            try:
+                self.others = {p.peer for p in await self.relay.heartbeat()}
+                for key in [k for k, (_, peer) in self.asked.items() if peer not in self.others]:
+                    del self.asked[key]  # its run is gone with its peer: the journal keeps the request
+                for sid in [s for s, peer in self.remote_runs.items() if peer not in self.others]:
+                    del self.remote_runs[sid]
+                await self._take_over()
+                if beats % PRUNE_EVERY == 0:
+                    await self.relay.prune(time.time() - KEEP)
+            except TetherError:
+                log.warning("the relay's heartbeat failed", exc_info=True)
+
+    async def _take_over(self) -> None:
+        """Resume the sessions whose runs died with their peer, once their lease is free."""
+        if self.manager._closing:
+            return
+        for orphan in await self.relay.orphans():
+            sid = orphan.session_id
+            if sid in self.manager.running() or await live_lease(self.manager.store, sid) is not None:
+                continue  # the lease still holds: its holder may live yet (it expires if not)
+            if not await self.relay.take_run(orphan):
+                continue  # another peer took it first
+            log.info("session %s: resuming the run of peer %s, which is gone", sid, orphan.peer)
+            try:
+                await self.manager.start(sid, None)
+            except SessionNotFound:
+                await self.relay.release_run(sid)
+            except TetherError:
+                log.warning("could not resume session %s", sid, exc_info=True)
+                await self.relay.release_run(sid)

@@ -1,0 +1,230 @@
+"""The relay (`relay.py`) of a PostgreSQL store: tables of its own in the store's database (`tether_relay`,
+`tether_relay_peers`, `tether_relay_runs`, made on first use under an advisory lock, so that nodes starting
+at once do not race), written through one connection of this process and read by every node. A post takes
+a transaction-scoped advisory lock before it inserts, so that rows become visible in the order of their ids
+(a reader that goes on from the last id it saw skips none that commit later), and sends one `NOTIFY` naming
+the session and event number of its last row: a wake-up of a few dozen bytes, far under NOTIFY's 8,000, never
+the event itself (PostgreSQL does not keep notifications; the rows are read from the table). A second
+connection LISTENs; a reader waits on it, and looks anyway every `POLL` seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from ..errors import StoreUnavailable
+from ..ids import new_id
+from .relay import Orphan, Peer, RelayPost, RelayRow, peer_dead
+
+log = logging.getLogger("tether.store")
+
+CHANNEL = "tether_relay"
+_LOCK = 0x7E7E_7E1A
+"""The advisory lock key of the relay's posts (and of making its tables)."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tether_relay (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at double precision NOT NULL,
+    origin text NOT NULL,
+    kind text NOT NULL,
+    session_id text NOT NULL,
+    n bigint NOT NULL,
+    body bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tether_relay_at ON tether_relay(at);
+CREATE TABLE IF NOT EXISTS tether_relay_peers (
+    peer text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    wake text NOT NULL,
+    seen double precision NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tether_relay_runs (
+    session_id text PRIMARY KEY,
+    peer text NOT NULL,
+    since double precision NOT NULL
+);
+"""
+
+
+class PgRelay:
+    """See the module docstring."""
+
+    def __init__(self, url: str, *, peer: str | None = None) -> None:
+        self.url = url
+        self.host = socket.gethostname()
+        self.peer = peer or f"{self.host}:{os.getpid()}:{new_id('peer')}"
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._woken = asyncio.Event()
+
+    def _fault(self, e: BaseException, doing: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"the relay could not {doing} PostgreSQL: {' '.join(str(e).split())}", "check the server"
+        )
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        return self._conn
+
+    async def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._lock:
+            try:
+                conn = await self._connection()
+                async with conn.cursor() as cur:
+                    await cur.execute(sql, params)
+                    return cur.rowcount
+            except psycopg.Error as e:
+                raise self._fault(e, "write to") from e
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._lock:
+            try:
+                conn = await self._connection()
+                async with conn.cursor() as cur:
+                    await cur.execute(sql, params)
+                    return await cur.fetchall()
+            except psycopg.Error as e:
+                raise self._fault(e, "read from") from e
+
+    async def join(self) -> None:
+        try:
+            conn = await self._connection()
+            async with self._lock, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    await conn.execute(statement)
+            self._listener = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            await self._listener.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as e:
+            raise self._fault(e, "join the relay on") from e
+        self._listening = asyncio.get_running_loop().create_task(self._listen(), name="tether-relay-listen")
+        await self.heartbeat()
+
+    async def _listen(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                async for _ in self._listener.notifies():
+                    self._woken.set()
+            except psycopg.Error:
+                log.warning("the relay's LISTEN connection failed; polling until it is back", exc_info=True)
+                self._woken.set()
+                await asyncio.sleep(1.0)
+                with contextlib.suppress(psycopg.Error):
+                    self._listener = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                    await self._listener.execute(f"LISTEN {CHANNEL}")
+
+    async def heartbeat(self) -> list[Peer]:
+        now = time.time()
+        await self._run(
+            "INSERT INTO tether_relay_peers(peer, host, pid, wake, seen) VALUES (%s, %s, %s, '', %s) "
+            "ON CONFLICT(peer) DO UPDATE SET seen = excluded.seen",
+            (self.peer, self.host, os.getpid(), now),
+        )
+        rows = await self._fetch("SELECT peer, host, pid, seen FROM tether_relay_peers WHERE peer != %s", (self.peer,))
+        peers = [Peer(peer=p, host=h, pid=i, wake="", seen=s) for p, h, i, s in rows]
+        return [p for p in peers if not peer_dead(p, now, self.host)]
+
+    async def post(self, rows: Sequence[RelayPost]) -> None:
+        if not rows:
+            return
+        now = time.time()
+        last = rows[-1]
+        async with self._lock:
+            try:
+                conn = await self._connection()
+                async with conn.transaction(), conn.cursor() as cur:
+                    await cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+                    await cur.executemany(
+                        "INSERT INTO tether_relay(at, origin, kind, session_id, n, body) VALUES (%s, %s, %s, %s, %s, %s)",
+                        [(now, self.peer, r.kind, r.session_id, r.n, r.body) for r in rows],
+                    )
+                    await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{last.session_id},{last.n}"))
+            except psycopg.Error as e:
+                raise self._fault(e, "write to") from e
+
+    async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
+        rows = await self._fetch(
+            "SELECT id, origin, kind, session_id, n, body FROM tether_relay WHERE id > %s ORDER BY id LIMIT %s",
+            (after, limit),
+        )
+        return [RelayRow(id=i, origin=o, kind=k, session_id=s, n=n, body=bytes(b)) for i, o, k, s, n, b in rows]
+
+    async def last_id(self) -> int:
+        ((last,),) = await self._fetch("SELECT coalesce(max(id), 0) FROM tether_relay")
+        return int(last)
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), timeout)
+        self._woken.clear()
+
+    async def claim_run(self, session_id: str) -> None:
+        await self._run(
+            "INSERT INTO tether_relay_runs(session_id, peer, since) VALUES (%s, %s, %s) "
+            "ON CONFLICT(session_id) DO UPDATE SET peer = excluded.peer, since = excluded.since",
+            (session_id, self.peer, time.time()),
+        )
+
+    async def release_run(self, session_id: str) -> None:
+        await self._run("DELETE FROM tether_relay_runs WHERE session_id = %s AND peer = %s", (session_id, self.peer))
+
+    async def claimant(self, session_id: str) -> str | None:
+        rows = await self._fetch("SELECT peer FROM tether_relay_runs WHERE session_id = %s", (session_id,))
+        return str(rows[0][0]) if rows else None
+
+    async def orphans(self) -> list[Orphan]:
+        now = time.time()
+        rows = await self._fetch(
+            "SELECT r.session_id, r.peer, p.host, p.pid, p.seen FROM tether_relay_runs r "
+            "LEFT JOIN tether_relay_peers p ON p.peer = r.peer WHERE r.peer != %s",
+            (self.peer,),
+        )
+        return [
+            Orphan(session_id=sid, peer=peer)
+            for sid, peer, host, pid, seen in rows
+            if host is None or peer_dead(Peer(peer=peer, host=host, pid=pid, wake="", seen=seen), now, self.host)
+        ]
+
+    async def take_run(self, orphan: Orphan) -> bool:
+        taken = await self._run(
+            "UPDATE tether_relay_runs SET peer = %s, since = %s WHERE session_id = %s AND peer = %s",
+            (self.peer, time.time(), orphan.session_id, orphan.peer),
+        )
+        return taken == 1
+
+    async def prune(self, before: float) -> int:
+        gone = await self._run("DELETE FROM tether_relay WHERE at < %s", (before,))
+        now = time.time()
+        rows = await self._fetch("SELECT peer, host, pid, seen FROM tether_relay_peers WHERE peer != %s", (self.peer,))
+        for p, h, i, s in rows:
+            if peer_dead(Peer(peer=p, host=h, pid=i, wake="", seen=s), now, self.host):
+                await self._run("DELETE FROM tether_relay_peers WHERE peer = %s", (p,))
+        return gone
+
+    async def close(self) -> None:
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
+        with contextlib.suppress(psycopg.Error, StoreUnavailable):
+            if self._conn is not None and not self._conn.closed:
+                await self._run("DELETE FROM tether_relay_peers WHERE peer = %s", (self.peer,))
+        for conn in (self._conn, self._listener):
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.close()
+        self._conn = self._listener = None

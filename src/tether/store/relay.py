@@ -1,0 +1,404 @@
+"""The relay: what the processes that share one store (the workers of a `tether serve --workers N`, the nodes
+of a service on one PostgreSQL) tell each other that the journal does not hold. A row names a session and
+carries one thing for whoever has it: a run's event (live ones too: text deltas, run starts and ends, which
+are never journaled), an approval request that waits or was settled, an answer to one, a cancel or a pause.
+Rows are written in batches (one transaction for what piled up), read by id from any process, and pruned
+after `KEEP` seconds: a reader that fell further behind reads the journal instead (durable events only), as
+a slow subscriber does.
+
+Who is there: each process is a *peer* (a row with its host, process id and wake address, refreshed every
+`HEARTBEAT`); a peer not seen for `PEER_TTL` seconds, or whose process on this host is gone, is dead. Which
+peer runs which session: a *run claim* per session, written when a run starts and removed when it ends; the
+claim of a dead peer whose session's lease is free again is an orphan, and the first live peer to `take_run`
+it resumes the session (the lease still decides who may write: a claim only says who should look).
+
+The wake-up is the backend's: PostgreSQL's NOTIFY (`pgrelay.py`, the payload only the session and event
+number, far under NOTIFY's 8,000 bytes, never the event), and for a SQLite file a datagram on an abstract
+UNIX socket to each peer of this host, with a short poll behind both. The SQLite relay is a side file beside
+the store (`<store>.relay`), written with `synchronous=OFF`: nothing in it must outlive a crash of the
+machine (the journal has every durable event; live ones are gone with their run anyway)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+
+from ..errors import TetherError
+from ..ids import new_id
+from .faults import store_fault
+
+Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause", "hello", "change"]
+"""What a row carries: a run's event; an approval request that waits, or no longer does; an answer to one;
+a cancel or a pause for the run of the session; a peer that joined (so that the others post to it at once,
+not from their next heartbeat on); a change recorded in the store's change feed (its id: the others'
+`/events` followers read it from the store)."""
+
+KEEP = 120.0
+"""Seconds a row is kept for readers that fell behind."""
+HEARTBEAT = 1.0
+"""Seconds between a peer's marks that it lives."""
+PEER_TTL = 6.0
+"""Seconds after its last mark that a peer counts as dead (on another host; on this one its process is
+looked at)."""
+POLL = 0.25
+"""Seconds a reader waits for a wake-up before it looks anyway."""
+
+
+class RelayPost(msgspec.Struct, frozen=True, array_like=True):
+    """A row to write: its kind, the session it is for, a number (the event's, or 0) and its body (JSON)."""
+
+    kind: Kind
+    session_id: str
+    n: int
+    body: bytes
+
+
+class RelayRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A row read: `id` increases in the order rows were written (never reused), `origin` the peer that
+    wrote it."""
+
+    id: int
+    origin: str
+    kind: Kind
+    session_id: str
+    n: int
+    body: bytes
+
+
+class Peer(msgspec.Struct, frozen=True, kw_only=True):
+    peer: str
+    host: str
+    pid: int
+    wake: str
+    seen: float
+
+
+class Orphan(msgspec.Struct, frozen=True, kw_only=True):
+    """A session whose run claim belongs to a peer that is dead."""
+
+    session_id: str
+    peer: str
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process with this id lives on this machine (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ", 1)[1][:1] == b"Z"
+    except OSError:
+        return False
+
+
+def peer_dead(peer: Peer, now: float, host: str) -> bool:
+    if peer.host == host:
+        return process_gone(peer.pid)
+    return peer.seen < now - PEER_TTL
+
+
+@runtime_checkable
+class Relay(Protocol):
+    """One process's end of the relay (see the module docstring). `peer` names this process."""
+
+    peer: str
+
+    async def join(self) -> None:
+        """Say this peer is there (and open its wake-up), before anything is posted or read."""
+        ...
+
+    async def heartbeat(self) -> list[Peer]:
+        """Mark this peer alive; returns the other peers that live (which `post` wakes)."""
+        ...
+
+    async def post(self, rows: Sequence[RelayPost]) -> None:
+        """Write `rows` in one transaction, in order, and wake the other peers."""
+        ...
+
+    async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
+        """The rows with id > `after`, oldest first (this peer's own too)."""
+        ...
+
+    async def last_id(self) -> int:
+        """The id of the last row written (0: none yet)."""
+        ...
+
+    async def wait(self, timeout: float) -> None:
+        """Return when another peer may have posted, or after `timeout` seconds."""
+        ...
+
+    async def claim_run(self, session_id: str) -> None:
+        """Record that this peer runs the session (replacing a claim of anyone else)."""
+        ...
+
+    async def release_run(self, session_id: str) -> None:
+        """Remove this peer's claim of the session (another's stays)."""
+        ...
+
+    async def claimant(self, session_id: str) -> str | None:
+        """The peer that claims the session's run, or None."""
+        ...
+
+    async def orphans(self) -> list[Orphan]:
+        """The run claims of dead peers."""
+        ...
+
+    async def take_run(self, orphan: Orphan) -> bool:
+        """Move an orphan's claim to this peer; False when another peer took it first."""
+        ...
+
+    async def prune(self, before: float) -> int:
+        """Remove rows written before `before`, and dead peers' rows in the peer list; returns the rows gone."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS relay (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    origin TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS relay_at ON relay(at);
+CREATE TABLE IF NOT EXISTS peers (
+    peer TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    wake TEXT NOT NULL,
+    seen REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    session_id TEXT PRIMARY KEY,
+    peer TEXT NOT NULL,
+    since REAL NOT NULL
+);
+"""
+
+
+class _Wake(asyncio.DatagramProtocol):
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        self.event.set()
+
+
+def relay_path(store_path: str | os.PathLike[str]) -> Path:
+    """Where the relay of the SQLite store at `store_path` is kept."""
+    return Path(f"{os.fspath(store_path)}.relay")
+
+
+class SqliteRelay:
+    """The relay of a SQLite store, in its side file (see the module docstring). Woken by a datagram on an
+    abstract UNIX socket (Linux); elsewhere it polls every `POLL` seconds."""
+
+    def __init__(self, path: str | os.PathLike[str], *, peer: str | None = None) -> None:
+        self.path = str(path)
+        self.host = socket.gethostname()
+        self.peer = peer or f"{self.host}:{os.getpid()}:{new_id('peer')}"
+        self._conn: sqlite3.Connection | None = None
+        self._woken = asyncio.Event()
+        self._transport: asyncio.DatagramTransport | None = None
+        self._wake_name = ""
+        self._sender: socket.socket | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-relay")
+        self._others: list[str] = []
+        """The wake addresses of the other live peers of this host (refreshed by `heartbeat`)."""
+
+    # --- the connection ----------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = OFF")
+                conn.executescript(_SCHEMA)
+            except sqlite3.Error as e:
+                raise store_fault(e, self.path, "open") from e
+            self._conn = conn
+        return self._conn
+
+    def _write_now(
+        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+    ) -> int:
+        try:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = conn.executemany(sql, rows) if rows is not None else conn.execute(sql, params)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return cursor.rowcount
+        except sqlite3.Error as e:
+            raise store_fault(e, self.path, "write to") from e
+
+    def _read_now(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise store_fault(e, self.path, "read") from e
+
+    async def _write(
+        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+    ) -> int:
+        """A write in the relay's own thread: another worker holding the file's lock for a moment (SQLite
+        waits for it, sleeping) never stalls this process's event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._write_now, sql, rows, params)
+
+    async def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._read_now, sql, params)
+
+    # --- peers -------------------------------------------------------------------------------------
+
+    async def join(self) -> None:
+        if hasattr(socket, "AF_UNIX") and os.uname().sysname == "Linux":
+            name = f"\0tether-relay-{self.peer}"
+            with contextlib.suppress(OSError):
+                loop = asyncio.get_running_loop()
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sock.bind(name)
+                sock.setblocking(False)
+                transport, _ = await loop.create_datagram_endpoint(lambda: _Wake(self._woken), sock=sock)
+                self._transport = transport
+                self._wake_name = name
+                self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._sender.setblocking(False)
+        await self.heartbeat()
+
+    async def heartbeat(self) -> list[Peer]:
+        now = time.time()
+        await self._write(
+            "INSERT INTO peers(peer, host, pid, wake, seen) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(peer) DO UPDATE SET seen = excluded.seen",
+            params=(self.peer, self.host, os.getpid(), self._wake_name, now),
+        )
+        peers = [
+            Peer(peer=str(p), host=str(h), pid=int(i), wake=str(w), seen=float(s))
+            for p, h, i, w, s in await self._read(
+                "SELECT peer, host, pid, wake, seen FROM peers WHERE peer != ?", (self.peer,)
+            )
+        ]
+        alive = [p for p in peers if not peer_dead(p, now, self.host)]
+        self._others = [p.wake for p in alive if p.wake and p.host == self.host]
+        return alive
+
+    # --- rows --------------------------------------------------------------------------------------
+
+    async def post(self, rows: Sequence[RelayPost]) -> None:
+        if not rows:
+            return
+        now = time.time()
+        await self._write(
+            "INSERT INTO relay(at, origin, kind, session_id, n, body) VALUES (?, ?, ?, ?, ?, ?)",
+            [(now, self.peer, r.kind, r.session_id, r.n, r.body) for r in rows],
+        )
+        if self._sender is not None:
+            for address in self._others:
+                with contextlib.suppress(OSError):  # gone, or its buffer is full: it polls anyway
+                    self._sender.sendto(b"!", address)
+
+    async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
+        return [
+            RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))
+            for i, o, k, s, n, b in await self._read(
+                "SELECT id, origin, kind, session_id, n, body FROM relay WHERE id > ? ORDER BY id LIMIT ?",
+                (after, limit),
+            )
+        ]
+
+    async def last_id(self) -> int:
+        ((last,),) = await self._read("SELECT coalesce(max(id), 0) FROM relay")
+        return int(last)
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), timeout)
+        self._woken.clear()
+
+    # --- run claims --------------------------------------------------------------------------------
+
+    async def claim_run(self, session_id: str) -> None:
+        await self._write(
+            "INSERT INTO runs(session_id, peer, since) VALUES (?, ?, ?) "
+            "ON CONFLICT(session_id) DO UPDATE SET peer = excluded.peer, since = excluded.since",
+            params=(session_id, self.peer, time.time()),
+        )
+
+    async def release_run(self, session_id: str) -> None:
+        await self._write("DELETE FROM runs WHERE session_id = ? AND peer = ?", params=(session_id, self.peer))
+
+    async def claimant(self, session_id: str) -> str | None:
+        rows = await self._read("SELECT peer FROM runs WHERE session_id = ?", (session_id,))
+        return str(rows[0][0]) if rows else None
+
+    async def orphans(self) -> list[Orphan]:
+        now = time.time()
+        rows = await self._read(
+            "SELECT r.session_id, r.peer, p.host, p.pid, p.seen FROM runs r LEFT JOIN peers p ON p.peer = r.peer "
+            "WHERE r.peer != ?",
+            (self.peer,),
+        )
+        out = []
+        for sid, peer, host, pid, seen in rows:
+            gone = host is None or peer_dead(
+                Peer(peer=str(peer), host=str(host), pid=int(pid), wake="", seen=float(seen)),
+                now,
+                self.host,
+            )
+            if gone:
+                out.append(Orphan(session_id=str(sid), peer=str(peer)))
+        return out
+
+    async def take_run(self, orphan: Orphan) -> bool:
+        taken = await self._write(
+            "UPDATE runs SET peer = ?, since = ? WHERE session_id = ? AND peer = ?",
+            params=(self.peer, time.time(), orphan.session_id, orphan.peer),
+        )
+        return taken == 1
+
+    async def prune(self, before: float) -> int:
+        gone = await self._write("DELETE FROM relay WHERE at < ?", params=(before,))
+        now = time.time()
+        for p, h, i, s in await self._read("SELECT peer, host, pid, seen FROM peers WHERE peer != ?", (self.peer,)):
+            if peer_dead(Peer(peer=str(p), host=str(h), pid=int(i), wake="", seen=float(s)), now, self.host):
+                # its claims stay: with no peer row they are orphans (`orphans`)
+                await self._write("DELETE FROM peers WHERE peer = ?", params=(str(p),))
+        return gone
+
+    async def close(self) -> None:
+        with contextlib.suppress(TetherError, RuntimeError):
+            if self._conn is not None:
+                await self._write("DELETE FROM peers WHERE peer = ?", params=(self.peer,))
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+        self._thread.shutdown(wait=True)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,220 @@
+"""`Mesh`: two `SessionManager`s over one SQLite file, each with its own connection and its own end of the
+relay, as two workers of a server would be (the processes themselves are in tests/server/test_workers.py).
+A follower of B sees every event of A's run, live ones (text deltas) too, in order, as A's own follower
+does; an approval A's run waits on is listed by B and answered there; B's cancel stops A's run at once; the
+claim of a run whose peer is gone is taken over by the other, which resumes the session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import Message, ToolCallPart
+from tether.config import Config
+from tether.events import Done, Error, Event, TextDelta
+from tether.providers.base import ModelRequest
+from tether.providers.catalog import unknown_model
+from tether.providers.registry import ResolvedModel
+from tether.providers.scripted import ScriptedProvider
+from tether.runtime.launch import RunRequest
+from tether.runtime.manager import SessionManager
+from tether.runtime.mesh import Mesh
+from tether.runtime.permission import Answer
+from tether.store import SqliteStore
+from tether.store.relay import SqliteRelay, relay_path
+from tether.tools.base import ToolRegistry, function_tool
+
+GATE: dict[str, asyncio.Event] = {}
+GATE_NAME = ["cancel"]
+"""The gate the `holds` model's call waits at."""
+
+
+@function_tool
+async def change(what: str) -> str:
+    """Change something (not read-only: a person is asked first)."""
+    return f"changed {what}"
+
+
+@function_tool(read_only=True)
+async def hold(name: str) -> str:
+    """Wait until the test lets go."""
+    await GATE[name].wait()
+    return "let go"
+
+
+def make(store: SqliteStore, tmp_path: Path, respond: Any) -> SessionManager:
+    provider = ScriptedProvider(respond, chunk_size=3)
+
+    def resolve(model: str | None = None, **_: object) -> ResolvedModel:
+        return ResolvedModel(provider, "test", unknown_model("scripted", "test"))
+
+    defaults = RunRequest(None, directory=tmp_path, registry=ToolRegistry([change, hold]))
+    return SessionManager(store, config=Config(), defaults=defaults, resolve=resolve)
+
+
+class Pair:
+    def __init__(self, a: SessionManager, b: SessionManager) -> None:
+        self.a, self.b = a, b
+
+
+@pytest.fixture
+async def pair(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
+    respond = request.param if hasattr(request, "param") else (lambda r: "a fairly long answer, streamed in deltas")
+    stores = [SqliteStore(tmp_path / "t.db"), SqliteStore(tmp_path / "t.db")]
+    managers = [make(s, tmp_path, respond) for s in stores]
+    meshes = [Mesh(m, SqliteRelay(relay_path(tmp_path / "t.db"))) for m in managers]
+    for manager, mesh in zip(managers, meshes, strict=True):
+        manager.mesh = mesh
+        await mesh.start()
+    for mesh in meshes:  # each knows the other is there (as its first heartbeat would tell it)
+        mesh.others = {p.peer for p in await mesh.relay.heartbeat()}
+    try:
+        yield Pair(*managers)
+    finally:
+        for manager, mesh in zip(managers, meshes, strict=True):
+            await manager.shutdown()
+            await mesh.stop()
+        for store in stores:
+            await store.close()
+
+
+async def until_end(events: AsyncIterator[Event], session_id: str, into: list[Event]) -> None:
+    async for event in events:
+        into.append(event)
+        if isinstance(event, Done | Error) and event.session_id == session_id:
+            return
+
+
+async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_ones_too(pair: Pair) -> None:
+    session = await pair.a.store.create_session(directory=str(Path.cwd()))
+    here: list[Event] = []
+    there: list[Event] = []
+    after = await pair.a.position(session.id)
+    followers = [
+        asyncio.create_task(until_end(pair.a.subscribe(session.id, after=after), session.id, here)),
+        asyncio.create_task(until_end(pair.b.subscribe(session.id, after=after), session.id, there)),
+    ]
+    await asyncio.sleep(0.05)  # both subscribed
+    run = await pair.a.start(session.id, "tell me")
+    assert isinstance(await run.result(), Done)
+    await asyncio.wait_for(asyncio.gather(*followers), 10)
+    assert [e.n for e in there] == [e.n for e in here] and there == here
+    assert sum(isinstance(e, TextDelta) for e in there) > 5  # the deltas, which no journal holds
+    assert type(there[0]).__name__ == "RunStarted"
+
+
+def asks(request: ModelRequest) -> Message | str:
+    if request.messages[-1].role == "user":
+        return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="change", arguments={"what": "the config"})])
+    return f"after the call: {request.messages[-1].tool_results[0].content}"
+
+
+@pytest.mark.parametrize("pair", [asks], indirect=True)
+async def test_an_approval_a_run_waits_on_is_listed_and_answered_in_the_other_manager(pair: Pair) -> None:
+    run = await pair.a.start(None, "change it")
+    for _ in range(500):
+        if await pair.b.approvals():
+            break
+        await asyncio.sleep(0.01)
+    (request,) = await pair.b.approvals()
+    assert request.call_id == "c1" and request.session_id == run.session_id
+    assert await pair.b.approvals(run.session_id) == [request]
+    assert await pair.b.status(run.session_id) == "waiting_for_approval"
+    assert await pair.b.answer(run.session_id, "c1", Answer(True, by="bob")) is None  # reaches A's run
+    done = await asyncio.wait_for(run.result(), 10)
+    assert isinstance(done, Done) and done.text == "after the call: changed the config"
+    for _ in range(200):  # the settling reached B
+        if not await pair.b.approvals():
+            break
+        await asyncio.sleep(0.01)
+    assert await pair.b.approvals() == []
+
+
+def holds(request: ModelRequest) -> Message | str:
+    if request.messages[-1].role == "user":
+        return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="hold", arguments={"name": GATE_NAME[0]})])
+    return "held"
+
+
+@pytest.mark.parametrize("pair", [holds], indirect=True)
+async def test_a_cancel_in_the_other_manager_stops_the_run_at_once(pair: Pair) -> None:
+    GATE["cancel"] = asyncio.Event()
+    GATE_NAME[0] = "cancel"
+    run = await pair.a.start(None, "hold on")
+    while await pair.b.status(run.session_id) != "busy_elsewhere":
+        await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await pair.b.cancel(run.session_id) is True
+    outcome = await asyncio.wait_for(run.result(), 10)
+    assert isinstance(outcome, Error) and outcome.code == "cancelled"
+    assert loop.time() - started < 0.45  # the relay, not the lease's half-second look
+    assert await pair.a.store.get_lease(run.session_id) is None
+
+
+@pytest.mark.parametrize("pair", [holds], indirect=True)
+async def test_the_run_claim_of_a_gone_peer_is_taken_over_and_the_session_resumed(pair: Pair, tmp_path: Path) -> None:
+    """A peer gone without ending its run (its relay row removed, as for a dead process, and its lease
+    released, as at expiry): the other peer resumes the session; the call that was cut off is not run
+    again."""
+    GATE["takeover"] = asyncio.Event()
+    session = await pair.a.store.create_session(directory=str(tmp_path))
+    await pair.a.store.append(
+        session.id,
+        [
+            Message.user("hold on"),
+            Message.assistant(tool_calls=[ToolCallPart(id="c9", name="hold", arguments={"name": "takeover"})]),
+        ],
+    )
+    ghost = SqliteRelay(relay_path(tmp_path / "t.db"))
+    await ghost.join()
+    await ghost.claim_run(session.id)
+    await ghost.close()  # leaves its claim behind
+    assert pair.b.mesh is not None
+    await pair.b.mesh._take_over()  # type: ignore[attr-defined]
+    messages: list[Message] = []
+    for _ in range(1000):
+        messages = [e.body for e in await pair.b.store.read(session.id) if isinstance(e.body, Message)]
+        if len(messages) == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2].tool_results[0].is_error  # interrupted, never run again
+    assert messages[3].text == "held"
+    assert await pair.a.mesh._take_over() is None and pair.a.running() == []  # type: ignore[union-attr]
+
+
+async def test_a_prompt_that_comes_as_a_run_gives_its_claim_back_still_runs(pair: Pair) -> None:
+    """The worker gives the run's claim back (a store write) after its last prompt: a prompt queued meanwhile
+    is run by it, not left waiting behind a worker that is ending."""
+    first = await pair.a.start(None, "one")
+    assert isinstance(await first.result(), Done)
+    for i in range(5):  # each prompt as the one before ends, when its worker gives its claim back
+        handle = await pair.a.start(first.session_id, f"again {i}")
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+
+
+@pytest.mark.parametrize("pair", [holds], indirect=True)
+async def test_a_prompt_to_a_session_another_manager_runs_waits_for_its_run(pair: Pair) -> None:
+    """Not refused (as a session held by a process outside the service is), nor dropped: it waits for the
+    lease of the run in the other manager, then runs."""
+    GATE["queued"] = asyncio.Event()
+    GATE_NAME[0] = "queued"
+    first = await pair.a.start(None, "hold on")
+    sid = first.session_id
+    while await pair.b.status(sid) != "busy_elsewhere":
+        await asyncio.sleep(0.01)
+    assert pair.b.mesh is not None and await pair.b.mesh.claimed_elsewhere(sid)  # type: ignore[attr-defined]
+    second = await pair.b.start(sid, "and then this")
+    assert second.queued
+    await asyncio.sleep(0.3)
+    assert not second.finished  # waits while A's run holds the session
+    GATE["queued"].set()
+    assert isinstance(await asyncio.wait_for(first.result(), 10), Done)
+    assert isinstance(await asyncio.wait_for(second.result(), 20), Done)
+    texts = [e.body.text for e in await pair.b.store.read(sid) if isinstance(e.body, Message) and e.body.role == "user"]
+    assert texts == ["hold on", "and then this"]

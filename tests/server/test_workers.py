@@ -1,0 +1,183 @@
+"""`tether serve --workers 2`, for real: the CLI's supervisor forks two workers on one port over one SQLite
+store, the model is a loopback OpenAI-compatible server, the clients real HTTP and SSE. Connections spread
+over both workers (checked in /proc); every stream of a session, whichever worker holds it, gets every
+event of its run, text deltas too, the same frames in the same order; `/approvals` on either lists the
+request the other's run waits on, and either's answer reaches it; so does a cancel; `/events` on both says
+the approval waits; a worker killed with SIGKILL mid-answer is replaced, its run taken over by the other
+(the cut answer journaled once, the tool call not run again), and the session goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from .cluster import (
+    MODEL,
+    LoopbackModel,
+    Node,
+    Stream,
+    call,
+    connections_of,
+    home_with_config,
+    start_node,
+    subscribed,
+    until,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Node, LoopbackModel, Path]]:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("a\n")
+    model = LoopbackModel(workspace)
+    home = home_with_config(tmp_path / "home")
+    node = start_node(home, f"sqlite:///{tmp_path / 't.db'}", model.url, workers=2)
+    try:
+        yield node, model, workspace
+    finally:
+        node.stop()
+        model.close()
+
+
+async def streams_of(url: str, sid: str, count: int) -> list[Stream]:
+    return await subscribed([url] * count, sid)
+
+
+async def test_two_workers_serve_every_run_to_every_client(cluster: tuple[Node, LoopbackModel, Path]) -> None:
+    node, _, workspace = cluster
+    port = int(node.url.rsplit(":", 1)[1])
+    workers = node.workers()
+    assert len(workers) == 2
+    sid = call(node.url, "POST", "/sessions", json={"directory": str(workspace)}).json()["session"]["id"]
+
+    # --- every event to every stream, whichever worker holds it ----------------------------------------
+    streams = await streams_of(node.url, sid, 12)
+    held = {pid: connections_of(pid, port) for pid in workers}
+    assert all(n >= 1 for n in held.values()), f"the streams did not spread over the workers: {held}"
+    r = call(node.url, "POST", f"/sessions/{sid}/prompt", json={"prompt": "say 40", "model": MODEL})
+    assert r.status_code == 202, r.text
+    await asyncio.wait_for(asyncio.gather(*(s.task for s in streams if s.task)), 60)
+    first = streams[0].frames
+    assert first[0][1]["type"] == "run_started" and first[-1][1]["type"] == "done"
+    assert sum(e["type"] == "text_delta" for _, e in first) == 40
+    for stream in streams[1:]:
+        assert stream.frames == first  # the same frames, numbers and order, on both workers
+
+    # --- an approval the run waits on: listed, announced and answered on either worker ----------------
+    feeds = [await _feed(node.url) for _ in range(6)]
+    streams = await streams_of(node.url, sid, 6)
+    r = call(node.url, "POST", f"/sessions/{sid}/prompt", json={"prompt": "edit it", "model": MODEL})
+    assert r.status_code == 202, r.text
+
+    def listed_everywhere() -> bool:
+        return all(
+            [a["call_id"] for a in call(node.url, "GET", "/approvals").json()["approvals"]] == ["call_edit"]
+            for _ in range(6)
+        )
+
+    await until(listed_everywhere, 60, "the request listed by both workers")
+    assert all(call(node.url, "GET", f"/sessions/{sid}").json()["status"] == "waiting_for_approval" for _ in range(6))
+    answer = {"approved": True, "scope": "once", "message": ""}
+    r = call(node.url, "POST", f"/sessions/{sid}/approvals/call_edit", json=answer)
+    assert r.status_code == 200, r.text
+    await asyncio.wait_for(asyncio.gather(*(s.task for s in streams if s.task)), 60)
+    for stream in streams:
+        assert stream.frames == streams[0].frames and stream.types()[-1] == "done"
+    assert "approval_resolved" in streams[0].types()
+    for feed in feeds:
+        await until(lambda f=feed: "approval_pending" in f.types, 30, "the approval on /events")  # type: ignore[misc]
+        feed.stop()
+    assert (workspace / "notes.txt").read_text() == "b\n"
+
+    # --- a cancel from any connection stops the run wherever it is ------------------------------------
+    streams = await streams_of(node.url, sid, 6)
+    r = call(node.url, "POST", f"/sessions/{sid}/prompt", json={"prompt": "hold on", "model": MODEL})
+    assert r.status_code == 202, r.text
+    await until(lambda: sum(t == "text_delta" for t in streams[0].types()) >= 3, 60, "the answer to stream")
+    started = time.monotonic()
+    assert call(node.url, "POST", f"/sessions/{sid}/cancel").json()["done"] is True
+    await asyncio.wait_for(asyncio.gather(*(s.task for s in streams if s.task)), 60)
+    assert time.monotonic() - started < 5
+    for stream in streams:
+        assert stream.frames[-1][1]["type"] == "error" and stream.frames[-1][1]["code"] == "cancelled"
+
+
+async def test_a_worker_killed_mid_answer_is_replaced_and_its_run_taken_over(
+    cluster: tuple[Node, LoopbackModel, Path],
+) -> None:
+    node, model, workspace = cluster
+    before = set(node.workers())
+    body = {"directory": str(workspace), "prompt": "hold this", "model": MODEL}
+    sid = call(node.url, "POST", "/sessions", json=body).json()["session"]["id"]
+
+    def streaming() -> bool:
+        record = call(node.url, "GET", f"/sessions/{sid}/entries").json()
+        return len(record["entries"]) >= 3 and any(len(r["messages"]) >= 3 for r in model.requests[-1:])
+
+    await until(streaming, 60, "the run to stream its second answer")
+    await asyncio.sleep(0.6)  # some of it saved (the stream record is written at least every half second)
+    lease = call(node.url, "GET", f"/sessions/{sid}").json()["lease"]
+    victim = int(lease["pid"])
+    assert victim in before
+    os.kill(victim, signal.SIGKILL)
+
+    def settled() -> bool:
+        view = call(node.url, "GET", f"/sessions/{sid}").json()
+        return view["status"] == "idle" and view["lease"] is None and view["session"]["entry_count"] >= 4
+
+    await until(settled, 60, "the other worker to take the run over")
+    entries = call(node.url, "GET", f"/sessions/{sid}/entries").json()["entries"]
+    messages = [e["body"] for e in entries if e["body"].get("type", "message") == "message"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[3]["metadata"].get("interrupted") and messages[3]["parts"][0]["text"].startswith("h0 h1")
+    assert (workspace / "held.txt").read_text() == "written once\n"  # the tool ran once
+    await until(lambda: len(node.workers()) == 2 and victim not in node.workers(), 30, "a new worker")
+
+    streams = await streams_of(node.url, sid, 4)
+    r = call(node.url, "POST", f"/sessions/{sid}/prompt", json={"prompt": "say 5", "model": MODEL})
+    assert r.status_code == 202, r.text
+    await asyncio.wait_for(asyncio.gather(*(s.task for s in streams if s.task)), 60)
+    for s in streams:
+        assert s.types()[-1] == "done" and s.frames == streams[0].frames, (s.frames, streams[0].frames)
+
+
+class _Feed:
+    """`GET /events`, followed in a task of its own."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.types: list[str] = []
+        self.connected = asyncio.Event()
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        import json
+
+        timeout = httpx2.Timeout(120, connect=10)
+        async with (
+            httpx2.AsyncClient(base_url=self.url, timeout=timeout) as client,
+            client.stream("GET", "/events") as r,
+        ):
+            self.connected.set()
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    self.types.append(json.loads(line[5:])["type"])
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+
+async def _feed(url: str) -> _Feed:
+    feed = _Feed(url)
+    await asyncio.wait_for(feed.connected.wait(), 30)
+    return feed

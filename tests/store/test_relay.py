@@ -1,0 +1,141 @@
+"""The relay (`store/relay.py`), of a SQLite store (its side file) and of a PostgreSQL one (`pgrelay.py`, on a
+real server the tests start): rows written in batches and read back in order by any peer, a wake-up from one
+peer to another (a datagram; NOTIFY), run claims, orphans of a dead peer taken by one peer only, pruning."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tether.store import open_relay
+from tether.store.relay import Orphan, Relay, RelayPost, SqliteRelay, relay_path
+from tether.store.sqlite import SqliteStore
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the relay is: a SQLite side file's path, or a PostgreSQL database's URL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "r")
+
+
+def relay(where: str) -> Relay:
+    if where.startswith("postgresql:"):
+        from tether.store.pgrelay import PgRelay
+
+        return PgRelay(where)
+    return SqliteRelay(where)
+
+
+async def test_rows_are_read_back_in_order_by_every_peer(where: str) -> None:
+    a, b = relay(where), relay(where)
+    await a.join()
+    await b.join()
+    try:
+        assert await b.last_id() == 0
+        await a.post([RelayPost("event", "ses_1", 5, b'{"x":1}'), RelayPost("answer", "ses_2", 0, b"[]")])
+        await b.post([RelayPost("cancel", "ses_1", 0, b"{}")])
+        rows = await b.rows_after(0)
+        assert [(r.origin, r.kind, r.session_id, r.n, r.body) for r in rows] == [
+            (a.peer, "event", "ses_1", 5, b'{"x":1}'),
+            (a.peer, "answer", "ses_2", 0, b"[]"),
+            (b.peer, "cancel", "ses_1", 0, b"{}"),
+        ]
+        assert [r.id for r in rows] == sorted(r.id for r in rows) and await a.last_id() == rows[-1].id
+        assert await a.rows_after(rows[0].id, limit=1) == [rows[1]]
+        await a.post([])  # nothing to write: no transaction
+        assert await a.last_id() == rows[-1].id
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_post_wakes_the_other_peers_at_once(where: str) -> None:
+    a, b = relay(where), relay(where)
+    await a.join()
+    await b.join()
+    try:
+        assert [p.peer for p in await a.heartbeat()] == [b.peer]  # a learns where b is woken
+        waiting = asyncio.create_task(b.wait(30.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        started = time.monotonic()
+        await a.post([RelayPost("event", "ses_1", 1, b"{}")])
+        await asyncio.wait_for(waiting, 5.0)
+        assert time.monotonic() - started < 1.0  # woken, not timed out after 30 s
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_dead_peers_claims_are_orphans_taken_by_one_peer_only(where: str) -> None:
+    path = where
+    # a peer in another process, which claims a run and is killed
+    script = (
+        "import asyncio, os, sys, time\n"
+        "from tether.store.pgrelay import PgRelay\n"
+        "from tether.store.relay import SqliteRelay\n"
+        "async def main():\n"
+        "    r = (PgRelay if sys.argv[1].startswith('postgresql:') else SqliteRelay)(sys.argv[1])\n"
+        "    await r.join()\n"
+        "    await r.claim_run('ses_dead')\n"
+        "    print(r.peer, flush=True)\n"
+        "    time.sleep(3600)\n"
+        "asyncio.run(main())\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    dead_peer = child.stdout.readline().strip()
+    a, b = relay(path), relay(path)
+    await a.join()
+    await b.join()
+    try:
+        await a.claim_run("ses_live")
+        assert await b.orphans() == []  # the child lives; a lives
+        child.kill()
+        child.wait(10)
+        orphans = await b.orphans()
+        assert orphans == [Orphan(session_id="ses_dead", peer=dead_peer)] == await a.orphans()
+        assert await a.take_run(orphans[0]) is True
+        assert await b.take_run(orphans[0]) is False  # a took it first
+        assert await b.orphans() == []  # now a's, and a lives
+        await a.release_run("ses_dead")
+        await b.release_run("ses_live")  # not b's: stays
+        assert await b.orphans() == []
+        await a.close()  # a leaves without ending its run: its claim is an orphan
+        assert [(o.session_id, o.peer) for o in await b.orphans()] == [("ses_live", a.peer)]
+    finally:
+        await b.close()
+
+
+async def test_old_rows_and_dead_peers_are_pruned(where: str) -> None:
+    a = relay(where)
+    await a.join()
+    try:
+        await a.post([RelayPost("event", "ses_1", 1, b"{}")])
+        cut = time.time()
+        await asyncio.sleep(0.01)
+        await a.post([RelayPost("event", "ses_1", 2, b"{}")])
+        assert await a.prune(cut) == 1
+        assert [r.n for r in await a.rows_after(0)] == [2]
+        last = await a.last_id()
+        assert await a.prune(time.time() + 1) == 1
+        await a.post([RelayPost("event", "ses_1", 3, b"{}")])
+        assert [r.id for r in await a.rows_after(0)] == [last + 1]  # ids are never reused
+    finally:
+        await a.close()
+
+
+async def test_open_relay_names_the_side_file_of_a_sqlite_store(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "t.db") as store:
+        relay = open_relay(store)
+        assert isinstance(relay, SqliteRelay) and relay.path == str(relay_path(tmp_path / "t.db"))
+    from tether.store.memory import MemoryStore
+
+    assert open_relay(MemoryStore()) is None
