@@ -29,7 +29,7 @@ import msgspec
 
 from ..errors import NotFound, StoreError
 from ..messages import Entry, encode_body, encode_json
-from .protocols import Store
+from .protocols import Artifacts, Journal, Store
 from .records import ArtifactInfo, SessionInfo
 
 
@@ -102,7 +102,7 @@ def entry_digest(entry: Entry) -> bytes:
     return b"%d|%s|" % (entry.seq, repr(entry.created_at).encode()) + encode_body(entry.body)
 
 
-async def session_checksum(store: Store, info: SessionInfo, *, upto: int | None = None) -> str:
+async def session_checksum(store: Journal, info: SessionInfo, *, upto: int | None = None) -> str:
     """The sha256 of the session's row and its entries 1..`upto` (all when None) as `store` reads them back.
     With `upto` the row is left out: a prefix of the journal only."""
     digest = hashlib.sha256()
@@ -117,7 +117,7 @@ async def session_checksum(store: Store, info: SessionInfo, *, upto: int | None 
     return digest.hexdigest()
 
 
-async def _all_sessions(store: Store) -> list[SessionInfo]:
+async def _all_sessions(store: Journal) -> list[SessionInfo]:
     infos: list[SessionInfo] = []
     cursor: str | None = None
     while True:
@@ -145,7 +145,7 @@ def parents_first(infos: Sequence[SessionInfo]) -> list[SessionInfo]:
     return sorted(infos, key=lambda i: (depth[i.id], i.created_at, i.id))
 
 
-async def _artifact_ids(store: Store) -> AsyncIterator[ArtifactInfo]:
+async def _artifact_ids(store: Artifacts) -> AsyncIterator[ArtifactInfo]:
     after: str | None = None
     while True:
         page = await store.list_artifacts(after=after, limit=1000)
@@ -184,7 +184,7 @@ async def copy_artifacts(source: Store, target: Store, on_copy: Callable[[], Non
     return copied, present
 
 
-async def _entries(store: Store, info: SessionInfo) -> list[Entry]:
+async def _entries(store: Journal, info: SessionInfo) -> list[Entry]:
     """Entries 1..entry_count of the session, checked dense (a corrupt row the store skipped stops here)."""
     out: list[Entry] = []
     async for entry in store.iter_entries(info.id, 1):
