@@ -401,8 +401,13 @@ class PostgresStore:
         write commits or fails on its own), as SqliteStore's writes do."""
         task = asyncio.ensure_future(self._run(fn, doing))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._settled)
         return await asyncio.shield(task)
+
+    def _settled(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that stopped waiting has no one else to raise it to
 
     async def _tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
         """`fn(connection)` in one transaction (committed when it returns, rolled back when it raises)."""
@@ -422,10 +427,11 @@ class PostgresStore:
     async def close(self) -> None:
         if self._closed:
             return
-        if self._tasks:  # writes still under way finish first
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        self._closed = True
         running = asyncio.get_running_loop()
+        under_way = [t for t in self._tasks if t.get_loop() is running]
+        if under_way:  # writes still under way finish first
+            await asyncio.gather(*under_way, return_exceptions=True)
+        self._closed = True
         for loop, pool in list(self._pools.items()):
             if loop is running:
                 await pool.close()
