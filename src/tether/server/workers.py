@@ -69,6 +69,8 @@ class Supervisor:
         self.children: dict[int, int] = {}
         """Process id -> worker slot."""
         self._stopping = False
+        self._signal: int | None = None
+        """The signal that stopped the service: raised again once the workers are gone (as one server does)."""
         self._deaths: list[float] = []
 
     def _spawn(self, slot: int) -> None:
@@ -93,6 +95,7 @@ class Supervisor:
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
+        self._signal = signum
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -142,6 +145,8 @@ class Supervisor:
             for s, handler in before.items():
                 signal.signal(s, handler)
             self._holder.close()
+        if self._signal is not None:  # end as a single server does: by the signal, through the handler before
+            signal.raise_signal(self._signal)
         return status
 
 
