@@ -326,9 +326,9 @@ class SessionManager:
                 entry.riders.clear()
                 raise
             except SessionBusy as busy:
-                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="busy", message=str(busy))
+                outcome = Error(session_id=entry.session_id, n=entry.last_n, code=busy.code, message=str(busy))
             except TetherError as exc:
-                outcome = Error(session_id=entry.session_id, n=entry.last_n, code="error", message=str(exc))
+                outcome = Error(session_id=entry.session_id, n=entry.last_n, code=exc.code, message=str(exc))
             except Exception as exc:  # a bug in a run must not take the other sessions down with it
                 log.exception("run of session %s failed", entry.session_id)
                 outcome = Error(session_id=entry.session_id, n=entry.last_n, code="internal", message=repr(exc))

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
+from starlette.routing import Match
 
 from .. import __version__
 from ..config import Config
@@ -168,7 +169,16 @@ def _handle_errors(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         body = error_body(code, str(exc.detail))
-        return Response(body, status_code=exc.status_code, media_type="application/json", headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method some route serves at this path, not the first route's
+            served = {
+                method
+                for route in app.routes
+                if route.matches(request.scope)[0] is not Match.NONE
+                for method in getattr(route, "methods", None) or ()
+            }
+            headers["Allow"] = ", ".join(sorted(served))
+        return Response(body, status_code=exc.status_code, media_type="application/json", headers=headers)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> Response:

@@ -13,7 +13,7 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from .errors import ErrorBody
+from ..wire import ErrorBody
 
 REF = "#/components/schemas/{name}"
 

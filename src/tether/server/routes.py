@@ -29,6 +29,7 @@ from ..recall import RecallResult, recall
 from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
+from ..runtime.launch import WIRE_OPTIONS
 from ..runtime.lookup import find_session
 from ..runtime.mcp import McpOverview, McpServerView
 from ..runtime.memory import Note, forget, remember
@@ -41,9 +42,10 @@ from ..runtime.titles import retitle
 from ..store import UNSET
 from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
-from .openapi import Answer, Routes
-from .schemas import (
+from ..wire import (
+    ABSOLUTE_PATH,
     MAX_SEQ,
+    SESSION_REF,
     AddMcpServer,
     AddNote,
     AnswerApproval,
@@ -60,6 +62,7 @@ from .schemas import (
     EntryPage,
     ForkRequest,
     Health,
+    NoteList,
     Outcome,
     PromptRequest,
     ResumeRequest,
@@ -72,6 +75,7 @@ from .schemas import (
     SinkHealth,
     UpdateSession,
 )
+from .openapi import Answer, Routes
 from .state import IMPORT_PATH, ServerState
 
 
@@ -84,7 +88,7 @@ async def _state(request: Request) -> ServerState:
 State = Annotated[ServerState, Depends(_state)]
 Ref = Annotated[
     str,
-    PathParam(description="A session id, or a unique piece of one (at least 6 characters)", max_length=200),
+    PathParam(description="A session id, or a unique piece of one (at least 6 characters)", pattern=SESSION_REF),
 ]
 MAX_PAGE = 1000
 
@@ -102,19 +106,10 @@ def _directory(path: str | None) -> str | None:
 
 
 def _run_fields(options: RunSettings) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "model": options.model,
-        "agent": options.agent,
-        "tools": options.tools,
-        "system_prompt": options.system_prompt,
-        "confirmed": options.confirmed,
-        "permission_mode": options.permission_mode,
-        "allow": tuple(options.allow),
-        "deny": tuple(options.deny),
-    }
-    if options.max_steps is not None:
-        fields["max_steps"] = options.max_steps
-    return fields
+    """The fields of the `RunRequest` the body asks for that it gave (the manager's defaults hold for the
+    others)."""
+    request = options.request()
+    return {name: getattr(request, name) for name in WIRE_OPTIONS if name in options.model_fields_set}
 
 
 # --- sessions ------------------------------------------------------------------------------------------------
@@ -122,7 +117,9 @@ def _run_fields(options: RunSettings) -> dict[str, Any]:
 
 async def list_sessions(
     state: State,
-    directory: Annotated[str | None, Query(description="Only this directory's sessions (absolute path)")] = None,
+    directory: Annotated[
+        str | None, Query(description="Only this directory's sessions", max_length=4096, pattern=ABSOLUTE_PATH)
+    ] = None,
     q: Annotated[str | None, Query(description="Only sessions whose messages match (best first, one page)")] = None,
     children: Annotated[bool, Query(description="Include child (sub-agent) sessions")] = False,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
@@ -151,7 +148,7 @@ async def create_session(state: State, body: CreateSession) -> Response:
     directory = _directory(body.directory)
     assert directory is not None
     if not os.path.isdir(directory):
-        raise InvalidInput(f"the directory {directory} does not exist on the server")
+        raise NotFound(f"the directory {directory} does not exist on the server")
     if body.prompt is not None:
         handle = await state.manager.start(None, body.prompt, directory=directory, **_run_fields(body))
         info = await state.store.get_session(handle.session_id)
@@ -455,7 +452,8 @@ def _approval(request: ApprovalRequest) -> Approval:
 async def list_approvals(
     state: State,
     session_id: Annotated[
-        str | None, Query(max_length=200, description="Only this session's (and its sub-agents'), journaled ones too")
+        str | None,
+        Query(pattern=SESSION_REF, description="Only this session's (and its sub-agents'), journaled ones too"),
     ] = None,
 ) -> Response:
     sid = (await find_session(state.store, session_id)).id if session_id else None
@@ -483,8 +481,10 @@ async def answer_approval(
 async def recall_route(
     state: State,
     q: Annotated[str, Query(min_length=1, max_length=10_000, description="What to look for")],
-    directory: Annotated[str | None, Query(description="Only this directory's sessions")] = None,
-    session_id: Annotated[str | None, Query(max_length=200, description="Only this session")] = None,
+    directory: Annotated[
+        str | None, Query(description="Only this directory's sessions", max_length=4096, pattern=ABSOLUTE_PATH)
+    ] = None,
+    session_id: Annotated[str | None, Query(pattern=SESSION_REF, description="Only this session")] = None,
     role: Annotated[Literal["user", "assistant", "tool"] | None, Query()] = None,
     since: Annotated[
         float | None, Query(ge=0, le=1e12, description="Entries from this time on (epoch seconds)")
@@ -540,11 +540,9 @@ async def start_mcp_server(state: State, name: Annotated[str, PathParam(max_leng
 
 # --- memory notes ----------------------------------------------------------------------------------------------
 
-Directory = Annotated[str | None, Query(max_length=4096, description="The project's absolute path")]
-
-
-class NoteList(msgspec.Struct, kw_only=True):
-    notes: list[Note]
+Directory = Annotated[
+    str | None, Query(max_length=4096, pattern=ABSOLUTE_PATH, description="The project's absolute path")
+]
 
 
 async def list_notes(state: State, directory: Directory = None) -> Response:
