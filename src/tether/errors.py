@@ -2,7 +2,8 @@
 
 TetherError
 ├── InvalidInput            bad input from a caller: ids, arguments, options
-│   └── InvalidId           an id that is not a tether id (path separators, "..", wrong shape)
+│   ├── InvalidId           an id that is not a tether id (path separators, "..", wrong shape)
+│   └── InvalidRequest      a request to a server that does not match its schema (its `problems`)
 ├── NotFound                a session, entry or artifact that does not exist
 │   └── SessionNotFound
 ├── StoreError              the storage backend failed
@@ -92,6 +93,24 @@ class InvalidInput(TetherError, ValueError):
 
 class InvalidId(InvalidInput):
     """An id that is not a well-formed tether id."""
+
+
+class InvalidRequest(InvalidInput):
+    """A request that does not match the server's schema (a field missing, of the wrong type, out of range):
+    `problems` says where and what, one ``{"where", "problem"}`` each."""
+
+    http_status = 422
+
+    def __init__(self, message: str, *, problems: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+    def details(self) -> dict[str, Any]:
+        return {"problems": self.problems}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(message, problems=list(details.get("problems") or []))
 
 
 class NotFound(TetherError, LookupError):

@@ -38,9 +38,16 @@ ABSOLUTE_PATH = r"^/[^\u0000]*$"
 """A path on the server, absolute (no NUL: no file system takes one)."""
 EVENT_NUMBER = r"^[0-9]{1,18}$"
 """An event number as a header gives it (`Last-Event-ID`)."""
-RULE = r"^[A-Za-z0-9_*?.-]+(\(.*\))?$"
+RULE = r"^[A-Za-z0-9_.*-]+(\(.*\S.*\))?$"
 """An approval rule: ``TOOL`` or ``TOOL(PATTERN)``, such as ``bash(git status*)`` (a tool name may hold glob
 characters: ``mcp__*``)."""
+PATTERNS = {
+    SESSION_REF: "is not a session id (a full id, or at least its last 6 characters)",
+    ABSOLUTE_PATH: "is not an absolute path",
+    EVENT_NUMBER: "is not an event number",
+    RULE: "is not a rule: write TOOL or TOOL(PATTERN), such as bash(git status*)",
+}
+"""What a value that does not match each pattern is, said to a person."""
 
 # --- requests ----------------------------------------------------------------------------------------------
 

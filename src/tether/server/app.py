@@ -18,12 +18,13 @@ from starlette.routing import Match
 
 from .. import __version__
 from ..config import Config
-from ..errors import TetherError
+from ..errors import InvalidRequest, TetherError
 from ..runtime import audit, sinks
 from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
 from ..runtime.sharing import SHARE_PATH
 from ..store import Store, open_store
+from ..wire import PATTERNS
 from .errors import error_body, tether_error_body
 from .guard import Guard
 from .openapi import Routes, build_openapi
@@ -147,6 +148,14 @@ def _refusal_recorder(app: FastAPI) -> Callable[[Any, int, str], Awaitable[None]
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
 
 
+def _problem(error: Any) -> str:
+    """A validation error for a person: a value that misses a pattern of the spec says what it is not."""
+    meaning = PATTERNS.get(str((error.get("ctx") or {}).get("pattern", "")))
+    if error.get("type") == "string_pattern_mismatch" and meaning is not None:
+        return f"{str(error.get('input'))[:200]!r} {meaning}"
+    return str(error.get("msg", ""))
+
+
 def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(TetherError)
     async def tether_error(request: Request, exc: TetherError) -> Response:
@@ -158,12 +167,11 @@ def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         problems = [
-            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": str(e.get("msg", ""))}
-            for e in exc.errors()
+            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": _problem(e)} for e in exc.errors()
         ]
         shown = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
-        body = error_body("invalid_request", f"the request does not validate: {shown}", {"problems": problems})
-        return Response(body, status_code=422, media_type="application/json")
+        status, body = tether_error_body(InvalidRequest(f"the request does not validate: {shown}", problems=problems))
+        return Response(body, status_code=status, media_type="application/json")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
