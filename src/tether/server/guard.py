@@ -28,6 +28,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 OnRefusal = Callable[[Scope, int, str], Awaitable[None]]
 """Told of each request the guard refuses (its scope, status and code): the audit trail's record."""
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CLIENT_HEADER = "x-tether-client"
+"""A header a program may send with the cookie instead of an `Origin` (no cross-site form or simple request
+can carry a custom header)."""
+
 COOKIE = "tether_session"
 """The web page's cookie: `cookie_value` of the token (HttpOnly, SameSite=Strict; set by `POST /auth/session`)."""
 
@@ -151,12 +156,25 @@ class Guard:
         given = headers.get("authorization", [""])[-1]
         scheme, _, token = given.partition(" ")
         bearer = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._token)
-        if not bearer and not self._cookie_matches(headers.get("cookie", [])):
+        if bearer:
+            return None
+        if not self._cookie_matches(headers.get("cookie", [])):
             return (
                 401,
                 "unauthorized",
                 "a bearer token is required (Authorization: Bearer TOKEN)",
                 {"www-authenticate": 'Bearer realm="tether"'},
+            )
+        if scope.get("method") not in SAFE_METHODS and not origins and CLIENT_HEADER not in headers:
+            # a cookie goes with every request a browser makes, whoever asked for it: a change made on the
+            # cookie's strength must show it comes from this server's page (its Origin, checked above, which
+            # browsers send with every unsafe request) or from a program (a header no form can send)
+            return (
+                403,
+                "forbidden_origin",
+                f"a request that changes something, signed in by cookie, needs an Origin or the {CLIENT_HEADER} "
+                "header (or the bearer token)",
+                {},
             )
         return None
 
