@@ -1,13 +1,16 @@
-"""The server's door, an ASGI middleware in front of every route: the Host must be one the server answers to
-(a DNS-rebinding page reaches it under its own name), an `Origin` must be the server's own or one allowed for
-CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must match when one
-is set (compared in constant time), and a body may not pass its size limit (413, whether or not it says its
-length). A browser may show the token as the cookie `POST /auth/session` sets (an `EventSource` cannot send a
-header); the Host and Origin checks hold for it all the same. Each refusal is a typed error body, as every
-route's errors are."""
+"""The server's door, an ASGI middleware in front of every route: the Host, parsed whole, must be one the
+server answers to (a DNS-rebinding page reaches it under its own name), an `Origin` must be the server's own or
+one allowed for CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must
+match when one is set (compared in constant time), and a body may not pass its size limit (413, whether or not
+it says its length). A browser may show the token as the cookie `POST /auth/session` sets (an `EventSource`
+cannot send a header); the Host and Origin checks hold for it all the same, and a request that changes
+something on the cookie's strength must carry an Origin (browsers send one with each) or the `X-Tether-Client`
+header (a program's). Each refusal is a typed error body, as every route's errors are. A streamed answer gets a
+turn of the event loop after each chunk, so that a client that went away stops its stream at once."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -127,7 +130,16 @@ class Guard:
                     raise HTTPException(413, f"the body may hold {limit} bytes at most")
             return message
 
-        await self.app(scope, counted_receive, send)
+        async def paced_send(message: Message) -> None:
+            # a streamed body (an event stream's replay, an export) is written a chunk at a time, each write
+            # returning at once while the socket takes it: without a turn of the event loop between them, a
+            # client that went away is noticed only after the whole replay went into the closed socket (and
+            # asyncio logged each write). One turn per chunk lets the server see the loss and stop.
+            await send(message)
+            if message["type"] == "http.response.body" and message.get("more_body"):
+                await asyncio.sleep(0)
+
+        await self.app(scope, counted_receive, paced_send)
 
     def _refusal(self, scope: Scope, headers: dict[str, list[str]]) -> tuple[int, str, str, dict[str, str]] | None:
         hosts = headers.get("host", [])
