@@ -3,6 +3,8 @@
 TetherError
 ├── InvalidInput            bad input from a caller: ids, arguments, options
 │   ├── InvalidId           an id that is not a tether id (path separators, "..", wrong shape)
+│   ├── UnknownName         a name of something there is none of: an agent, a tool, a waiting call, a page
+│   ├── NotYet              something the state of things does not allow yet (a session with nothing to title)
 │   └── InvalidRequest      a request to a server that does not match its schema (its `problems`)
 ├── NotFound                a session, entry or artifact that does not exist
 │   └── SessionNotFound
@@ -28,6 +30,7 @@ TetherError
 │   └── OutsideWorkspace
 ├── SandboxError            the RLM code sandbox could not start, crashed, timed out or broke its protocol
 ├── ConfigError             configuration is missing or wrong
+│   └── UnknownModel        a model no provider or `[models]` table knows
 ├── MissingExtra            an optional dependency is not installed; names the extra
 ├── ConfirmationRequired    a run that needs a person's yes first (an imported session); says what to show
 └── RemoteError             a tether server answered with an error that has no class here (its code, status)
@@ -93,6 +96,21 @@ class InvalidInput(TetherError, ValueError):
 
 class InvalidId(InvalidInput):
     """An id that is not a well-formed tether id."""
+
+
+class UnknownName(InvalidInput):
+    """A request names something there is none of: an agent profile, a tool, a call that waits for an
+    answer, a share, a page of a listing (a cursor this store never gave). HTTP 404: the name is well-formed,
+    the thing is not there."""
+
+    http_status = 404
+
+
+class NotYet(InvalidInput):
+    """What was asked cannot be done in the state things are in now (a session with no exchange to title
+    yet). HTTP 409."""
+
+    http_status = 409
 
 
 class InvalidRequest(InvalidInput):
@@ -368,6 +386,13 @@ class ConfigError(TetherError):
     """Configuration is missing or wrong."""
 
     http_status = 422
+
+
+class UnknownModel(ConfigError):
+    """A model that no provider, catalog entry or ``[models]`` table knows. HTTP 404, as any name of
+    something there is none of."""
+
+    http_status = 404
 
 
 class MissingExtra(TetherError, ImportError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .context.derive import Omission
 from .context.tokens import TokenEstimate
@@ -52,6 +52,22 @@ PATTERNS = {
 # --- requests ----------------------------------------------------------------------------------------------
 
 
+TOOLS = r"^ *[A-Za-z0-9_.-]+ *(, *[A-Za-z0-9_.-]+ *)*$"
+"""A comma list of tool names (or ``none``)."""
+
+
+def _whole(value: Any) -> Any:
+    # JSON Schema counts 3.0 as the integer 3, and so does the spec: a whole float is taken as its integer;
+    # strict mode refuses everything else that is not an integer (true, "3", 3.5)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Whole = Annotated[int, BeforeValidator(_whole)]
+"""An integer of a request body: a JSON integer (or a number with no fraction), never a boolean or a string."""
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -70,8 +86,10 @@ class RunSettings(_Body):
     agent: str | None = Field(
         default=None, min_length=1, max_length=100, description="build (default), plan, or [agents.NAME]"
     )
-    tools: str | None = Field(default=None, min_length=1, max_length=2000, description="a comma list of tools, or none")
-    max_steps: int | None = Field(default=None, ge=1, le=10_000, description="model steps at most (default 50)")
+    tools: str | None = Field(
+        default=None, max_length=2000, pattern=TOOLS, description="a comma list of tools, or none"
+    )
+    max_steps: Whole | None = Field(default=None, ge=1, le=10_000, description="model steps at most (default 50)")
     system_prompt: str | None = Field(default=None, min_length=1, max_length=200_000)
     confirmed: bool = Field(default=False, description="run an imported session without asking (its yes is recorded)")
     permission_mode: Mode | None = Field(
@@ -121,6 +139,15 @@ class AddMcpServer(_Body):
     call_timeout: float | None = Field(default=None, gt=0, le=86_400)
     start: bool = Field(default=True, description="start it now, so that the answer says whether it works")
 
+    model_config = ConfigDict(
+        json_schema_extra={  # a server is a command or a url
+            "anyOf": [
+                {"required": ["command"], "properties": {"command": {"type": "string"}}},
+                {"required": ["url"], "properties": {"url": {"type": "string"}}},
+            ]
+        }
+    )
+
 
 class AddNote(_Body):
     """A memory note for a project (`directory`) or for the user everywhere (scope user)."""
@@ -133,7 +160,10 @@ class AddNote(_Body):
 
     model_config = ConfigDict(
         json_schema_extra={  # a project note names its project
-            "anyOf": [{"required": ["directory"]}, {"required": ["scope"], "properties": {"scope": {"const": "user"}}}]
+            "anyOf": [
+                {"required": ["directory"], "properties": {"directory": {"type": "string"}}},
+                {"required": ["scope"], "properties": {"scope": {"const": "user"}}},
+            ]
         }
     )
 
@@ -175,19 +205,19 @@ class UpdateSession(_Body):
 
 
 class ForkRequest(_Body):
-    at: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="copy entries 1..at (default: all)")
+    at: Whole | None = Field(default=None, ge=0, le=MAX_SEQ, description="copy entries 1..at (default: all)")
     title: str | None = Field(default=None, min_length=1, max_length=500)
 
 
 class RevertRequest(_Body):
-    to_seq: int = Field(..., ge=0, le=MAX_SEQ, description="hide every entry after this one from the active history")
+    to_seq: Whole = Field(..., ge=0, le=MAX_SEQ, description="hide every entry after this one from the active history")
     reason: str | None = Field(default=None, max_length=2000)
 
 
 class CompactRequest(_Body):
     model: str | None = Field(default=None, min_length=1, max_length=200, description="the summarizer")
     mechanical: bool = Field(default=False, description="no model: extract the summary")
-    keep_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="newest tokens kept verbatim")
+    keep_tokens: Whole | None = Field(default=None, ge=1, le=10_000_000, description="newest tokens kept verbatim")
 
 
 class RetitleRequest(_Body):

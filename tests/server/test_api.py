@@ -349,3 +349,33 @@ async def test_the_server_titles_a_session_again(server: Served) -> None:
         assert (await client.get_session(sid)).session.title == info.title
         request = server.provider.requests[-1]
         assert request.system is not None and "title" in request.system and request.max_output_tokens == 32
+
+
+async def test_booleans_and_strings_are_not_numbers_and_nothing_is_done_with_them(server: Served) -> None:
+    """`{"to_seq": false}` once reverted a session to nothing (false taken as 0); a share with
+    `{"expires_in": true}` made a one-second link; `"5"` was 5. Each is refused whole (422) and changes nothing."""
+    async with TetherClient(server.url) as client:
+        sid = (await client.create_session(str(server.workspace))).session.id
+        await asyncio.to_thread(_fill, server, sid)
+        before = (await client.get_session(sid)).session.entry_count
+        cases: list[tuple[str, dict[str, object]]] = [
+            (f"/sessions/{sid}/revert", {"to_seq": False}),
+            (f"/sessions/{sid}/revert", {"to_seq": True}),
+            (f"/sessions/{sid}/revert", {"to_seq": "5"}),
+            (f"/sessions/{sid}/fork", {"at": False}),
+            (f"/sessions/{sid}/fork", {"at": "3"}),
+            (f"/sessions/{sid}/shares", {"expires_in": True}),
+            (f"/sessions/{sid}/compact", {"keep_tokens": True}),
+            (f"/sessions/{sid}/prompt", {"prompt": "x", "max_steps": True}),
+        ]
+        for path, body in cases:
+            status, text = raw_request(server, "POST", path, body)
+            assert (status, json.loads(text)["error"]["code"]) == (422, "invalid_request"), (path, body, text)
+        assert (await client.get_session(sid)).session.entry_count == before
+        assert (await client.list_sessions()).items[0].id == sid and len((await client.list_sessions()).items) == 1
+        assert await client.shares(sid) == []
+        # a number with no fraction is the integer JSON Schema says it is; one past the journal names no entry
+        status, _ = raw_request(server, "POST", f"/sessions/{sid}/revert", {"to_seq": float(before)})
+        assert status == 201
+        status, text = raw_request(server, "POST", f"/sessions/{sid}/fork", {"at": before + 5})
+        assert (status, json.loads(text)["error"]["code"]) == (404, "not_found")

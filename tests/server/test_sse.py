@@ -253,7 +253,10 @@ def test_a_replay_to_a_client_that_went_away_stops_quietly(tmp_path: Path, caplo
             for i in range(0, 3000, 100):
                 batch: list[Message] = []
                 for j in range(i, i + 100):
-                    batch += [Message.user(f"question {j} " + "q" * 4000), Message.assistant(f"answer {j} " + "a" * 4000)]
+                    batch += [
+                        Message.user(f"question {j} " + "q" * 4000),
+                        Message.assistant(f"answer {j} " + "a" * 4000),
+                    ]
                 await store.append(info.id, batch)
             return str(info.id)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..config import Config
-from ..errors import InvalidInput, SessionBusy, SessionNotFound, TetherError
+from ..errors import InvalidInput, SessionBusy, SessionNotFound, TetherError, UnknownName
 from ..events import Done, Error, Event, RunStarted, live_number
 from ..ids import new_id
 from ..messages import Message
@@ -670,7 +670,7 @@ class SessionManager:
             lease = await live_lease(self.store, session_id)
             if lease is not None and (entry is None or entry.run is None):
                 raise lease.busy()
-            raise InvalidInput(f"no approval request for the call {call_id} waits in session {session_id}")
+            raise UnknownName(f"no approval request for the call {call_id} waits in session {session_id}")
         self._given[(session_id, call_id)] = answer
         return await self.start(session_id, None)
 

@@ -156,6 +156,23 @@ def _problem(error: Any) -> str:
     return str(error.get("msg", ""))
 
 
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """Every method served at the request's path, by the routes of its most specific template (a path of
+    its own, such as ``/sessions/import``, before ``/sessions/{session_id}``), as the spec lists them."""
+    matching = [r for r in app.routes if r.matches(request.scope)[0] is not Match.NONE]
+    if not matching:
+        return []
+    fewest = min(len(getattr(r, "param_convertors", {})) for r in matching)
+    return sorted(
+        {
+            m
+            for r in matching
+            if len(getattr(r, "param_convertors", {})) == fewest
+            for m in getattr(r, "methods", None) or ()
+        }
+    )
+
+
 def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(TetherError)
     async def tether_error(request: Request, exc: TetherError) -> Response:
@@ -166,9 +183,7 @@ def _handle_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        problems = [
-            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": _problem(e)} for e in exc.errors()
-        ]
+        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": _problem(e)} for e in exc.errors()]
         shown = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
         status, body = tether_error_body(InvalidRequest(f"the request does not validate: {shown}", problems=problems))
         return Response(body, status_code=status, media_type="application/json")
@@ -178,14 +193,8 @@ def _handle_errors(app: FastAPI) -> None:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         body = error_body(code, str(exc.detail))
         headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # every method some route serves at this path, not the first route's
-            served = {
-                method
-                for route in app.routes
-                if route.matches(request.scope)[0] is not Match.NONE
-                for method in getattr(route, "methods", None) or ()
-            }
-            headers["Allow"] = ", ".join(sorted(served))
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed(app, request))
         return Response(body, status_code=exc.status_code, media_type="application/json", headers=headers)
 
     @app.exception_handler(Exception)

@@ -80,6 +80,21 @@ class Routes:
         self.answers[(method.lower(), path)] = (answers, tuple(sorted({*errors, *COMMON_ERRORS})))
 
 
+def _event_stream(schema: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """An event stream's schema, event by event (as schemathesis and OpenAPI 3.2's `itemSchema` read one):
+    each frame's `id`, its `event` name and its `data`, one JSON document of the item schema."""
+    return {
+        "type": "object",
+        "description": schema.get("description", "text/event-stream"),
+        "required": ["data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "event": {"type": "string"},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": item},
+        },
+    }
+
+
 def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] = ()) -> dict[str, Any]:
     """The whole document (see the module docstring)."""
     spec = get_openapi(
@@ -101,6 +116,8 @@ def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] 
         responses = operation.setdefault("responses", {})
         for status, answer in answers.items():
             schema = answer.schema or by_type[answer.type]
+            if answer.media_type == "text/event-stream" and answer.type is not None:
+                schema = _event_stream(schema, by_type[answer.type])
             entry = responses.setdefault(str(status), {"description": answer.description})
             entry["content"] = {answer.media_type: {"schema": schema}}
             if answer.schema is not None and answer.type is not None:

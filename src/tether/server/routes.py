@@ -21,6 +21,8 @@ from ..context.compaction import CompactionResult, undo_compaction
 from ..errors import InvalidInput, NotFound
 from ..importers.claude_code_export import export_claude_code
 from ..importers.codex_export import export_codex
+from ..importers.tether_json import FORMAT as EXPORT_FORMAT
+from ..importers.tether_json import VERSION as EXPORT_VERSION
 from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
@@ -283,6 +285,8 @@ async def resume(state: State, session_id: Ref, body: Annotated[ResumeRequest | 
 async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None, Body()] = None) -> Response:
     info = await find_session(state.store, session_id)
     body = body or ForkRequest()
+    if body.at is not None and body.at > info.entry_count:
+        raise NotFound(f"session {info.id} has no entry {body.at} (it has {info.entry_count})")
     new = await state.store.fork(info.id, body.at, title=body.title)
     state.manager.activity.publish(SessionCreated(session=new))
     return answer(new, 201)
@@ -290,6 +294,8 @@ async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None
 
 async def revert(state: State, session_id: Ref, body: RevertRequest) -> Response:
     info = await find_session(state.store, session_id)
+    if body.to_seq > info.entry_count:
+        raise NotFound(f"session {info.id} has no entry {body.to_seq} (it has {info.entry_count})")
     async with state.manager.exclusive(info.id):
         handle = SessionHandle(state.store, info)
         entry = await handle.revert(body.to_seq, reason=body.reason)
@@ -570,6 +576,21 @@ async def health(state: State) -> Response:
     )
 
 
+EXPORT_SCHEMA = {
+    "type": "object",
+    "description": "A tether JSON export (GET /sessions/{id}/export). Beyond this schema, the import checks what "
+    "no schema can say (entries numbered 1..n, as many as the session's `entry_count`, reverts that point back, "
+    "valid ids): a document that fails those is refused as a whole (422, `import_format_error`).",
+    "required": ["format", "version", "session", "entries"],
+    "properties": {
+        "format": {"const": EXPORT_FORMAT},
+        "version": {"type": "integer", "minimum": 1, "maximum": EXPORT_VERSION},
+        "session": {"$ref": "#/components/schemas/SessionInfo"},
+        "entries": {"type": "array", "items": {"$ref": "#/components/schemas/Entry"}},
+    },
+}
+
+
 def add_routes(app: FastAPI, routes: Routes) -> None:
     def ok(tp: Any, description: str, status: int = 200) -> dict[int, Answer]:
         return {status: Answer(tp, description)}
@@ -579,11 +600,10 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
     add(app, "GET", "/sessions", list_sessions, answers=ok(SessionPage, "A page of sessions, most recently updated first"),
         errors=(400,), summary="List or search sessions", tag=s)  # fmt: skip
     add(app, "POST", "/sessions", create_session, answers=ok(CreatedSession, "The new session (and its run)", 201),
-        errors=(400, 409, 422), summary="Create a session, and start its first run with a prompt", tag=s)  # fmt: skip
+        errors=(400, 404, 409, 422), summary="Create a session, and start its first run with a prompt", tag=s)  # fmt: skip
     add(app, "POST", IMPORT_PATH, import_session, answers=ok(SessionInfo, "The imported session", 201),
         errors=(400, 413, 422), summary="Import a session from a tether JSON export", tag=s,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"type": "object", "description": "A tether JSON export (GET /sessions/{id}/export)"}}}}})  # fmt: skip
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": EXPORT_SCHEMA}}}})  # fmt: skip
     add(app, "GET", "/sessions/{session_id}", get_session, answers=ok(SessionView, "The session, its status, its lease"),
         errors=(400, 404), summary="Get a session", tag=s)  # fmt: skip
     add(app, "PATCH", "/sessions/{session_id}", update_session, answers=ok(SessionInfo, "The session as updated"),
