@@ -41,7 +41,10 @@ EVENT_NUMBER = r"^[0-9]{1,18}$"
 RULE = r"^[A-Za-z0-9_.*-]+(\(.*\S.*\))?$"
 """An approval rule: ``TOOL`` or ``TOOL(PATTERN)``, such as ``bash(git status*)`` (a tool name may hold glob
 characters: ``mcp__*``)."""
+CURSOR = r"^[A-Za-z0-9_-]{1,500}$"
+"""A page's `next_cursor` (base64url): one this store did not give names no page (404)."""
 PATTERNS = {
+    CURSOR: "is not a cursor (give the next_cursor of a page)",
     SESSION_REF: "is not a session id (a full id, or at least its last 6 characters)",
     ABSOLUTE_PATH: "is not an absolute path",
     EVENT_NUMBER: "is not an event number",

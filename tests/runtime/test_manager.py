@@ -285,7 +285,7 @@ async def test_status_of_a_session_another_process_runs(store: SqliteStore, tmp_
     assert await mgr.status(info.id) == "busy_elsewhere"
     run = await mgr.start(info.id, "hi")
     outcome = await run.result()
-    assert isinstance(outcome, Error) and outcome.code == "busy" and "run_elsewhere" in outcome.message
+    assert isinstance(outcome, Error) and outcome.code == "session_busy" and "run_elsewhere" in outcome.message
     assert await mgr.cancel(info.id)  # asked through the store
     lease = await store.get_lease(info.id)
     assert lease is not None and lease.request == "cancel"

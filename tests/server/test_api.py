@@ -19,7 +19,7 @@ from tether.errors import (
     ImportFormatError,
     InvalidInput,
     NotFound,
-    ProviderError,
+    NotYet,
     SessionBusy,
     SessionNotFound,
 )
@@ -237,7 +237,8 @@ def test_errors_are_typed_bodies_never_tracebacks(server: Served) -> None:
         ("GET", "/sessions/a..b/entries", None, 422, "invalid_request"),
         ("GET", "/sessions/%2e%2e%2fetc", None, 404, "not_found"),
         ("GET", "/sessions?limit=0", None, 422, "invalid_request"),
-        ("GET", "/sessions?cursor=!!", None, 400, "invalid_input"),
+        ("GET", "/sessions?cursor=!!", None, 422, "invalid_request"),  # the spec's pattern of a cursor
+        ("GET", "/sessions?cursor=bm90IGEgY3Vyc29y", None, 404, "unknown_name"),  # well-formed, names no page
         ("POST", "/sessions", {"directory": 3}, 422, "invalid_request"),
         ("POST", "/sessions", {"directory": "/", "surprise": 1}, 422, "invalid_request"),
         ("DELETE", "/health", None, 405, "method_not_allowed"),
@@ -337,7 +338,7 @@ async def test_a_sessions_own_rules_are_set_over_http_and_its_next_run_applies_t
 async def test_the_server_titles_a_session_again(server: Served) -> None:
     async with TetherClient(server.url) as client:
         sid = (await client.create_session(str(server.workspace), title="hand-made")).session.id
-        with pytest.raises(ProviderError, match="no exchange to title yet"):
+        with pytest.raises(NotYet, match="no exchange to title yet"):  # 409: not yet, nothing failed
             await client.retitle(sid)
         await asyncio.to_thread(
             server.call, server.state.store.append(sid, [Message.user("fix the parser"), Message.assistant("Fixed.")])

@@ -46,6 +46,7 @@ from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
 from ..wire import (
     ABSOLUTE_PATH,
+    CURSOR,
     MAX_SEQ,
     SESSION_REF,
     AddMcpServer,
@@ -125,7 +126,7 @@ async def list_sessions(
     q: Annotated[str | None, Query(description="Only sessions whose messages match (best first, one page)")] = None,
     children: Annotated[bool, Query(description="Include child (sub-agent) sessions")] = False,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", max_length=500)] = None,
+    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", pattern=CURSOR)] = None,
 ) -> Response:
     where = _directory(directory)
     if q is not None:
@@ -207,7 +208,7 @@ async def list_children(
     state: State,
     session_id: Ref,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", pattern=CURSOR)] = None,
 ) -> Response:
     info = await find_session(state.store, session_id)
     page = await state.store.list_sessions(parent_id=info.id, limit=limit, cursor=cursor)
