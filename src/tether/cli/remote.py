@@ -12,7 +12,7 @@ import sys
 import click
 from rich.console import Console
 
-from ..errors import ConfirmationRequired, InvalidInput, NotFound, SessionBusy, TetherError
+from ..errors import ConfigError, ConfirmationRequired, InvalidInput, NotFound, SessionBusy, TetherError
 from ..events import (
     DURABLE_TYPES,
     EVENT_SPAN,
@@ -111,7 +111,7 @@ def run_remote(server: str, request: RunRequest, *, as_json: bool) -> int:
                         run = await client.resume(target, request=request)
                     else:
                         run = await client.prompt(target, prompt, queue=wait, request=request)
-                except (InvalidInput, NotFound) as exc:
+                except (InvalidInput, NotFound, ConfigError) as exc:  # as a local run: exit 2
                     click.echo(f"error: {' '.join(str(exc).split())}", err=True)
                     return 2
                 except ConfirmationRequired as exc:
