@@ -80,6 +80,18 @@ class Routes:
         self.answers[(method.lower(), path)] = (answers, tuple(sorted({*errors, *COMMON_ERRORS})))
 
 
+def _not_null(parameter: dict[str, Any]) -> None:
+    """A parameter that may be left out is left out to say none: a header or a query string has no null (the
+    framework writes ``str | None`` as a choice of a string or null, which a client would send as "null")."""
+    schema = parameter.get("schema", {})
+    choices = schema.get("anyOf")
+    if isinstance(choices, list):
+        kept = [c for c in choices if c != {"type": "null"}]
+        if len(kept) == 1 and len(kept) < len(choices):
+            del schema["anyOf"]
+            schema.update(kept[0])
+
+
 def _event_stream(schema: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """An event stream's schema, event by event (as schemathesis and OpenAPI 3.2's `itemSchema` read one):
     each frame's `id`, its `event` name and its `data`, one JSON document of the item schema."""
@@ -113,6 +125,8 @@ def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] 
     error_ref = by_type[ErrorBody]
     for (method, path), (answers, errors) in routes.answers.items():
         operation = spec["paths"][path][method]
+        for parameter in operation.get("parameters", []):
+            _not_null(parameter)
         responses = operation.setdefault("responses", {})
         for status, answer in answers.items():
             schema = answer.schema or by_type[answer.type]

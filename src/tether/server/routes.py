@@ -599,7 +599,7 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
     s, r = "sessions", "runs"
     add = routes.add
     add(app, "GET", "/sessions", list_sessions, answers=ok(SessionPage, "A page of sessions, most recently updated first"),
-        errors=(400,), summary="List or search sessions", tag=s)  # fmt: skip
+        errors=(400, 404), summary="List or search sessions", tag=s)  # fmt: skip
     add(app, "POST", "/sessions", create_session, answers=ok(CreatedSession, "The new session (and its run)", 201),
         errors=(400, 404, 409, 422), summary="Create a session, and start its first run with a prompt", tag=s)  # fmt: skip
     add(app, "POST", IMPORT_PATH, import_session, answers=ok(SessionInfo, "The imported session", 201),
