@@ -24,6 +24,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
             "tether.cli",
             "tether.server",
             "tether.client",
+            "tether.wire",
             "tether.importers",
             "tether.integrations",
             "tether.transcript",

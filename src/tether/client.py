@@ -27,63 +27,35 @@ from .events import Done, Error, Event
 from .messages import Entry
 from .recall import RecallResult
 from .runtime.activity import Activity
+from .runtime.launch import WIRE_OPTIONS, RunRequest
 from .runtime.mcp import McpOverview, McpServerView
 from .runtime.memory import Note
 from .runtime.operations import ModelsOverview
 from .store.audit import AuditRecord, AuditReport
 from .store.records import SessionInfo, Share
+from .wire import (
+    Answered,
+    Approval,
+    ApprovalList,
+    ContextReport,
+    CreatedSession,
+    CreatedShare,
+    Deleted,
+    EntryPage,
+    ErrorBody,
+    Health,
+    NoteList,
+    Outcome,
+    RunAccepted,
+    SessionPage,
+    SessionView,
+    ShareList,
+    run_body,
+)
 
 T = TypeVar("T")
 
 TOKEN_ENV = "TETHER_SERVER_TOKEN"
-
-
-class CreatedShare(msgspec.Struct, kw_only=True):
-    """A share link just made: `token` and `url` are shown this once (the server keeps only a hash)."""
-
-    id: str
-    session_id: str
-    token: str
-    url: str
-    created_at: float
-    expires_at: float | None = None
-
-
-class SessionPage(msgspec.Struct, kw_only=True):
-    items: list[SessionInfo]
-    next_cursor: str | None = None
-
-
-class SessionView(msgspec.Struct, kw_only=True):
-    session: SessionInfo
-    status: str
-    lease: dict[str, Any] | None = None
-
-
-class RunAccepted(msgspec.Struct, kw_only=True):
-    session_id: str
-    after: int
-    queued: bool = False
-    steered: bool = False
-
-
-class CreatedSession(msgspec.Struct, kw_only=True):
-    session: SessionInfo
-    run: RunAccepted | None = None
-
-
-class EntryPage(msgspec.Struct, kw_only=True):
-    entries: list[Entry]
-    last_seq: int
-
-
-class Health(msgspec.Struct, kw_only=True):
-    status: str
-    version: str
-    store: str
-    running: int
-    sinks: dict[str, dict[str, Any]] | None = None
-    """The event sinks the server delivers to: delivered, lag_seconds, error."""
 
 
 def _httpx() -> Any:
@@ -94,53 +66,21 @@ def _httpx() -> Any:
     return httpx2
 
 
-_CODES: dict[str, type[E.TetherError]] = {}
-
-
-def _error_class(code: str) -> type[E.TetherError] | None:
-    if not _CODES:
-        import re
-
-        for cls in vars(E).values():
-            if isinstance(cls, type) and issubclass(cls, E.TetherError):
-                _CODES[re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()] = cls
-    return _CODES.get(code)
-
-
 def raise_for_error(status: int, body: bytes) -> None:
-    """Raise the tether exception that an error answer names."""
+    """Raise the tether exception that an error answer names (`TetherError.from_wire`: its code, message and
+    details), or `RemoteError` for a code no class here has."""
     try:
-        error = msgspec.json.decode(body).get("error", {})
-        code, message, details = str(error["code"]), str(error["message"]), dict(error.get("details") or {})
-    except Exception:
+        error = msgspec.json.decode(body, type=ErrorBody).error
+    except msgspec.MsgspecError:
         raise RemoteError(f"the server answered {status}: {body[:200]!r}", status=status, code="http_error") from None
-    cls = _error_class(code)
-    if cls is not None and issubclass(cls, E.SessionBusy):
-        raise cls(
-            str(details.get("session_id", "")),
-            str(details.get("holder", "")),
-            pid=details.get("pid"),
-            host=details.get("host"),
-            since=details.get("since"),
-            expires_at=details.get("expires_at"),
-            message=message,
-        )
-    if cls is E.ConfirmationRequired:
-        raise E.ConfirmationRequired(
-            message,
-            session_id=str(details.get("session_id", "")),
-            directory=details.get("directory"),
-            system_prompt=details.get("system_prompt"),
-        )
-    if cls is E.SessionNotFound:
-        raise E.SessionNotFound(str(details.get("session_id", message)))
-    if cls is not None and issubclass(cls, E.ProviderError):
-        with contextlib.suppress(TypeError):
-            raise cls(message, status=details.get("status"), provider=details.get("provider"))
-    elif cls is not None:
-        with contextlib.suppress(TypeError):  # a class that needs more than a message to be made
-            raise cls(message)
-    raise RemoteError(message, status=status, code=code, details=details)
+    cls = E.error_class(error.code)
+    made: E.TetherError | None = None
+    if cls is not None and cls is not RemoteError:
+        with contextlib.suppress(TypeError, ValueError):  # details a class cannot be made from
+            made = cls.from_wire(error.message, error.details)
+    if made is not None:
+        raise made
+    raise RemoteError(error.message, status=status, code=error.code, details=error.details)
 
 
 class TetherClient:
@@ -196,10 +136,19 @@ class TetherClient:
         params = {"directory": directory, "q": query, "children": children, "limit": limit, "cursor": cursor}
         return await self._call("GET", "/sessions", SessionPage, params=params)
 
-    async def create_session(self, directory: str, *, prompt: str | None = None, **fields: Any) -> CreatedSession:
-        """A new session (with `prompt`: and its first run). `fields`: title, model, agent, tools, max_steps,
-        system_prompt, confirmed."""
-        body = {"directory": directory, "prompt": prompt, **fields}
+    async def create_session(
+        self,
+        directory: str,
+        *,
+        prompt: str | None = None,
+        title: str | None = None,
+        request: RunRequest | None = None,
+        **fields: Any,
+    ) -> CreatedSession:
+        """A new session (with `prompt`: and its first run). How its runs go is `request` (a `RunRequest`:
+        its wire fields are sent), or `fields`, the same fields by name: model, agent, tools, max_steps,
+        system_prompt, confirmed, permission_mode, allow, deny."""
+        body = {"directory": directory, "prompt": prompt, "title": title, **_run(request, fields)}
         return await self._call("POST", "/sessions", CreatedSession, json=_given(body))
 
     async def get_session(self, session_id: str) -> SessionView:
@@ -219,7 +168,7 @@ class TetherClient:
         return await self._call("PATCH", f"/sessions/{session_id}", SessionInfo, json=body)
 
     async def delete_session(self, session_id: str) -> list[str]:
-        return (await self._call("DELETE", f"/sessions/{session_id}", dict[str, list[str]]))["deleted"]
+        return (await self._call("DELETE", f"/sessions/{session_id}", Deleted)).deleted
 
     async def children(self, session_id: str, *, limit: int = 50, cursor: str | None = None) -> SessionPage:
         params = {"limit": limit, "cursor": cursor}
@@ -244,21 +193,31 @@ class TetherClient:
     # --- runs ----------------------------------------------------------------------------------------------
 
     async def prompt(
-        self, session_id: str, prompt: str, *, queue: bool = True, steer: bool = False, **fields: Any
+        self,
+        session_id: str,
+        prompt: str,
+        *,
+        queue: bool = True,
+        steer: bool = False,
+        request: RunRequest | None = None,
+        **fields: Any,
     ) -> RunAccepted:
         """Start a run (or queue the prompt, or `steer` it into the run in progress); returns at once. With
-        `queue=False`, a busy session raises `SessionBusy` naming the holder."""
-        body = _given(prompt=prompt, queue=queue, steer=steer, **fields)
+        `queue=False`, a busy session raises `SessionBusy` naming the holder. The run's options: `request` or
+        `fields`, as for `create_session`."""
+        body = _given(prompt=prompt, queue=queue, steer=steer, **_run(request, fields))
         return await self._call("POST", f"/sessions/{session_id}/prompt", RunAccepted, json=body)
 
     async def cancel(self, session_id: str) -> bool:
-        return bool((await self._call("POST", f"/sessions/{session_id}/cancel", dict[str, bool]))["done"])
+        return (await self._call("POST", f"/sessions/{session_id}/cancel", Outcome)).done
 
     async def pause(self, session_id: str) -> bool:
-        return bool((await self._call("POST", f"/sessions/{session_id}/pause", dict[str, bool]))["done"])
+        return (await self._call("POST", f"/sessions/{session_id}/pause", Outcome)).done
 
-    async def resume(self, session_id: str, prompt: str | None = None, **fields: Any) -> RunAccepted:
-        body = _given(prompt=prompt, **fields)
+    async def resume(
+        self, session_id: str, prompt: str | None = None, *, request: RunRequest | None = None, **fields: Any
+    ) -> RunAccepted:
+        body = _given(prompt=prompt, **_run(request, fields))
         return await self._call("POST", f"/sessions/{session_id}/resume", RunAccepted, json=body)
 
     # --- edits ---------------------------------------------------------------------------------------------
@@ -283,8 +242,8 @@ class TetherClient:
     async def undo_compaction(self, session_id: str) -> Entry:
         return await self._call("POST", f"/sessions/{session_id}/compact/undo", Entry)
 
-    async def context(self, session_id: str, *, model: str | None = None) -> dict[str, Any]:
-        return await self._call("GET", f"/sessions/{session_id}/context", dict[str, Any], params={"model": model})
+    async def context(self, session_id: str, *, model: str | None = None) -> ContextReport:
+        return await self._call("GET", f"/sessions/{session_id}/context", ContextReport, params={"model": model})
 
     async def export(
         self, session_id: str, *, format: Literal["json", "markdown", "html", "claude-code", "codex"] = "json"
@@ -296,12 +255,12 @@ class TetherClient:
 
     async def share(self, session_id: str, *, expires_in: float | None = None) -> CreatedShare:
         """A read-only link to the session's transcript, until revoked or for `expires_in` seconds."""
-        body = {"expires_in": expires_in}
+        body = _given(expires_in=expires_in)
         return await self._call("POST", f"/sessions/{session_id}/shares", CreatedShare, json=body)
 
     async def shares(self, session_id: str) -> list[Share]:
         """The session's share links, oldest first (no tokens)."""
-        return (await self._call("GET", f"/sessions/{session_id}/shares", dict[str, list[Share]]))["shares"]
+        return (await self._call("GET", f"/sessions/{session_id}/shares", ShareList)).shares
 
     async def revoke_share(self, session_id: str, share_id: str) -> Share:
         """Revoke one of the session's links: it stops at once."""
@@ -310,12 +269,9 @@ class TetherClient:
     async def import_session(self, data: bytes, *, new_id: bool = False) -> SessionInfo:
         return await self._call("POST", "/sessions/import", SessionInfo, content=data, params={"new_id": new_id})
 
-    async def approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+    async def approvals(self, session_id: str | None = None) -> list[Approval]:
         """The tool calls that wait for a person's answer (of every session, or of one)."""
-        found = await self._call(
-            "GET", "/approvals", dict[str, list[dict[str, Any]]], params={"session_id": session_id}
-        )
-        return found["approvals"]
+        return (await self._call("GET", "/approvals", ApprovalList, params={"session_id": session_id})).approvals
 
     async def answer(
         self,
@@ -329,7 +285,7 @@ class TetherClient:
         """Answer an approval request; a run the answer resumed is returned (None: the waiting run goes on)."""
         body = {"approved": approved, "scope": scope, "message": message}
         path = f"/sessions/{session_id}/approvals/{call_id}"
-        return (await self._call("POST", path, dict[str, RunAccepted | None], json=body)).get("run")
+        return (await self._call("POST", path, Answered, json=body)).run
 
     async def recall(self, query: str, **filters: Any) -> RecallResult:
         return await self._call("GET", "/recall", RecallResult, params={"q": query, **filters})
@@ -341,7 +297,7 @@ class TetherClient:
 
     async def memory_notes(self, directory: str | None = None) -> list[Note]:
         """The notes of the project at `directory` (absolute) and the user's, newest first."""
-        return (await self._call("GET", "/memory", dict[str, list[Note]], params={"directory": directory}))["notes"]
+        return (await self._call("GET", "/memory", NoteList, params={"directory": directory})).notes
 
     async def remember(self, text: str, *, directory: str | None = None, scope: str = "project") -> Note:
         return await self._call(
@@ -365,7 +321,7 @@ class TetherClient:
         )
 
     async def remove_mcp_server(self, name: str) -> None:
-        await self._call("DELETE", f"/mcp/servers/{name}", dict[str, list[str]])
+        await self._call("DELETE", f"/mcp/servers/{name}", Deleted)
 
     async def start_mcp_server(self, name: str) -> McpServerView:
         return await self._call("POST", f"/mcp/servers/{name}/start", McpServerView)
@@ -437,6 +393,20 @@ class TetherClient:
             async for frame in source:
                 if frame.data:
                     yield decoder.decode(frame.data)
+
+
+def _run(request: RunRequest | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """The run options of a request body: `request`'s wire fields, or `fields` made into a `RunRequest`
+    first (a name it has no field for fails here, not at the server)."""
+    if request is not None and fields:
+        raise TypeError("give the run's options as `request` or as fields, not both")
+    if request is None:
+        unknown = sorted(set(fields) - set(WIRE_OPTIONS))
+        if unknown:
+            raise TypeError(f"not an option of a run: {', '.join(unknown)} (they are: {', '.join(WIRE_OPTIONS)})")
+        fields = {k: tuple(v) if k in ("allow", "deny") else v for k, v in fields.items() if v is not None}
+        request = RunRequest(None, **fields)
+    return run_body(request)
 
 
 def _given(body: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 TetherError
 ├── InvalidInput            bad input from a caller: ids, arguments, options
-│   └── InvalidId           an id that is not a tether id (path separators, "..", wrong shape)
+│   ├── InvalidId           an id that is not a tether id (path separators, "..", wrong shape)
+│   ├── UnknownName         a name of something there is none of: an agent, a tool, a waiting call, a page
+│   ├── NotYet              something the state of things does not allow yet (a session with nothing to title)
+│   └── InvalidRequest      a request to a server that does not match its schema (its `problems`)
 ├── NotFound                a session, entry or artifact that does not exist
 │   └── SessionNotFound
 ├── StoreError              the storage backend failed
@@ -28,34 +31,124 @@ TetherError
 │   └── OutsideWorkspace
 ├── SandboxError            the RLM code sandbox could not start, crashed, timed out or broke its protocol
 ├── ConfigError             configuration is missing or wrong
+│   └── UnknownModel        a model no provider or `[models]` table knows
 ├── MissingExtra            an optional dependency is not installed; names the extra
 ├── ConfirmationRequired    a run that needs a person's yes first (an imported session); says what to show
 └── RemoteError             a tether server answered with an error that has no class here (its code, status)
+
+Every class carries its wire vocabulary, the one mapping that runs (`events.Error.code`), the HTTP server and
+`tether.client` all use: `code`, stable, the class's name in snake case (`SessionBusy` is ``session_busy``);
+`http_status`, the HTTP status a server answers it with; `details()`, what the instance carries beyond its
+message, as JSON-able data; and `from_wire(code, message, details)`, which makes the instance again from
+these three (what a client raises).
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+ERRORS: dict[str, type[TetherError]] = {}
+"""Every tether error class by its `code` (filled as the classes are made)."""
 
 
 class TetherError(Exception):
     """Base class of every tether error."""
 
+    code: str = "tether_error"
+    """Stable: the class's name in snake case (set for each subclass)."""
+    http_status: int = 500
+    """The HTTP status a server answers this error with (inherited unless a class sets its own)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.code = _snake(cls.__name__)
+        ERRORS[cls.code] = cls
+
+    def details(self) -> dict[str, Any]:
+        """What this error carries beyond its message (the holder of a busy session, ...), as JSON-able data:
+        the `details` of an HTTP error body, and what `from_wire` takes back."""
+        return {}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        """The error again from its message and `details()` (what a client raises for a server's answer)."""
+        return cls(message)
+
+
+def error_class(code: str) -> type[TetherError] | None:
+    """The class whose `code` this is (None: no class here has it)."""
+    return ERRORS.get(code)
+
+
+ERRORS[TetherError.code] = TetherError
+
 
 class InvalidInput(TetherError, ValueError):
     """A caller passed something tether cannot accept."""
+
+    http_status = 400
 
 
 class InvalidId(InvalidInput):
     """An id that is not a well-formed tether id."""
 
 
+class UnknownName(InvalidInput):
+    """A request names something there is none of: an agent profile, a tool, a call that waits for an
+    answer, a share, a page of a listing (a cursor this store never gave). HTTP 404: the name is well-formed,
+    the thing is not there."""
+
+    http_status = 404
+
+
+class NotYet(InvalidInput):
+    """What was asked cannot be done in the state things are in now (a session with no exchange to title
+    yet). HTTP 409."""
+
+    http_status = 409
+
+
+class InvalidRequest(InvalidInput):
+    """A request that does not match the server's schema (a field missing, of the wrong type, out of range):
+    `problems` says where and what, one ``{"where", "problem"}`` each."""
+
+    http_status = 422
+
+    def __init__(self, message: str, *, problems: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+    def details(self) -> dict[str, Any]:
+        return {"problems": self.problems}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(message, problems=list(details.get("problems") or []))
+
+
 class NotFound(TetherError, LookupError):
     """Something that was asked for does not exist."""
+
+    http_status = 404
 
 
 class SessionNotFound(NotFound):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id!r}")
         self.session_id = session_id
+
+    def details(self) -> dict[str, Any]:
+        return {"session_id": self.session_id}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(str(details.get("session_id", message)))
 
 
 class StoreError(TetherError):
@@ -74,9 +167,20 @@ class SeqConflict(StoreError):
         self.expected = expected
         self.actual = actual
 
+    http_status = 409
+
+    def details(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "expected": self.expected, "actual": self.actual}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(str(details.get("session_id", "")), int(details.get("expected", 0)), int(details.get("actual", 0)))
+
 
 class StoreBusy(StoreError):
     """The database stayed locked by other writers for longer than the busy timeout."""
+
+    http_status = 503
 
 
 class CorruptEntry(StoreError):
@@ -88,6 +192,9 @@ class CorruptEntry(StoreError):
         self.seq = seq
         self.reason = reason
 
+    def details(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "seq": self.seq}
+
 
 class StoreClosed(StoreError):
     """The store was used after it was closed."""
@@ -98,11 +205,17 @@ class StoreUnavailable(StoreError):
     version does not know. The message is one line: `problem` (which names `path` and what is wrong), then
     `advice` (what to do)."""
 
+    http_status = 503
+
     def __init__(self, problem: str, advice: str | None = None, *, path: str | None = None) -> None:
         super().__init__(f"{problem}: {advice}" if advice else problem)
         self.problem = problem
         self.advice = advice
         self.path = path
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(message)
 
 
 class StoreCorrupt(StoreUnavailable):
@@ -127,6 +240,8 @@ class StoreConnectionLost(StoreUnavailable):
 
 class ImportFormatError(TetherError):
     """A file given to import cannot be read as a session."""
+
+    http_status = 422
 
 
 class SessionBusy(TetherError):
@@ -155,6 +270,30 @@ class SessionBusy(TetherError):
         self.since = since
         self.expires_at = expires_at
 
+    http_status = 409
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "holder": self.holder,
+            "pid": self.pid,
+            "host": self.host,
+            "since": self.since,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(
+            str(details.get("session_id", "")),
+            str(details.get("holder", "")),
+            pid=details.get("pid"),
+            host=details.get("host"),
+            since=details.get("since"),
+            expires_at=details.get("expires_at"),
+            message=message,
+        )
+
 
 class LeaseLost(SessionBusy):
     """A run's lease is no longer its own: it expired and another holder took it, or it was released."""
@@ -164,11 +303,19 @@ class ProviderError(TetherError):
     """A model provider failed."""
 
     retryable: bool = False
+    http_status = 502
 
     def __init__(self, message: str, *, status: int | None = None, provider: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.provider = provider
+
+    def details(self) -> dict[str, Any]:
+        return {"provider": self.provider, "status": self.status, "retryable": self.retryable}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(message, status=details.get("status"), provider=details.get("provider"))
 
 
 class AuthError(ProviderError):
@@ -190,6 +337,18 @@ class RateLimited(ProviderError):
     ) -> None:
         super().__init__(message, status=status, provider=provider)
         self.retry_after = retry_after
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "retry_after": self.retry_after}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(
+            message,
+            retry_after=details.get("retry_after"),
+            status=details.get("status"),
+            provider=details.get("provider"),
+        )
 
 
 class ContextOverflow(ProviderError):
@@ -223,9 +382,25 @@ class SandboxError(TetherError):
         super().__init__(message)
         self.reason = reason
 
+    def details(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(message, reason=str(details.get("reason", "")))
+
 
 class ConfigError(TetherError):
     """Configuration is missing or wrong."""
+
+    http_status = 422
+
+
+class UnknownModel(ConfigError):
+    """A model that no provider, catalog entry or ``[models]`` table knows. HTTP 404, as any name of
+    something there is none of."""
+
+    http_status = 404
 
 
 class MissingExtra(TetherError, ImportError):
@@ -238,6 +413,15 @@ class MissingExtra(TetherError, ImportError):
         self.extra = extra
         self.module = module
 
+    http_status = 501
+
+    def details(self) -> dict[str, Any]:
+        return {"extra": self.extra, "module": self.module}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(str(details.get("extra", "")), str(details.get("module", "")))
+
 
 class ConfirmationRequired(TetherError):
     """A run that needs a person's yes before it starts: an imported session would run its own system
@@ -249,13 +433,31 @@ class ConfirmationRequired(TetherError):
         self.directory = directory
         self.system_prompt = system_prompt
 
+    http_status = 409
+
+    def details(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "directory": self.directory, "system_prompt": self.system_prompt}
+
+    @classmethod
+    def from_wire(cls, message: str, details: dict[str, Any]) -> TetherError:
+        return cls(
+            message,
+            session_id=str(details.get("session_id", "")),
+            directory=details.get("directory"),
+            system_prompt=details.get("system_prompt"),
+        )
+
 
 class RemoteError(TetherError):
     """A tether server answered with an error that no class here stands for (`tether.client` raises the
     others as themselves): its HTTP `status`, its stable `code` and its `details`."""
 
-    def __init__(self, message: str, *, status: int, code: str, details: dict[str, object] | None = None) -> None:
+    def __init__(self, message: str, *, status: int, code: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.http_status = status
         self.code = code
-        self.details = details or {}
+        self.carried = details or {}
+
+    def details(self) -> dict[str, Any]:
+        return dict(self.carried)

@@ -235,9 +235,11 @@ class Done(_Event, tag="done"):
 
 
 class Error(_Event, tag="error"):
-    """The run ended on an error. `code` is stable (``cancelled``, ``repeated_tool_call``, ``provider_auth``,
-    ``rate_limited``, ``context_overflow``, ``provider_error``, ``answer_cut``, ``busy``, ``internal``; and
-    ``invalid_input``, with no session, for a request refused before it started)."""
+    """The run ended on an error. `code` is stable: ``cancelled``, ``repeated_tool_call``, ``internal``, or
+    the `code` of the tether exception that ended it, the same code an HTTP error body carries
+    (`tether.errors`: ``auth_error``, ``rate_limited``, ``context_overflow``, ``transient_error``,
+    ``bad_request``, ``provider_error``, ``answer_cut``, ``session_busy``, ``lease_lost``, ``seq_conflict``;
+    and ``invalid_input``, with no session, for a request refused before it started)."""
 
     code: str
     message: str

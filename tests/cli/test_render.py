@@ -91,7 +91,7 @@ def test_an_error_is_one_short_line_with_what_to_do_and_whole_with_debug() -> No
     short = short_error("provider_error", dump)
     assert "\n" not in short and short.startswith("lab: 1 validation error for ChatCompletionRequest")
     assert "tether run --continue" in short and "--debug prints the whole error" in short
-    assert short_error("provider_auth", "openai: invalid key") == (
+    assert short_error("auth_error", "openai: invalid key") == (
         "openai: invalid key. Next: check the provider's key (`tether doctor` says which is missing)"
     )
     long = short_error("busy", "x" * 500)

@@ -102,7 +102,7 @@ def test_a_failed_run_exits_non_zero_with_the_reason(tmp_path: Path, scripted: S
 
     scripted.add(AuthError("invalid x-api-key", status=401))
     code, out, err = invoke(tmp_path, "run", "--dir", str(tmp_path), "hello")
-    assert code == 1 and "provider_auth" in err and "invalid x-api-key" in err
+    assert code == 1 and "auth_error" in err and "invalid x-api-key" in err
     scripted.add(AuthError("invalid x-api-key", status=401))
     code, out, _ = invoke(tmp_path, "run", "--json", "--dir", str(tmp_path), "hello")
     assert code == 1 and json_lines(out)[-1]["type"] == "error"

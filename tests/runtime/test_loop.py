@@ -259,7 +259,7 @@ async def test_cancel_during_a_tool_marks_it_aborted(session: Session) -> None:
     ("error", "code", "retryable"),
     [
         (RateLimited("slow down", retry_after=3), "rate_limited", True),
-        (TransientError("HTTP 500 from the provider"), "provider_error", True),
+        (TransientError("HTTP 500 from the provider"), "transient_error", True),  # the exception's own code
     ],
 )
 async def test_provider_failure_ends_in_an_error_event(
@@ -283,7 +283,7 @@ async def test_another_writer_is_a_conflict_not_an_interleaving(session: Session
         if isinstance(event, TextDelta) and len(events) == 3:
             # another handle appends while the run is streaming its answer
             await other.append(Message.user("from elsewhere"))
-    assert isinstance(events[-1], Error) and events[-1].code == "busy"
+    assert isinstance(events[-1], Error) and events[-1].code == "seq_conflict"
     roles = [m.role for m in await session.messages()]
     assert roles == ["user", "user"]  # the run's answer was not interleaved after the intruder
 

@@ -19,7 +19,7 @@ from tether.errors import (
     ImportFormatError,
     InvalidInput,
     NotFound,
-    ProviderError,
+    NotYet,
     SessionBusy,
     SessionNotFound,
 )
@@ -168,11 +168,11 @@ async def test_compact_context_and_undo(server: Served) -> None:
         with pytest.raises(ConfigError, match="unknown model"):
             await client.context(sid, model="scripted/nothing")
         context = await client.context(sid)
-        assert context["session_id"] == sid and len(context["messages"]) == 80
+        assert context.session_id == sid and len(context.messages) == 80
         result = await client.compact(sid, mechanical=True, keep_tokens=200)
         assert result.entry is not None and result.strategy == "deterministic"
         after = await client.context(sid)
-        assert after["compaction_seq"] == result.entry.seq and len(after["messages"]) < 80
+        assert after.compaction_seq == result.entry.seq and len(after.messages) < 80
         undo = await client.undo_compaction(sid)
         assert isinstance(undo.body, Revert) and undo.body.to_seq == result.entry.seq - 1
         with pytest.raises(NotFound):
@@ -233,11 +233,12 @@ async def test_steps_with_tools_run_to_their_end(tmp_path: Path) -> None:
 def test_errors_are_typed_bodies_never_tracebacks(server: Served) -> None:
     cases = [
         ("GET", "/sessions/ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", None, 404, "session_not_found"),
-        ("GET", "/sessions/..", None, 400, "invalid_id"),
-        ("GET", "/sessions/a..b/entries", None, 400, "invalid_id"),
+        ("GET", "/sessions/..", None, 422, "invalid_request"),  # the spec's pattern of a session id
+        ("GET", "/sessions/a..b/entries", None, 422, "invalid_request"),
         ("GET", "/sessions/%2e%2e%2fetc", None, 404, "not_found"),
         ("GET", "/sessions?limit=0", None, 422, "invalid_request"),
-        ("GET", "/sessions?cursor=!!", None, 400, "invalid_input"),
+        ("GET", "/sessions?cursor=!!", None, 422, "invalid_request"),  # the spec's pattern of a cursor
+        ("GET", "/sessions?cursor=bm90IGEgY3Vyc29y", None, 404, "unknown_name"),  # well-formed, names no page
         ("POST", "/sessions", {"directory": 3}, 422, "invalid_request"),
         ("POST", "/sessions", {"directory": "/", "surprise": 1}, 422, "invalid_request"),
         ("DELETE", "/health", None, 405, "method_not_allowed"),
@@ -301,7 +302,7 @@ async def test_a_call_that_asks_waits_for_an_answer_over_http(tmp_path: Path) ->
                 if type(event).__name__ == "ApprovalRequested":
                     break
             (waiting,) = await client.approvals()
-            assert waiting["session_id"] == sid and waiting["call_id"] == "ch1" and waiting["tool"] == "change"
+            assert waiting.session_id == sid and waiting.call_id == "ch1" and waiting.tool == "change"
             assert (await client.approvals(sid)) == [waiting]
             assert (await client.get_session(sid)).status in ("running", "waiting_for_approval")
             with pytest.raises(InvalidInput):
@@ -321,7 +322,7 @@ async def test_a_sessions_own_rules_are_set_over_http_and_its_next_run_applies_t
             sid = (await client.create_session(str(served.workspace))).session.id
             with pytest.raises(InvalidInput, match="is not a rule"):
                 await client.update_session(sid, rules={"allow": ["change(("]})
-            with pytest.raises(InvalidInput, match="pattern in the parentheses is empty"):
+            with pytest.raises(InvalidInput, match="is not a rule"):  # an empty pattern: the spec says no
                 await client.update_session(sid, rules={"deny": ["bash()"]})
             assert "permissions" not in (await client.get_session(sid)).session.metadata  # nothing half-written
             info = await client.update_session(sid, rules={"allow": ["change"], "deny": ["bash(rm *)"]})
@@ -337,7 +338,7 @@ async def test_a_sessions_own_rules_are_set_over_http_and_its_next_run_applies_t
 async def test_the_server_titles_a_session_again(server: Served) -> None:
     async with TetherClient(server.url) as client:
         sid = (await client.create_session(str(server.workspace), title="hand-made")).session.id
-        with pytest.raises(ProviderError, match="no exchange to title yet"):
+        with pytest.raises(NotYet, match="no exchange to title yet"):  # 409: not yet, nothing failed
             await client.retitle(sid)
         await asyncio.to_thread(
             server.call, server.state.store.append(sid, [Message.user("fix the parser"), Message.assistant("Fixed.")])
@@ -415,3 +416,33 @@ async def test_a_prompt_for_a_session_another_process_runs_is_refused_never_drop
     finally:
         holder.kill()
         holder.wait(10)
+
+
+async def test_booleans_and_strings_are_not_numbers_and_nothing_is_done_with_them(server: Served) -> None:
+    """`{"to_seq": false}` once reverted a session to nothing (false taken as 0); a share with
+    `{"expires_in": true}` made a one-second link; `"5"` was 5. Each is refused whole (422) and changes nothing."""
+    async with TetherClient(server.url) as client:
+        sid = (await client.create_session(str(server.workspace))).session.id
+        await asyncio.to_thread(_fill, server, sid)
+        before = (await client.get_session(sid)).session.entry_count
+        cases: list[tuple[str, dict[str, object]]] = [
+            (f"/sessions/{sid}/revert", {"to_seq": False}),
+            (f"/sessions/{sid}/revert", {"to_seq": True}),
+            (f"/sessions/{sid}/revert", {"to_seq": "5"}),
+            (f"/sessions/{sid}/fork", {"at": False}),
+            (f"/sessions/{sid}/fork", {"at": "3"}),
+            (f"/sessions/{sid}/shares", {"expires_in": True}),
+            (f"/sessions/{sid}/compact", {"keep_tokens": True}),
+            (f"/sessions/{sid}/prompt", {"prompt": "x", "max_steps": True}),
+        ]
+        for path, body in cases:
+            status, text = raw_request(server, "POST", path, body)
+            assert (status, json.loads(text)["error"]["code"]) == (422, "invalid_request"), (path, body, text)
+        assert (await client.get_session(sid)).session.entry_count == before
+        assert (await client.list_sessions()).items[0].id == sid and len((await client.list_sessions()).items) == 1
+        assert await client.shares(sid) == []
+        # a number with no fraction is the integer JSON Schema says it is; one past the journal names no entry
+        status, _ = raw_request(server, "POST", f"/sessions/{sid}/revert", {"to_seq": float(before)})
+        assert status == 201
+        status, text = raw_request(server, "POST", f"/sessions/{sid}/fork", {"at": before + 5})
+        assert (status, json.loads(text)["error"]["code"]) == (404, "not_found")

@@ -135,6 +135,6 @@ async def test_a_server_delivers_to_its_sinks_and_reports_their_lag(tmp_path: Pa
                 await asyncio.sleep(0.05)
             assert {line["session_id"] for line in lines} == {created.session.id}
             health = (await client.health()).sinks
-            assert health is not None and health["files"]["error"] is None and health["files"]["delivered"] >= 1
+            assert health is not None and health["files"].error is None and health["files"].delivered >= 1
     (finding,) = await asyncio.to_thread(sink_findings, str(tmp_path / "server.db"), config)  # as `tether doctor`
     assert finding.status == "ok" and "files (file): 0 entries of 0 sessions behind" in finding.detail

@@ -15,6 +15,7 @@ import pytest
 from tether.client import TetherClient
 from tether.errors import ConfigError, RemoteError
 from tether.server import ServerSettings
+from tether.server.guard import CLIENT_HEADER, COOKIE, cookie_value
 from tether.server.settings import is_loopback
 
 from .conftest import Served, serve
@@ -125,6 +126,14 @@ def test_a_foreign_host_is_refused(server: Served, host: str) -> None:
     assert (status, code(text)) == (403, "forbidden_host")
 
 
+@pytest.mark.parametrize("tail", ["@evil.example", "@evil.example:80", " evil.example", ",evil.example", "/x", ":1"])
+def test_a_host_header_is_read_whole(server: Served, tail: str) -> None:
+    """`127.0.0.1:PORT@evil.example` starts like this server's Host and is not one: the whole header is
+    parsed (name or [v6], then an optional port), so nothing after the port is ignored."""
+    status, _, text = request(server, "GET", "/sessions", headers={"Host": server.host + tail})
+    assert (status, code(text)) == (403, "forbidden_host")
+
+
 def test_the_loopback_names_are_answered(server: Served) -> None:
     port = server.url.rsplit(":", 1)[1]
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
@@ -207,3 +216,32 @@ def test_an_import_may_be_larger_up_to_its_own_limit(tmp_path: Path) -> None:
         assert status == 422 and code(text) == "import_format_error"
         status, _, text = request(served, "POST", "/sessions/import", body=b"{}" + padding * 5)
         assert (status, code(text)) == (413, "payload_too_large")
+
+
+def test_a_change_signed_in_by_cookie_needs_an_origin_or_the_client_header(guarded: Served) -> None:
+    """A cookie goes with every request a browser makes, a cross-site form's POST with no Origin header
+    included (some browsers and proxies leave it out): such a request changes nothing. The page's own
+    requests carry its Origin; a program sends the bearer token, or the cookie with `X-Tether-Client`."""
+    cookie = {"Cookie": f"{COOKIE}={cookie_value(TOKEN)}", "Content-Type": "application/json"}
+    body = json.dumps({"directory": str(guarded.workspace)}).encode()
+    status, _, text = request(guarded, "POST", "/sessions", headers=cookie, body=body)
+    assert (status, code(text)) == (403, "forbidden_origin")
+    assert guarded.call(guarded.state.store.list_sessions()).items == []
+    status, _, _ = request(guarded, "DELETE", "/sessions/ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", headers=cookie)
+    assert status == 403
+    assert request(guarded, "GET", "/sessions", headers=cookie)[0] == 200  # reading needs no Origin
+    status, _, _ = request(guarded, "POST", "/sessions", headers={**cookie, "Origin": guarded.url}, body=body)
+    assert status == 201
+    status, _, _ = request(guarded, "POST", "/sessions", headers={**cookie, CLIENT_HEADER: "1"}, body=body)
+    assert status == 201
+    bearer = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    assert request(guarded, "POST", "/sessions", headers=bearer, body=body)[0] == 201
+    assert len(guarded.call(guarded.state.store.list_sessions()).items) == 3
+
+
+def test_a_405_allows_every_method_served_at_the_path(server: Served) -> None:
+    status, headers, text = request(server, "PUT", "/sessions/ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB")
+    assert (status, code(text)) == (405, "method_not_allowed")
+    assert set(headers["allow"].split(", ")) == {"GET", "PATCH", "DELETE"}
+    status, headers, _ = request(server, "OPTIONS", "/sessions")
+    assert status == 405 and set(headers["allow"].split(", ")) == {"GET", "POST"}

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import logging
+import socket
+import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 from tether.client import TetherClient
 from tether.config import Config, RuntimeConfig
 from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
+from tether.messages import Message
 from tether.runtime.activity import ApprovalPending, ApprovalSettled, SessionCreated, SessionDeleted, StatusChanged
 from tether.server import ServerSettings
 
@@ -293,3 +297,46 @@ async def test_each_new_session_is_announced_once(server: Served) -> None:
     ids = [s.id for s in about if s is not None]
     for m in made:
         assert ids.count(m.session.id) == 1, [type(i).__name__ for i in got]
+
+
+def test_a_replay_to_a_client_that_went_away_stops_quietly(tmp_path: Path, caplog: Any) -> None:
+    """A client asks for a long session's events from the start and goes away (its connection reset) after
+    the first bytes: the replay stops there, without writing the frames left into the closed socket (asyncio
+    logs each such write: "socket.send() raised exception."), and the subscription ends."""
+    with serve(tmp_path) as served:
+
+        async def fill() -> str:
+            store = served.state.store
+            info = await store.create_session(directory=str(served.workspace))
+            for i in range(0, 3000, 100):
+                batch: list[Message] = []
+                for j in range(i, i + 100):
+                    batch += [
+                        Message.user(f"question {j} " + "q" * 4000),
+                        Message.assistant(f"answer {j} " + "a" * 4000),
+                    ]
+                await store.append(info.id, batch)
+            return str(info.id)
+
+        sid = served.call(fill())
+        caplog.set_level(logging.WARNING)
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=30) as sock:
+                sock.sendall(f"GET /sessions/{sid}/events?after=0 HTTP/1.1\r\nHost: {served.host}\r\n\r\n".encode())
+                assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not FIN
+        manager = served.state.manager
+
+        def following() -> int:
+            return sum(len(entry.subscribers) for entry in list(manager._sessions.values()))
+
+        for _ in range(1000):  # the replay notices within a write or two; the session's run is idle
+            if following() == 0:
+                break
+            threading.Event().wait(0.01)
+        assert following() == 0
+        threading.Event().wait(0.5)  # what a replay still writing would log meanwhile
+    noisy = [r for r in caplog.records if "socket.send() raised exception" in r.getMessage()]
+    assert noisy == []
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors[:5]]

@@ -8,12 +8,11 @@ import asyncio
 import os
 import signal
 import sys
-from typing import Any
 
 import click
 from rich.console import Console
 
-from ..errors import ConfirmationRequired, InvalidInput, NotFound, SessionBusy, TetherError
+from ..errors import ConfigError, ConfirmationRequired, InvalidInput, NotFound, SessionBusy, TetherError
 from ..events import (
     DURABLE_TYPES,
     ApprovalRequested,
@@ -26,24 +25,19 @@ from ..events import (
     event_json,
     first_live,
 )
+from ..runtime.launch import RunRequest
 from .render import BUSY_EXIT, TerminalRenderer, busy_line, shown
 from .sanitize import escape_json_controls
 from .state import cli_state
 
 
-def run_remote(
-    server: str,
-    prompt: str | None,
-    *,
-    session_ref: str | None,
-    cont: bool,
-    directory: str | None,
-    fields: dict[str, Any],
-    wait: bool,
-    as_json: bool,
-) -> int:
-    """Run on `server` and show the events; returns the exit status (0 done, 1 error, 2 bad option, 3 busy,
-    130 cancelled)."""
+def run_remote(server: str, request: RunRequest, *, as_json: bool) -> int:
+    """Run `request` on `server` (the same `RunRequest` a local run takes: its wire fields are sent, its
+    directory is one on the server, `wait` set queues behind a run in progress) and show the events; returns
+    the exit status (0 done, 1 error, 2 bad option, 3 busy, 130 cancelled)."""
+    prompt = request.prompt if isinstance(request.prompt, str) or request.prompt is None else request.prompt.text
+    session_ref, cont, directory = request.session, request.continue_last, request.directory
+    wait = request.wait is not None
     from ..client import TetherClient
     from ..runtime.permission import ApprovalRequest
     from .approval import terminal_approver
@@ -51,7 +45,7 @@ def run_remote(
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     renderer = None if as_json else TerminalRenderer(out, err, debug=cli_state().debug)
-    workspace = os.path.abspath(directory or os.getcwd())
+    workspace = os.path.abspath(os.fspath(directory) if directory is not None else os.getcwd())
     interactive = not as_json and sys.stdin.isatty()
 
     async def approve(client: TetherClient, event: ApprovalRequested) -> None:
@@ -109,14 +103,14 @@ def run_remote(
                         target = session_ref
                     if target is None:
                         assert prompt is not None
-                        created = await client.create_session(workspace, prompt=prompt, **fields)
+                        created = await client.create_session(workspace, prompt=prompt, request=request)
                         assert created.run is not None
                         run = created.run
                     elif prompt is None:
-                        run = await client.resume(target, **fields)
+                        run = await client.resume(target, request=request)
                     else:
-                        run = await client.prompt(target, prompt, queue=wait, **fields)
-                except (InvalidInput, NotFound) as exc:
+                        run = await client.prompt(target, prompt, queue=wait, request=request)
+                except (InvalidInput, NotFound, ConfigError) as exc:  # as a local run: exit 2
                     click.echo(f"error: {' '.join(str(exc).split())}", err=True)
                     return 2
                 except ConfirmationRequired as exc:

@@ -321,9 +321,10 @@ ERROR_LINE = 200
 """The most characters of an error's first line printed without ``--debug``."""
 
 _NEXT_STEP = {
-    "provider_auth": "check the provider's key (`tether doctor` says which is missing)",
+    "auth_error": "check the provider's key (`tether doctor` says which is missing)",
     "rate_limited": "wait a little, then `tether run --continue`",
     "provider_error": "`tether run --continue` tries the step again; `tether doctor` checks the provider",
+    "transient_error": "`tether run --continue` tries the step again; `tether doctor` checks the provider",
     "context_overflow": "`tether compact` shrinks the session's context; then `tether run --continue`",
 }
 

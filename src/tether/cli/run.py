@@ -205,34 +205,30 @@ def run(
         prompt = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     if prompt is None and not cont and session_ref is None:
         raise click.UsageError("give a PROMPT, or --continue to pick up the last run")
+    # one request, whether this process runs it or a server does (which gets its wire fields)
+    request = RunRequest(
+        prompt,
+        session=session_ref,
+        continue_last=cont,
+        model=model_spec,
+        max_steps=max_steps,
+        directory=directory,
+        system_prompt=system_prompt,
+        tools=tools,
+        agent=agent,
+        permission_mode=permission_mode,
+        allow=allow,
+        deny=deny,
+        sandbox=sandbox,
+        confirmed=yes,
+        wait=math.inf if wait else None,
+    )
     if server:
         from .remote import run_remote
 
         if sandbox is not None:
             raise click.UsageError("--sandbox is the server's to set: its [sandbox] configuration applies")
-
-        fields = {
-            "model": model_spec,
-            "max_steps": max_steps,
-            "system_prompt": system_prompt,
-            "tools": tools,
-            "agent": agent,
-            "confirmed": yes or None,
-            "permission_mode": permission_mode,
-            "allow": list(allow) or None,
-            "deny": list(deny) or None,
-        }
-        code = run_remote(
-            server,
-            prompt,
-            session_ref=session_ref,
-            cont=cont,
-            directory=directory,
-            fields={k: v for k, v in fields.items() if v is not None},
-            wait=wait,
-            as_json=as_json,
-        )
-        sys.exit(code)
+        sys.exit(run_remote(server, request, as_json=as_json))
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     renderer = None if as_json else TerminalRenderer(out, err, debug=cli_state().debug)
@@ -247,25 +243,11 @@ def run(
 
     plan = checked(
         as_json,
-        RunRequest(
-            prompt,
-            session=session_ref,
-            continue_last=cont,
-            model=model_spec,
-            max_steps=max_steps,
-            directory=directory,
-            system_prompt=system_prompt,
-            tools=tools,
-            agent=agent,
+        replace(
+            request,
             ask=terminal_ask(err) if sys.stdin.isatty() and not as_json else None,
-            permission_mode=permission_mode,
-            allow=allow,
-            deny=deny,
-            sandbox=sandbox,
             confirm_project=project_confirmer(err, sys.stdin.isatty() and not as_json),
             approver=terminal_approver(err, renderer) if sys.stdin.isatty() and renderer is not None else None,
-            confirmed=yes,
-            wait=math.inf if wait else None,
             on_lease_wait=lambda busy: err.print(f"[dim]{shown(busy_line(busy, waiting=True))}[/dim]"),
         ),
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config, ProviderConfig
-from ..errors import ConfigError, MissingExtra
+from ..errors import ConfigError, MissingExtra, UnknownModel
 from .base import Provider
 from .catalog import Catalog, ModelInfo, parse_model
 from .local import MODEL_ENV as LOCAL_MODEL_ENV
@@ -183,7 +183,7 @@ def choose_model(
         return model, _default_model(model, config)  # just a provider name: its default model
     candidates = catalog.providers_of(model)
     if not candidates:
-        raise ConfigError(
+        raise UnknownModel(
             f"unknown model {model!r}: write it as 'provider/model' (providers: {', '.join(names)}), "
             "or describe it in config.toml under [models]"
         )

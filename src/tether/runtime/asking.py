@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..errors import InvalidInput, SessionNotFound
+from ..errors import SessionNotFound, UnknownName
 from .activity import ApprovalPending, ApprovalSettled, StatusChanged
 from .approvals import journaled_requests
 from .lease import live_lease
@@ -108,7 +108,7 @@ class Asking(ManagerBase):
         """Answer the approval request of tool call `call_id` in `session_id` (a sub-agent's session for its
         requests), from any task. A run of this manager waiting on it goes on (None is returned); a request
         that a stopped run left in the journal is answered by resuming the session, whose run asks again
-        and takes this answer (its handle is returned). `InvalidInput` when no such request waits;
+        and takes this answer (its handle is returned). `UnknownName` when no such request waits;
         `SessionBusy` when another process runs the session (answer it there)."""
         if self.answer_here(session_id, call_id, answer):
             return None
@@ -127,7 +127,7 @@ class Asking(ManagerBase):
                     await self.mesh.answer(session_id, call_id, answer)  # asked before this process joined
                     return None
                 raise lease.busy()
-            raise InvalidInput(f"no approval request for the call {call_id} waits in session {session_id}")
+            raise UnknownName(f"no approval request for the call {call_id} waits in session {session_id}")
         self._given[(session_id, call_id)] = answer
         return await self.start(session_id, None)
 

@@ -92,6 +92,22 @@ class RunRequest:
     mode`` of the configuration, else ``workspace-write``."""
 
 
+WIRE_OPTIONS: tuple[str, ...] = (
+    "model",
+    "agent",
+    "tools",
+    "max_steps",
+    "system_prompt",
+    "confirmed",
+    "permission_mode",
+    "allow",
+    "deny",
+)
+"""The fields of `RunRequest` that cross a wire: what `tether run --server` and `tether.client` send, and what
+a server's request body (`tether.wire.RunSettings`, whose fields these are, a test holds) turns back into
+a `RunRequest`. A new option of a run is a field above, named here, and described once in `RunSettings`."""
+
+
 @dataclass
 class LaunchedRun:
     """A run ready to go: its session (`created`: new for this run), the resolved model, its options.

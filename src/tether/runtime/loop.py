@@ -17,12 +17,9 @@ from ..config import Config
 from ..context.budget import ContextSettings, compute_budget
 from ..context.engine import ContextEngine
 from ..errors import (
-    AuthError,
     ConfigError,
-    ContextOverflow,
     LeaseLost,
     ProviderError,
-    RateLimited,
     SeqConflict,
     TetherError,
 )
@@ -189,7 +186,7 @@ class AgentRun:
             yield Error(
                 session_id=self.session.id,
                 n=state.journal.next_number() if state is not None else 0,
-                code="busy" if self._stopped.startswith("lost") else "cancelled",
+                code=LeaseLost.code if self._stopped.startswith("lost") else "cancelled",
                 message=self._stopped,
             )
         finally:
@@ -416,14 +413,14 @@ class AgentRun:
             yield Error(
                 session_id=sid,
                 n=journal.next_number(),
-                code="busy",
+                code=exc.code,
                 message=f"another writer appended to this session: {exc}",
             )
         except ProviderError as exc:
             yield Error(
                 session_id=sid,
                 n=journal.next_number(),
-                code=_provider_code(exc),
+                code=exc.code,
                 message=str(exc),
                 retryable=exc.retryable,
             )
@@ -521,16 +518,6 @@ class AgentRun:
                 )
         except Exception:  # the store may be the reason we are stopping; the original error matters more
             pass
-
-
-def _provider_code(exc: ProviderError) -> str:
-    if isinstance(exc, AuthError):
-        return "provider_auth"
-    if isinstance(exc, RateLimited):
-        return "rate_limited"
-    if isinstance(exc, ContextOverflow):
-        return "context_overflow"
-    return "provider_error"
 
 
 __all__ = ["ABORTED", "INTERRUPTED", "RESUME_TAIL", "AgentRun", "RunOptions"]

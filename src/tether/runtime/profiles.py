@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import AgentConfig, Config, RulesConfig
-from ..errors import ConfigError, InvalidInput
+from ..errors import ConfigError, InvalidInput, UnknownName
 from ..tools.base import ToolRegistry
 
 DEFAULT_AGENT = "build"
@@ -81,7 +81,7 @@ def find_profile(name: str | None, config: Config | None) -> AgentProfile:
     profiles = agent_profiles(config)
     profile = profiles.get(name or DEFAULT_AGENT)
     if profile is None:
-        raise InvalidInput(f"unknown agent {name!r}; the agents are: {', '.join(profiles)}")
+        raise UnknownName(f"unknown agent {name!r}; the agents are: {', '.join(profiles)}")
     return profile
 
 

@@ -177,9 +177,9 @@ class Queueing(ManagerBase):
                 entry.riders.clear()
                 raise
             except SessionBusy as busy:
-                outcome = await self._failed(entry, "busy", str(busy))
+                outcome = await self._failed(entry, busy.code, str(busy))
             except TetherError as exc:
-                outcome = await self._failed(entry, "error", str(exc))
+                outcome = await self._failed(entry, exc.code, str(exc))
             except Exception as exc:  # a bug in a run must not take the other sessions down with it
                 log.exception("run of session %s failed", entry.session_id)
                 outcome = await self._failed(entry, "internal", repr(exc))

@@ -12,7 +12,7 @@ import time
 
 import msgspec
 
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput, NotFound, UnknownName
 from ..ids import is_valid_id
 from ..store.protocols import JournalShares, Shares
 from ..store.records import SessionInfo, Share
@@ -94,7 +94,7 @@ async def find_share(store: Shares, ref: str, *, session_id: str | None = None) 
     else:
         token = token_in(ref)
         if token is None:
-            raise InvalidInput(f"{ref[:80]!r} is neither a share id (shr_...), a token nor a share link")
+            raise UnknownName(f"{ref[:80]!r} is neither a share id (shr_...), a token nor a share link")
         found = await store.share_by_token(hash_token(token))
         if found is not None and session_id is not None and found.session_id != session_id:
             found = None

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..config import Config
-from ..errors import ConfigError, ProviderError
+from ..errors import ConfigError, NotYet, ProviderError
 from ..ids import new_id
 from ..messages import Entry, Message, TitleChange
 from ..providers.anthropic import AnthropicProvider
@@ -107,12 +107,12 @@ async def retitle(
     """Title session `session_id` again from its first exchange, with `model`, else ``title_model``, else
     the session's own model (the embedded one too: a person asked); journaled under the session's lease
     (`lease=False`: the caller holds the session, as the server's `exclusive` does).
-    Raises `InvalidInput`-like `ProviderError` when there is no exchange yet or the model gave no title,
+    Raises `NotYet` when there is no exchange yet, `ProviderError` when the model gave no title,
     `SessionBusy` while a run holds the session, `ConfigError` for a model that cannot be used."""
     info = await store.get_session(session_id)
     exchange = first_exchange(await store.read(session_id, 1, 200))
     if exchange is None:
-        raise ProviderError(f"session {session_id} has no exchange to title yet (a prompt and an answer)")
+        raise NotYet(f"session {session_id} has no exchange to title yet (a prompt and an answer)")
     spec = model or (config.runtime.title_model if (config.runtime.title_model or "").lower() not in OFF else None)
     resolved = resolve(spec or info.model, config=config)
     title = await asyncio.wait_for(write_title(resolved.provider, resolved.model, *exchange), TITLE_TIMEOUT)

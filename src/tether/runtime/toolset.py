@@ -6,7 +6,7 @@ own model."""
 from __future__ import annotations
 
 from ..context.engine import ModelLimits
-from ..errors import InvalidInput
+from ..errors import InvalidInput, UnknownName
 from ..messages import ToolCallPart
 from ..providers.base import Provider
 from ..recall.tool import Answer, Answerer, SessionRecallTool
@@ -49,7 +49,7 @@ def select_tools(spec: str | None, registry: ToolRegistry | None = None) -> Tool
         raise InvalidInput(f"--tools names no tool; give a comma list ({', '.join(registry.names())}) or none")
     unknown = [n for n in names if n not in registry]
     if unknown:
-        raise InvalidInput(f"unknown tool {', '.join(unknown)}; the tools are: {', '.join(registry.names())}")
+        raise UnknownName(f"unknown tool {', '.join(unknown)}; the tools are: {', '.join(registry.names())}")
     return registry.subset(names)
 
 

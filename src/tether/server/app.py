@@ -14,16 +14,18 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
+from starlette.routing import Match
 
 from .. import __version__
 from ..config import Config
-from ..errors import TetherError
+from ..errors import InvalidRequest, TetherError
 from ..runtime import audit, sinks
 from ..runtime.configuration import load_config
 from ..runtime.manager import SessionManager
 from ..runtime.mesh import Mesh
 from ..runtime.sharing import SHARE_PATH
 from ..store import Store, open_relay, open_store
+from ..wire import PATTERNS
 from .errors import error_body, tether_error_body
 from .guard import Guard
 from .openapi import Routes, build_openapi
@@ -151,6 +153,31 @@ def _refusal_recorder(app: FastAPI) -> Callable[[Any, int, str], Awaitable[None]
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
 
 
+def _problem(error: Any) -> str:
+    """A validation error for a person: a value that misses a pattern of the spec says what it is not."""
+    meaning = PATTERNS.get(str((error.get("ctx") or {}).get("pattern", "")))
+    if error.get("type") == "string_pattern_mismatch" and meaning is not None:
+        return f"{str(error.get('input'))[:200]!r} {meaning}"
+    return str(error.get("msg", ""))
+
+
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """Every method served at the request's path, by the routes of its most specific template (a path of
+    its own, such as ``/sessions/import``, before ``/sessions/{session_id}``), as the spec lists them."""
+    matching = [r for r in app.routes if r.matches(request.scope)[0] is not Match.NONE]
+    if not matching:
+        return []
+    fewest = min(len(getattr(r, "param_convertors", {})) for r in matching)
+    return sorted(
+        {
+            m
+            for r in matching
+            if len(getattr(r, "param_convertors", {})) == fewest
+            for m in getattr(r, "methods", None) or ()
+        }
+    )
+
+
 def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(TetherError)
     async def tether_error(request: Request, exc: TetherError) -> Response:
@@ -161,19 +188,19 @@ def _handle_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        problems = [
-            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": str(e.get("msg", ""))}
-            for e in exc.errors()
-        ]
+        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": _problem(e)} for e in exc.errors()]
         shown = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
-        body = error_body("invalid_request", f"the request does not validate: {shown}", {"problems": problems})
-        return Response(body, status_code=422, media_type="application/json")
+        status, body = tether_error_body(InvalidRequest(f"the request does not validate: {shown}", problems=problems))
+        return Response(body, status_code=status, media_type="application/json")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         body = error_body(code, str(exc.detail))
-        return Response(body, status_code=exc.status_code, media_type="application/json", headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed(app, request))
+        return Response(body, status_code=exc.status_code, media_type="application/json", headers=headers)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> Response:

@@ -1,13 +1,16 @@
-"""The server's door, an ASGI middleware in front of every route: the Host must be one the server answers to
-(a DNS-rebinding page reaches it under its own name), an `Origin` must be the server's own or one allowed for
-CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must match when one
-is set (compared in constant time), and a body may not pass its size limit (413, whether or not it says its
-length). A browser may show the token as the cookie `POST /auth/session` sets (an `EventSource` cannot send a
-header); the Host and Origin checks hold for it all the same. Each refusal is a typed error body, as every
-route's errors are."""
+"""The server's door, an ASGI middleware in front of every route: the Host, parsed whole, must be one the
+server answers to (a DNS-rebinding page reaches it under its own name), an `Origin` must be the server's own or
+one allowed for CORS (a page elsewhere may not drive an agent that runs shell commands), the bearer token must
+match when one is set (compared in constant time), and a body may not pass its size limit (413, whether or not
+it says its length). A browser may show the token as the cookie `POST /auth/session` sets (an `EventSource`
+cannot send a header); the Host and Origin checks hold for it all the same, and a request that changes
+something on the cookie's strength must carry an Origin (browsers send one with each) or the `X-Tether-Client`
+header (a program's). Each refusal is a typed error body, as every route's errors are. A streamed answer gets a
+turn of the event loop after each chunk, so that a client that went away stops its stream at once."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -27,6 +30,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 OnRefusal = Callable[[Scope, int, str], Awaitable[None]]
 """Told of each request the guard refuses (its scope, status and code): the audit trail's record."""
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CLIENT_HEADER = "x-tether-client"
+"""A header a program may send with the cookie instead of an `Origin` (no cross-site form or simple request
+can carry a custom header)."""
 
 COOKIE = "tether_session"
 """The web page's cookie: `cookie_value` of the token (HttpOnly, SameSite=Strict; set by `POST /auth/session`)."""
@@ -122,7 +130,16 @@ class Guard:
                     raise HTTPException(413, f"the body may hold {limit} bytes at most")
             return message
 
-        await self.app(scope, counted_receive, send)
+        async def paced_send(message: Message) -> None:
+            # a streamed body (an event stream's replay, an export) is written a chunk at a time, each write
+            # returning at once while the socket takes it: without a turn of the event loop between them, a
+            # client that went away is noticed only after the whole replay went into the closed socket (and
+            # asyncio logged each write). One turn per chunk lets the server see the loss and stop.
+            await send(message)
+            if message["type"] == "http.response.body" and message.get("more_body"):
+                await asyncio.sleep(0)
+
+        await self.app(scope, counted_receive, paced_send)
 
     def _refusal(self, scope: Scope, headers: dict[str, list[str]]) -> tuple[int, str, str, dict[str, str]] | None:
         hosts = headers.get("host", [])
@@ -151,12 +168,25 @@ class Guard:
         given = headers.get("authorization", [""])[-1]
         scheme, _, token = given.partition(" ")
         bearer = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._token)
-        if not bearer and not self._cookie_matches(headers.get("cookie", [])):
+        if bearer:
+            return None
+        if not self._cookie_matches(headers.get("cookie", [])):
             return (
                 401,
                 "unauthorized",
                 "a bearer token is required (Authorization: Bearer TOKEN)",
                 {"www-authenticate": 'Bearer realm="tether"'},
+            )
+        if scope.get("method") not in SAFE_METHODS and not origins and CLIENT_HEADER not in headers:
+            # a cookie goes with every request a browser makes, whoever asked for it: a change made on the
+            # cookie's strength must show it comes from this server's page (its Origin, checked above, which
+            # browsers send with every unsafe request) or from a program (a header no form can send)
+            return (
+                403,
+                "forbidden_origin",
+                f"a request that changes something, signed in by cookie, needs an Origin or the {CLIENT_HEADER} "
+                "header (or the bearer token)",
+                {},
             )
         return None
 

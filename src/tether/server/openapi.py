@@ -13,7 +13,7 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from .errors import ErrorBody
+from ..wire import ErrorBody
 
 REF = "#/components/schemas/{name}"
 
@@ -80,6 +80,33 @@ class Routes:
         self.answers[(method.lower(), path)] = (answers, tuple(sorted({*errors, *COMMON_ERRORS})))
 
 
+def _not_null(parameter: dict[str, Any]) -> None:
+    """A parameter that may be left out is left out to say none: a header or a query string has no null (the
+    framework writes ``str | None`` as a choice of a string or null, which a client would send as "null")."""
+    schema = parameter.get("schema", {})
+    choices = schema.get("anyOf")
+    if isinstance(choices, list):
+        kept = [c for c in choices if c != {"type": "null"}]
+        if len(kept) == 1 and len(kept) < len(choices):
+            del schema["anyOf"]
+            schema.update(kept[0])
+
+
+def _event_stream(schema: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """An event stream's schema, event by event (as schemathesis and OpenAPI 3.2's `itemSchema` read one):
+    each frame's `id`, its `event` name and its `data`, one JSON document of the item schema."""
+    return {
+        "type": "object",
+        "description": schema.get("description", "text/event-stream"),
+        "required": ["data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "event": {"type": "string"},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": item},
+        },
+    }
+
+
 def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] = ()) -> dict[str, Any]:
     """The whole document (see the module docstring)."""
     spec = get_openapi(
@@ -98,9 +125,13 @@ def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] 
     error_ref = by_type[ErrorBody]
     for (method, path), (answers, errors) in routes.answers.items():
         operation = spec["paths"][path][method]
+        for parameter in operation.get("parameters", []):
+            _not_null(parameter)
         responses = operation.setdefault("responses", {})
         for status, answer in answers.items():
             schema = answer.schema or by_type[answer.type]
+            if answer.media_type == "text/event-stream" and answer.type is not None:
+                schema = _event_stream(schema, by_type[answer.type])
             entry = responses.setdefault(str(status), {"description": answer.description})
             entry["content"] = {answer.media_type: {"schema": schema}}
             if answer.schema is not None and answer.type is not None:

@@ -21,6 +21,8 @@ from ..context.compaction import CompactionResult, undo_compaction
 from ..errors import InvalidInput, NotFound
 from ..importers.claude_code_export import export_claude_code
 from ..importers.codex_export import export_codex
+from ..importers.tether_json import FORMAT as EXPORT_FORMAT
+from ..importers.tether_json import VERSION as EXPORT_VERSION
 from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
@@ -29,6 +31,7 @@ from ..recall import RecallResult, recall
 from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
 from ..runtime.handle import SessionHandle
+from ..runtime.launch import WIRE_OPTIONS
 from ..runtime.lease import live_lease
 from ..runtime.lookup import find_session
 from ..runtime.mcp import McpOverview, McpServerView
@@ -42,9 +45,11 @@ from ..runtime.titles import retitle
 from ..store import UNSET
 from ..store.records import SEARCH_ROLES, SessionInfo
 from ..transcript import export_markdown
-from .openapi import Answer, Routes
-from .schemas import (
+from ..wire import (
+    ABSOLUTE_PATH,
+    CURSOR,
     MAX_SEQ,
+    SESSION_REF,
     AddMcpServer,
     AddNote,
     AnswerApproval,
@@ -61,6 +66,7 @@ from .schemas import (
     EntryPage,
     ForkRequest,
     Health,
+    NoteList,
     Outcome,
     PromptRequest,
     ResumeRequest,
@@ -73,6 +79,7 @@ from .schemas import (
     SinkHealth,
     UpdateSession,
 )
+from .openapi import Answer, Routes
 from .state import IMPORT_PATH, ServerState
 
 
@@ -85,7 +92,7 @@ async def _state(request: Request) -> ServerState:
 State = Annotated[ServerState, Depends(_state)]
 Ref = Annotated[
     str,
-    PathParam(description="A session id, or a unique piece of one (at least 6 characters)", max_length=200),
+    PathParam(description="A session id, or a unique piece of one (at least 6 characters)", pattern=SESSION_REF),
 ]
 MAX_PAGE = 1000
 
@@ -103,19 +110,10 @@ def _directory(path: str | None) -> str | None:
 
 
 def _run_fields(options: RunSettings) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "model": options.model,
-        "agent": options.agent,
-        "tools": options.tools,
-        "system_prompt": options.system_prompt,
-        "confirmed": options.confirmed,
-        "permission_mode": options.permission_mode,
-        "allow": tuple(options.allow),
-        "deny": tuple(options.deny),
-    }
-    if options.max_steps is not None:
-        fields["max_steps"] = options.max_steps
-    return fields
+    """The fields of the `RunRequest` the body asks for that it gave (the manager's defaults hold for the
+    others)."""
+    request = options.request()
+    return {name: getattr(request, name) for name in WIRE_OPTIONS if name in options.model_fields_set}
 
 
 # --- sessions ------------------------------------------------------------------------------------------------
@@ -123,11 +121,13 @@ def _run_fields(options: RunSettings) -> dict[str, Any]:
 
 async def list_sessions(
     state: State,
-    directory: Annotated[str | None, Query(description="Only this directory's sessions (absolute path)")] = None,
+    directory: Annotated[
+        str | None, Query(description="Only this directory's sessions", max_length=4096, pattern=ABSOLUTE_PATH)
+    ] = None,
     q: Annotated[str | None, Query(description="Only sessions whose messages match (best first, one page)")] = None,
     children: Annotated[bool, Query(description="Include child (sub-agent) sessions")] = False,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", max_length=500)] = None,
+    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", pattern=CURSOR)] = None,
 ) -> Response:
     where = _directory(directory)
     if q is not None:
@@ -152,7 +152,7 @@ async def create_session(state: State, body: CreateSession) -> Response:
     directory = _directory(body.directory)
     assert directory is not None
     if not os.path.isdir(directory):
-        raise InvalidInput(f"the directory {directory} does not exist on the server")
+        raise NotFound(f"the directory {directory} does not exist on the server")
     if body.prompt is not None:
         handle = await state.manager.start(None, body.prompt, directory=directory, **_run_fields(body))
         info = await state.store.get_session(handle.session_id)
@@ -209,7 +209,7 @@ async def list_children(
     state: State,
     session_id: Ref,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(description="The next_cursor of the page before", pattern=CURSOR)] = None,
 ) -> Response:
     info = await find_session(state.store, session_id)
     page = await state.store.list_sessions(parent_id=info.id, limit=limit, cursor=cursor)
@@ -287,6 +287,8 @@ async def resume(state: State, session_id: Ref, body: Annotated[ResumeRequest | 
 async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None, Body()] = None) -> Response:
     info = await find_session(state.store, session_id)
     body = body or ForkRequest()
+    if body.at is not None and body.at > info.entry_count:
+        raise NotFound(f"session {info.id} has no entry {body.at} (it has {info.entry_count})")
     new = await state.store.fork(info.id, body.at, title=body.title)
     await state.manager.announce(SessionCreated(session=new))
     return answer(new, 201)
@@ -294,6 +296,8 @@ async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None
 
 async def revert(state: State, session_id: Ref, body: RevertRequest) -> Response:
     info = await find_session(state.store, session_id)
+    if body.to_seq > info.entry_count:
+        raise NotFound(f"session {info.id} has no entry {body.to_seq} (it has {info.entry_count})")
     async with state.manager.exclusive(info.id):
         handle = SessionHandle(state.store, info)
         entry = await handle.revert(body.to_seq, reason=body.reason)
@@ -456,7 +460,8 @@ def _approval(request: ApprovalRequest) -> Approval:
 async def list_approvals(
     state: State,
     session_id: Annotated[
-        str | None, Query(max_length=200, description="Only this session's (and its sub-agents'), journaled ones too")
+        str | None,
+        Query(pattern=SESSION_REF, description="Only this session's (and its sub-agents'), journaled ones too"),
     ] = None,
 ) -> Response:
     sid = (await find_session(state.store, session_id)).id if session_id else None
@@ -484,8 +489,10 @@ async def answer_approval(
 async def recall_route(
     state: State,
     q: Annotated[str, Query(min_length=1, max_length=10_000, description="What to look for")],
-    directory: Annotated[str | None, Query(description="Only this directory's sessions")] = None,
-    session_id: Annotated[str | None, Query(max_length=200, description="Only this session")] = None,
+    directory: Annotated[
+        str | None, Query(description="Only this directory's sessions", max_length=4096, pattern=ABSOLUTE_PATH)
+    ] = None,
+    session_id: Annotated[str | None, Query(pattern=SESSION_REF, description="Only this session")] = None,
     role: Annotated[Literal["user", "assistant", "tool"] | None, Query()] = None,
     since: Annotated[
         float | None, Query(ge=0, le=1e12, description="Entries from this time on (epoch seconds)")
@@ -541,11 +548,9 @@ async def start_mcp_server(state: State, name: Annotated[str, PathParam(max_leng
 
 # --- memory notes ----------------------------------------------------------------------------------------------
 
-Directory = Annotated[str | None, Query(max_length=4096, description="The project's absolute path")]
-
-
-class NoteList(msgspec.Struct, kw_only=True):
-    notes: list[Note]
+Directory = Annotated[
+    str | None, Query(max_length=4096, pattern=ABSOLUTE_PATH, description="The project's absolute path")
+]
 
 
 async def list_notes(state: State, directory: Directory = None) -> Response:
@@ -573,6 +578,21 @@ async def health(state: State) -> Response:
     )
 
 
+EXPORT_SCHEMA = {
+    "type": "object",
+    "description": "A tether JSON export (GET /sessions/{id}/export). Beyond this schema, the import checks what "
+    "no schema can say (entries numbered 1..n, as many as the session's `entry_count`, reverts that point back, "
+    "valid ids): a document that fails those is refused as a whole (422, `import_format_error`).",
+    "required": ["format", "version", "session", "entries"],
+    "properties": {
+        "format": {"const": EXPORT_FORMAT},
+        "version": {"type": "integer", "minimum": 1, "maximum": EXPORT_VERSION},
+        "session": {"$ref": "#/components/schemas/SessionInfo"},
+        "entries": {"type": "array", "items": {"$ref": "#/components/schemas/Entry"}},
+    },
+}
+
+
 def add_routes(app: FastAPI, routes: Routes) -> None:
     def ok(tp: Any, description: str, status: int = 200) -> dict[int, Answer]:
         return {status: Answer(tp, description)}
@@ -580,13 +600,12 @@ def add_routes(app: FastAPI, routes: Routes) -> None:
     s, r = "sessions", "runs"
     add = routes.add
     add(app, "GET", "/sessions", list_sessions, answers=ok(SessionPage, "A page of sessions, most recently updated first"),
-        errors=(400,), summary="List or search sessions", tag=s)  # fmt: skip
+        errors=(400, 404), summary="List or search sessions", tag=s)  # fmt: skip
     add(app, "POST", "/sessions", create_session, answers=ok(CreatedSession, "The new session (and its run)", 201),
-        errors=(400, 409, 422), summary="Create a session, and start its first run with a prompt", tag=s)  # fmt: skip
+        errors=(400, 404, 409, 422), summary="Create a session, and start its first run with a prompt", tag=s)  # fmt: skip
     add(app, "POST", IMPORT_PATH, import_session, answers=ok(SessionInfo, "The imported session", 201),
         errors=(400, 413, 422), summary="Import a session from a tether JSON export", tag=s,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"type": "object", "description": "A tether JSON export (GET /sessions/{id}/export)"}}}}})  # fmt: skip
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": EXPORT_SCHEMA}}}})  # fmt: skip
     add(app, "GET", "/sessions/{session_id}", get_session, answers=ok(SessionView, "The session, its status, its lease"),
         errors=(400, 404), summary="Get a session", tag=s)  # fmt: skip
     add(app, "PATCH", "/sessions/{session_id}", update_session, answers=ok(SessionInfo, "The session as updated"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ HEARTBEAT = 15.0
 """Seconds between the comments an idle event stream sends, so that proxies and clients know it lives."""
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9.])?)(?::[0-9]{1,5})?")
+"""A Host header: a name or an IPv4 address, or an IPv6 address in brackets, and an optional port."""
 
 
 def is_loopback(host: str) -> bool:
@@ -104,12 +107,13 @@ class ServerSettings:
         return cls(**fields)  # type: ignore[arg-type]
 
     def host_allowed(self, host_header: str) -> bool:
-        """Whether a request's Host (``name[:port]``, ``[v6]:port``) is one this server answers to."""
+        """Whether a request's Host is one this server answers to. The header is parsed whole, as RFC 9110
+        writes it (``name``, ``name:port``, ``[v6]``, ``[v6]:port``): anything else, such as
+        ``127.0.0.1:7477@evil.example``, is no Host at all, whatever its start says."""
+        parsed = _HOST.fullmatch(host_header.strip())
+        if parsed is None:
+            return False
         if "*" in self.allowed_hosts:
             return True
-        name = host_header.strip().lower()
-        if name.startswith("["):
-            name = name[1 : name.find("]")] if "]" in name else name
-        elif name.count(":") == 1:
-            name = name.split(":", 1)[0]
+        name = parsed.group(1).strip("[]").lower()
         return name in self.hosts or (name.endswith(".localhost") and is_loopback(name))

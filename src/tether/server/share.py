@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
 from fastapi import Body, FastAPI, Query, Request
 from fastapi import Path as PathParam
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response, StreamingResponse
 
 from ..errors import NotFound
 from ..runtime.lookup import find_session
-from ..runtime.sharing import MAX_EXPIRY, SHARE_PATH, create_share, find_share, open_share, share_url
+from ..runtime.sharing import SHARE_PATH, create_share, find_share, open_share, share_url
 from ..store.records import Share
 from ..transcript_html import CSP, CSS
+from ..wire import CreatedShare, CreateShare, ShareList
 from .errors import tether_error_body
 from .openapi import Answer, Routes
 from .routes import Ref, State, answer
@@ -44,29 +43,6 @@ _GONE = (
     '<header class="session"><h1>This link does not open a session</h1></header>'
     "<p>It may be mistyped, expired, or revoked by the person who shared it.</p></main></body></html>\n"
 )
-
-
-class CreateShare(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    expires_in: float | None = Field(
-        default=None, gt=0, le=MAX_EXPIRY, description="seconds until the link stops; null: until revoked"
-    )
-
-
-class CreatedShare(msgspec.Struct, kw_only=True):
-    """A new share link. `token` and `url` are shown this once: the server keeps only a hash of the token."""
-
-    id: str
-    session_id: str
-    token: str
-    url: str
-    created_at: float
-    expires_at: float | None = None
-
-
-class ShareList(msgspec.Struct, kw_only=True):
-    shares: list[Share]
-    """Oldest first, revoked and expired ones too (their `revoked_at`, `expires_at` say so); no tokens."""
 
 
 ShareRef = Annotated[str, PathParam(description="The share's id (shr_...)", max_length=200)]

@@ -21,9 +21,9 @@ from ..events import Event, event_json
 from ..messages import encode_json
 from ..runtime.activity import Activity
 from ..runtime.lookup import find_session
+from ..wire import EVENT_NUMBER, MAX_EVENT
 from .openapi import Answer, Routes
 from .routes import Ref, State
-from .schemas import MAX_EVENT
 from .state import ServerState
 
 SEND_TIMEOUT = 60.0
@@ -64,7 +64,7 @@ async def session_events(
     after: Annotated[
         int | None, Query(ge=0, le=MAX_EVENT, description="Replay the events after this number, then go live")
     ] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=40)] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", pattern=EVENT_NUMBER)] = None,
 ) -> EventSourceResponse:
     info = await find_session(state.store, session_id)
     start = _after(last_event_id, after)
@@ -98,7 +98,7 @@ async def activity(
     after: Annotated[
         int | None, Query(ge=0, le=MAX_EVENT, description="Replay what the server keeps after this number")
     ] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=40)] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", pattern=EVENT_NUMBER)] = None,
 ) -> EventSourceResponse:
     start = _after(last_event_id, after)
 

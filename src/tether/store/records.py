@@ -11,7 +11,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 
-from ..errors import CorruptEntry, InvalidInput, LeaseLost, SessionBusy
+from ..errors import CorruptEntry, LeaseLost, SessionBusy, UnknownName
 from ..messages import Message
 
 T = TypeVar("T")
@@ -247,7 +247,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         at, sid = raw.split("|", 1)
         return float(at), sid
     except Exception:
-        raise InvalidInput(f"invalid cursor {cursor!r}") from None
+        raise UnknownName(f"invalid cursor {cursor[:80]!r}: give the next_cursor of a page") from None
 
 
 class Change(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):

@@ -1,0 +1,21 @@
+"""Schemathesis hooks for `test_openapi.test_schemathesis_with_every_check_finds_nothing`: an MCP server that
+the fuzzer adds runs this Python with no script (it exits at once, and the server reports it failed), never a
+generated command; a url server points at a closed port on loopback."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import schemathesis
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: Any) -> None:
+    if case.method.upper() == "POST" and case.path == "/mcp/servers" and isinstance(case.body, dict):
+        body = dict(case.body)
+        if body.get("command") is not None:
+            body["command"], body["args"] = sys.executable, ["-c", ""]
+        elif body.get("url") is not None:
+            body["url"] = "http://127.0.0.1:9/mcp"
+        case.body = body
