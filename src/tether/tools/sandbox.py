@@ -313,14 +313,14 @@ class Sandbox:
             args += ["--ro-bind", path, path]
         if self.policy.mode == "read-only":  # seen again, should the private /tmp have covered it
             args += ["--ro-bind", str(workspace), str(workspace)]
-        for path in self.writable_paths(workspace):
-            args += ["--bind", str(path), str(path)]
-        for path in self.protected_paths(workspace):
+        for writable in self.writable_paths(workspace):
+            args += ["--bind", str(writable), str(writable)]
+        for protected in self.protected_paths(workspace):
             # a symlink is bound as what it points to: bind the link's own place read-only only when it is
             # a real file or directory (a link inside the workspace leads to a read-only place or another
             # protected one)
-            if not path.is_symlink():
-                args += ["--ro-bind", str(path), str(path)]
+            if not protected.is_symlink():
+                args += ["--ro-bind", str(protected), str(protected)]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
         args += ["--chdir", str(workspace), "--", *argv]
