@@ -32,6 +32,23 @@ def tether(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     )
 
 
+_SLOW_MIGRATE = """
+import asyncio, sys
+from tether.store import transfer
+copy = transfer._copy_session
+async def paced(*args, **kwargs):
+    await asyncio.sleep(0.004)
+    return await copy(*args, **kwargs)
+transfer._copy_session = paced
+from tether.cli import main
+sys.argv[0] = "tether"
+main()
+"""
+"""`tether migrate` in a process of its own, each session's copy 4 ms slower: on a fast disk (or a tmpfs) the
+whole copy can take less than one progress line's interval, and the kill must land midway on any machine.
+The stores, the copy and the SIGKILL are real."""
+
+
 async def _fill(path: Path, sessions: int) -> None:
     store = SqliteStore(path)
     base = 1_650_000_000.0
@@ -89,11 +106,11 @@ def test_a_migration_killed_midway_twice_is_finished_by_a_rerun_and_equal(
     target_url = f"sqlite:///{target}" if kind == "sqlite" else str(target)
     total = 900
     asyncio.run(_fill(source, total))
-    env = {**os.environ, "TETHER_DURABILITY": "full"}  # an fsync per session: slow enough to be caught midway
+    env = {**os.environ, "TETHER_DURABILITY": "full"}  # an fsync per session, as a careful copy would
     counts = []
     for kill_after in (60, 300):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tether", "migrate", "--from", str(source), "--to", target_url],
+            [sys.executable, "-c", _SLOW_MIGRATE, "migrate", "--from", str(source), "--to", target_url],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
