@@ -368,7 +368,7 @@ async def test_a_request_left_by_a_stopped_server_is_listed_by_the_next_one(tmp_
     with serve(tmp_path, asks("the config")) as served:  # the run stopped with its server; the request is journaled
         async with TetherClient(served.url) as client:
             (left,) = await client.approvals()
-            assert left["session_id"] == sid and left["call_id"] == "ch1"
+            assert left.session_id == sid and left.call_id == "ch1"
             assert await client.approvals(sid) == [left]
             assert (await client.get_session(sid)).status == "waiting_for_approval"
             run = await client.answer(sid, "ch1", approved=True)  # resumes the session, whose run takes it
