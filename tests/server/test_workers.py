@@ -181,3 +181,26 @@ async def _feed(url: str) -> _Feed:
     feed = _Feed(url)
     await asyncio.wait_for(feed.connected.wait(), 30)
     return feed
+
+
+def test_workers_die_with_a_supervisor_killed_with_sigkill(cluster: tuple[Node, LoopbackModel, Path]) -> None:
+    """`kill -9` of `tether serve --workers 2` ends its workers too (the kernel's parent-death signal): none
+    goes on serving the port or running sessions behind a service its user saw die (a restart's test on one
+    port found the dead service's worker still finishing its run)."""
+    node, _, _ = cluster
+    workers = node.workers()
+    assert len(workers) == 2 and node.process.pid not in workers
+    node.process.send_signal(signal.SIGKILL)
+    node.process.wait(30)
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    deadline = time.monotonic() + 20
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if alive(pid)]

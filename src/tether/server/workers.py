@@ -30,6 +30,21 @@ RESTART_PAUSE = 0.5
 MAX_PAUSE = 30.0
 
 
+def _die_with(supervisor: int) -> None:
+    """A worker ends when its supervisor is gone without stopping it (killed with SIGKILL, or crashed): the
+    kernel sends it SIGKILL then, as the supervisor's own death (PR_SET_PDEATHSIG), so that no worker goes on
+    serving the port, or running sessions, behind a service its user saw die. A supervisor that stops
+    normally stops its workers first, each with its grace period (`run`)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != supervisor:  # it died between the fork and the prctl
+        os._exit(1)
+
+
 def default_workers() -> int:
     """One worker per core this process may run on."""
     try:
@@ -74,10 +89,12 @@ class Supervisor:
         self._deaths: list[float] = []
 
     def _spawn(self, slot: int) -> None:
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker
             code = 0
             try:
+                _die_with(supervisor)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 self._holder.close()
