@@ -176,7 +176,7 @@ def test_schemathesis_with_every_check_finds_nothing(tmp_path: Path) -> None:
                 "--generation-database",
                 "none",
                 "--request-timeout",
-                "60",
+                "10",
                 "--no-color",
             ],
             env={**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks", "PYTHONPATH": _pythonpath()},
