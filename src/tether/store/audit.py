@@ -87,6 +87,29 @@ class AuditReport(msgspec.Struct, kw_only=True, frozen=True):
 
 
 @functools.lru_cache(maxsize=1)
+def audit_where(
+    after: int, since: float | None, until: float | None, session_id: str | None, kind: str | None, *, mark: str
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of an audit listing and its parameters, in a backend's placeholder `mark` (``?`` or
+    ``%s``): records after seq `after`, at or after `since`, before `until`, of `session_id`, of `kind` or
+    its subkinds (``session`` is also ``session.created``)."""
+    where: list[str] = [f"seq > {mark}"]
+    params: list[Any] = [after]
+    if since is not None:
+        where.append(f"at >= {mark}")
+        params.append(since)
+    if until is not None:
+        where.append(f"at < {mark}")
+        params.append(until)
+    if session_id is not None:
+        where.append(f"session_id = {mark}")
+        params.append(session_id)
+    if kind is not None:
+        where.append(f"(kind = {mark} OR substr(kind, 1, {mark}) = {mark})")
+        params += [kind, len(kind) + 1, kind + "."]
+    return " AND ".join(where), params
+
+
 def local_actor() -> str:
     """The user of this process, as the CLI's records name them."""
     try:

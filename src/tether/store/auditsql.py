@@ -9,7 +9,7 @@ import json
 import sqlite3
 from typing import Any
 
-from .audit import GENESIS, AuditDraft, AuditRecord, canonical_json, pruned_draft, seal
+from .audit import GENESIS, AuditDraft, AuditRecord, audit_where, canonical_json, pruned_draft, seal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -81,21 +81,8 @@ def select(
     kind: str | None,
     limit: int,
 ) -> list[AuditRecord]:
-    where: list[str] = ["seq > ?"]
-    params: list[Any] = [after]
-    if since is not None:
-        where.append("at >= ?")
-        params.append(since)
-    if until is not None:
-        where.append("at < ?")
-        params.append(until)
-    if session_id is not None:
-        where.append("session_id = ?")
-        params.append(session_id)
-    if kind is not None:
-        where.append("(kind = ? OR substr(kind, 1, ?) = ?)")
-        params += [kind, len(kind) + 1, kind + "."]
-    sql = f"SELECT {_COLS} FROM audit WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+    where, params = audit_where(after, since, until, session_id, kind, mark="?")
+    sql = f"SELECT {_COLS} FROM audit WHERE {where} ORDER BY seq LIMIT ?"
     return [_record(row) for row in conn.execute(sql, (*params, limit))]
 
 

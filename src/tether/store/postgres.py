@@ -45,7 +45,7 @@ from ..errors import (
 from ..ids import check_id, new_id, new_session_id
 from ..messages import Entry, EntryBody, Message, Revert, TitleChange, decode_body, encode_body, encode_json, kind_of
 from . import pgschema
-from .audit import GENESIS, AuditDraft, AuditRecord, canonical_json, pruned_draft, seal
+from .audit import GENESIS, AuditDraft, AuditRecord, audit_where, canonical_json, pruned_draft, seal
 from .audit import created as _created
 from .audit import deleted as _deleted
 from .audit import forked as _forked
@@ -1331,21 +1331,8 @@ class PostgresStore:
         limit: int = 1000,
     ) -> list[AuditRecord]:
         check_audit_filters(after, session_id, kind, limit)
-        where: list[str] = ["seq > %s"]
-        params: list[Any] = [after]
-        if since is not None:
-            where.append("at >= %s")
-            params.append(since)
-        if until is not None:
-            where.append("at < %s")
-            params.append(until)
-        if session_id is not None:
-            where.append("session_id = %s")
-            params.append(session_id)
-        if kind is not None:
-            where.append("(kind = %s OR left(kind, %s) = %s)")
-            params += [kind, len(kind) + 1, kind + "."]
-        sql = f"SELECT {_AUDIT_COLS} FROM audit WHERE {' AND '.join(where)} ORDER BY seq LIMIT %s"
+        where, params = audit_where(after, since, until, session_id, kind, mark="%s")
+        sql = f"SELECT {_AUDIT_COLS} FROM audit WHERE {where} ORDER BY seq LIMIT %s"
         return [_audit_record(row) for row in await self._read(sql, (*params, limit))]
 
     async def audit_head(self) -> tuple[int, str] | None:
