@@ -29,6 +29,7 @@ from .records import (
     Lease,
     LeaseRequest,
     Page,
+    QueuedPrompt,
     RevertSpan,
     SearchHit,
     SessionInfo,
@@ -133,6 +134,8 @@ class MemoryStore:
         self._numbers: dict[str, int] = {}  # session -> the highest live event number reserved
         self._changes: list[Change] = []
         self._last_change = 0
+        self._queue: dict[str, list[QueuedPrompt]] = {}  # session -> its queued prompts, oldest first
+        self._last_queued = 0
 
     def _now(self) -> float:
         # strictly increasing, so that "most recent first" is well defined even within one clock tick
@@ -225,6 +228,7 @@ class MemoryStore:
             self._leases.pop(sid, None)
             self._streams.pop(sid, None)
             self._numbers.pop(sid, None)
+            self._queue.pop(sid, None)
             for share_id in [k for k, (_, share) in self._shares.items() if share.session_id == sid]:
                 del self._shares[share_id]
             rows = self._entries.pop(sid, [])
@@ -789,3 +793,38 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._closed = True
+
+    # --- the prompt queue --------------------------------------------------------------------------
+
+    async def enqueue_prompt(self, session_id: str, body: bytes) -> QueuedPrompt:
+        info = self._get(session_id)
+        self._last_queued += 1
+        item = QueuedPrompt(
+            id=self._last_queued,
+            session_id=session_id,
+            after_seq=info.last_seq,
+            body=bytes(body),
+            queued_at=time.time(),
+        )
+        self._queue.setdefault(session_id, []).append(item)
+        return item
+
+    async def queued_prompts(self, session_id: str) -> list[QueuedPrompt]:
+        self._check()
+        return list(self._queue.get(session_id, ()))
+
+    async def queued_sessions(self) -> list[str]:
+        self._check()
+        return [sid for sid, items in self._queue.items() if items]
+
+    async def drop_prompt(self, session_id: str, prompt_id: int) -> bool:
+        self._check()
+        items = self._queue.get(session_id, [])
+        kept = [q for q in items if q.id != prompt_id]
+        if len(kept) == len(items):
+            return False
+        if kept:
+            self._queue[session_id] = kept
+        else:
+            self._queue.pop(session_id, None)
+        return True

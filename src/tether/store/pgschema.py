@@ -161,6 +161,19 @@ the id of the last transaction that wrote it. A reader asks for the rows of ever
 oldest one that was still running when it last asked (`pg_snapshot_xmin`): every commit it could not see
 then, whatever order the transactions committed in, and nothing older."""
 
+_V4 = """
+CREATE TABLE prompt_queue (
+    id BIGSERIAL PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    after_seq BIGINT NOT NULL,
+    queued_at DOUBLE PRECISION NOT NULL,
+    body BYTEA NOT NULL
+);
+CREATE INDEX prompt_queue_session ON prompt_queue (session_id, id);
+"""
+"""The durable prompt queue (`PromptQueue`; SqliteStore's schema 11): a row per queued prompt, gone with its
+session."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
     (2, _V2),
@@ -168,6 +181,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         3,
         _V3,
     ),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
+    (4, _V4),  # the durable prompt queue (SqliteStore's schema 11)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

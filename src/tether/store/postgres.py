@@ -66,6 +66,7 @@ from .records import (
     Lease,
     LeaseRequest,
     Page,
+    QueuedPrompt,
     RevertSpan,
     SearchHit,
     SessionInfo,
@@ -1410,6 +1411,47 @@ class PostgresStore:
 
         change_id = await self._tx(tx, "record a change in")
         return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
+
+    # --- the prompt queue (migration 4) ------------------------------------------------------------------
+
+    async def enqueue_prompt(self, session_id: str, body: bytes) -> QueuedPrompt:
+        check_id(session_id, "session id")
+        data, now = bytes(body), time.time()
+
+        async def tx(conn: Any) -> QueuedPrompt:
+            cur = await conn.execute(
+                "INSERT INTO prompt_queue (session_id, after_seq, queued_at, body)"
+                " SELECT id, entry_count, %s, %s FROM sessions WHERE id = %s RETURNING id, after_seq",
+                (now, data, session_id),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            return QueuedPrompt(id=int(row[0]), session_id=session_id, after_seq=int(row[1]), body=data, queued_at=now)
+
+        return await self._tx(tx, "queue a prompt in")
+
+    async def queued_prompts(self, session_id: str) -> list[QueuedPrompt]:
+        rows = await self._read(
+            "SELECT id, session_id, after_seq, body, queued_at FROM prompt_queue WHERE session_id = %s ORDER BY id",
+            (session_id,),
+        )
+        return [
+            QueuedPrompt(id=int(i), session_id=str(s), after_seq=int(a), body=bytes(b), queued_at=float(q))
+            for i, s, a, b, q in rows
+        ]
+
+    async def queued_sessions(self) -> list[str]:
+        return [str(r[0]) for r in await self._read("SELECT DISTINCT session_id FROM prompt_queue ORDER BY 1")]
+
+    async def drop_prompt(self, session_id: str, prompt_id: int) -> bool:
+        async def tx(conn: Any) -> bool:
+            cur = await conn.execute(
+                "DELETE FROM prompt_queue WHERE session_id = %s AND id = %s", (session_id, prompt_id)
+            )
+            return bool(cur.rowcount)
+
+        return await self._tx(tx, "take a queued prompt from")
 
     async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
         check_changes_after(after, limit)

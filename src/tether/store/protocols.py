@@ -23,6 +23,7 @@ from .records import (
     Lease,
     LeaseRequest,
     Page,
+    QueuedPrompt,
     RevertSpan,
     SearchHit,
     SessionInfo,
@@ -395,6 +396,33 @@ class Changes(Protocol):
 
 
 @runtime_checkable
+class PromptQueue(Protocol):
+    """Prompts accepted to run after the session's run in progress, kept durably until a run took them: a
+    process that dies with prompts queued (or that another process of the service queued for it) leaves them
+    to whoever runs the session next. Taking one is the runtime's (`runtime/queued.py`): its run journals the
+    prompt with the prompt's id, then the prompt is dropped here; a run that finds it already journaled (its
+    taker died in between) drops it without running it again."""
+
+    async def enqueue_prompt(self, session_id: str, body: bytes) -> QueuedPrompt:
+        """Queue `body` at the end of the session's queue, committed before this returns (`SessionNotFound`
+        when there is no such session); returns it with its id and the session's last seq now."""
+        ...
+
+    async def queued_prompts(self, session_id: str) -> list[QueuedPrompt]:
+        """The session's queued prompts, oldest first."""
+        ...
+
+    async def queued_sessions(self) -> list[str]:
+        """The sessions with at least one queued prompt (an index, never a scan of every session)."""
+        ...
+
+    async def drop_prompt(self, session_id: str, prompt_id: int) -> bool:
+        """Remove one queued prompt; False when it was not there (taken already). Deleting a session drops
+        its queue."""
+        ...
+
+
+@runtime_checkable
 class Store(
     Journal,
     SearchIndex,
@@ -407,9 +435,10 @@ class Store(
     EventNumbers,
     Changes,
     SessionChanges,
+    PromptQueue,
     Protocol,
 ):
-    """What every backend provides: the eleven roles, its durability, and closing."""
+    """What every backend provides: the twelve roles, its durability, and closing."""
 
     durability: Durability
 

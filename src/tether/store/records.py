@@ -262,3 +262,16 @@ class Change(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     kind: str
     session_id: str | None = None
     data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class QueuedPrompt(msgspec.Struct, kw_only=True, frozen=True):
+    """A prompt waiting in a session's durable queue (`PromptQueue`): `id` increases in the order prompts
+    were queued (never reused), `after_seq` is the session's last seq when it was queued (its run's prompt,
+    if one took it, is journaled after it), `body` what the runtime wrote (the prompt and its run's
+    settings, JSON)."""
+
+    id: int
+    session_id: str
+    after_seq: int
+    body: bytes
+    queued_at: float

@@ -46,7 +46,7 @@ from ..messages import (
     encode_json,
     kind_of,
 )
-from . import auditsql, feedsql, health, searchindex
+from . import auditsql, feedsql, health, queuesql, searchindex
 from .audit import AuditDraft, AuditRecord
 from .audit import created as _created
 from .audit import deleted as _deleted
@@ -71,6 +71,7 @@ from .records import (
     Lease,
     LeaseRequest,
     Page,
+    QueuedPrompt,
     RevertSpan,
     SearchHit,
     SessionInfo,
@@ -106,14 +107,14 @@ from .validate import (
 )
 
 R = TypeVar("R")
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """2: the search index (searchindex.py); 3: appends leave no row for it; 4: the index holds terms only
 (contentless), its rowids carry the role; files of 2 and 3 are reindexed from the journal; 5: leases say
 who holds them (holder, pid, host, since); the old table had never been used, so it is made anew; 6: share
 links (a new table, nothing else changes); 7: streamed answers, one row per session replaced in place (a new
 table); 8: the audit trail and the event sinks' positions (`auditsql`: new tables); 9: live event numbers reserved per
 session and the global change feed (`feedsql`: new tables); 10: the sessions' change cursor (`session_changes`,
-kept by triggers on `sessions`: `SessionChanges`)."""
+kept by triggers on `sessions`: `SessionChanges`); 11: the durable prompt queue (`queuesql`: a new table)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -351,7 +352,8 @@ class SqliteStore:
                 if 1 <= version <= 4:
                     conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
                 for statement in (
-                    _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA) + _CHANGES_SCHEMA
+                    _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA + queuesql.SCHEMA)
+                    + _CHANGES_SCHEMA
                 ):
                     conn.execute(statement)
                 if 1 <= version <= 3:
@@ -614,6 +616,7 @@ class SqliteStore:
         conn.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM shares WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
+        queuesql.forget(conn, session_id)
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     async def list_sessions(
@@ -1438,6 +1441,24 @@ class SqliteStore:
     async def last_change_id(self) -> int:
         with self._reading() as conn:
             return feedsql.last_id(conn)
+
+    # --- the prompt queue ------------------------------------------------------------------------------
+
+    async def enqueue_prompt(self, session_id: str, body: bytes) -> QueuedPrompt:
+        check_id(session_id, "session id")
+        data = bytes(body)
+        return await self._write(lambda conn: queuesql.enqueue(conn, session_id, data))
+
+    async def queued_prompts(self, session_id: str) -> list[QueuedPrompt]:
+        with self._reading() as conn:
+            return queuesql.of_session(conn, session_id)
+
+    async def queued_sessions(self) -> list[str]:
+        with self._reading() as conn:
+            return queuesql.sessions(conn)
+
+    async def drop_prompt(self, session_id: str, prompt_id: int) -> bool:
+        return await self._write(lambda conn: queuesql.drop(conn, session_id, prompt_id))
 
 
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
