@@ -218,3 +218,86 @@ async def test_a_prompt_to_a_session_another_manager_runs_waits_for_its_run(pair
     assert isinstance(await asyncio.wait_for(second.result(), 20), Done)
     texts = [e.body.text for e in await pair.b.store.read(sid) if isinstance(e.body, Message) and e.body.role == "user"]
     assert texts == ["hold on", "and then this"]
+
+
+def answering_as(name: str) -> Any:
+    """A model that says which manager's run asked it (`name`), and holds at the gate on ``hold ...``."""
+
+    def respond(request: ModelRequest) -> Message | str:
+        last = request.messages[-1]
+        if last.role == "user" and last.text.startswith("hold"):
+            return Message.assistant(tool_calls=[ToolCallPart(id="c1", name="hold", arguments={"name": "fwd"})])
+        if last.role == "tool":
+            return "held"
+        return f"{name} ran: {last.text}"
+
+    return respond
+
+
+@pytest.fixture
+async def named(tmp_path: Path) -> AsyncIterator[Pair]:
+    stores = [SqliteStore(tmp_path / "t.db"), SqliteStore(tmp_path / "t.db")]
+    managers = [make(s, tmp_path, answering_as(n)) for s, n in zip(stores, "AB", strict=True)]
+    meshes = [Mesh(m, SqliteRelay(relay_path(tmp_path / "t.db"))) for m in managers]
+    for manager, mesh in zip(managers, meshes, strict=True):
+        manager.mesh = mesh
+        await mesh.start()
+    for mesh in meshes:
+        mesh.others = {p.peer for p in await mesh.relay.heartbeat()}
+    try:
+        yield Pair(*managers)
+    finally:
+        for manager, mesh in zip(managers, meshes, strict=True):
+            await manager.shutdown()
+            await mesh.stop()
+        for store in stores:
+            await store.close()
+
+
+async def user_and_answers(store: SqliteStore, sid: str) -> list[str]:
+    return [e.body.text for e in await store.read(sid) if isinstance(e.body, Message) and e.body.role != "tool"]
+
+
+async def test_a_prompt_to_the_other_manager_is_queued_durably_and_run_by_the_runner(named: Pair) -> None:
+    """B queues the prompt in the store before `start` returns and wakes A through the relay; A runs it after
+    its run in progress (its model answers: "A ran"), in order, and B's handle gets the run's end."""
+    GATE["fwd"] = asyncio.Event()
+    first = await named.a.start(None, "hold on")
+    sid = first.session_id
+    while await named.b.status(sid) != "busy_elsewhere":
+        await asyncio.sleep(0.01)
+    second = await named.b.start(sid, "two")
+    third = await named.b.start(sid, "three")
+    assert second.queued and third.queued and second.queued_id is not None and third.queued_id is not None
+    queued_now = await named.b.store.queued_prompts(sid)  # durable before the answer, while A's run holds
+    assert [q.id for q in queued_now] == [second.queued_id, third.queued_id]
+    assert named.b.running() == []
+    GATE["fwd"].set()
+    assert isinstance(await asyncio.wait_for(first.result(), 10), Done)
+    for handle in (second, third):
+        outcome = await asyncio.wait_for(handle.result(), 20)
+        assert isinstance(outcome, Done), outcome
+    texts = await user_and_answers(named.a.store, sid)
+    assert texts == ["hold on", "", "held", "two", "A ran: two", "three", "A ran: three"]
+    assert await named.a.store.queued_prompts(sid) == []
+
+
+async def test_prompts_to_either_manager_as_runs_end_each_run_exactly_once(named: Pair) -> None:
+    """The races both ways: B queues while A gives its claim back (A reads the relay after releasing, B looks
+    at the claim after posting); whoever runs a prompt, it runs once, and every handle gets its end."""
+    first = await named.a.start(None, "start")
+    assert isinstance(await asyncio.wait_for(first.result(), 10), Done)
+    sid = first.session_id
+    handles = []
+    for i in range(8):
+        to_a = await named.a.start(sid, f"a{i}")
+        while sid not in named.a.running():  # (a prompt to a session no one holds yet would race for it)
+            await asyncio.sleep(0)
+        to_b = await named.b.start(sid, f"b{i}")  # lands as A's run goes on or ends
+        handles += [to_a, to_b]
+        await asyncio.wait_for(to_a.result(), 20)
+    for handle in handles:
+        assert isinstance(await asyncio.wait_for(handle.result(), 20), Done)
+    prompts = [t for t in await user_and_answers(named.a.store, sid) if " ran: " not in t]
+    assert sorted(prompts) == sorted(["start"] + [f"a{i}" for i in range(8)] + [f"b{i}" for i in range(8)])
+    assert await named.a.store.queued_prompts(sid) == []

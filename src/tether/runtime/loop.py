@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from .. import markers
 from ..config import Config
@@ -80,6 +80,9 @@ class AgentRun:
         self._pause_requested = False
         self._inbox: list[Message] = []  # prompts steered into the run, for its next step
         self._titling: asyncio.Future[str | None] | None = None  # the title of the first exchange, coming
+        self.admit: Callable[[], Awaitable[None]] | None = None
+        """Called once the run holds its session's lease, before it reads or journals anything: what raises
+        there ends the run with no event (a queued prompt that another run took already: `queued.admit`)."""
 
     def pause(self) -> None:
         """Stop at the next step boundary (a checkpoint, the session marked paused)."""
@@ -173,6 +176,8 @@ class AgentRun:
             await lease.acquire(self.options.on_lease_wait)
             lease.watch(self._requested(asyncio.current_task()), self._lost(asyncio.current_task()))
         try:
+            if self.admit is not None:
+                await self.admit()
             async for event in self._run(prompt):
                 yield event
             async for event in self._journal_title(TITLE_WAIT):  # after the run said it is done

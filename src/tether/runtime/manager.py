@@ -76,6 +76,7 @@ class SessionManager(Queueing, Following, Asking, Watching):
         """Turns for this manager's runs, so that many at once do not stall the loop they share with a
         server's requests and streams (`pacing`)."""
         self.mesh = None
+        self._forwarded = {}
 
     async def cancel(self, session_id: str) -> bool:
         """Stop the session's run now, and drop the prompts waiting behind it: the partial answer is kept, its
@@ -86,6 +87,9 @@ class SessionManager(Queueing, Following, Asking, Watching):
             entry.worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await entry.worker
+            with contextlib.suppress(TetherError):  # what waited, queued durably by any process, goes too
+                for item in await self.store.queued_prompts(session_id):
+                    await self.store.drop_prompt(session_id, item.id)
             await self._announce(session_id)  # the cancelled worker could not: the feed said "running" still
             return True
         asked = await self.store.request_lease(session_id, "cancel") is not None

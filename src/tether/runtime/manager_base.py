@@ -44,6 +44,9 @@ class RunHandle:
     """The prompt waits behind a run of this process (or a prompt queued before it)."""
     steered: bool = False
     """The prompt went to the run in progress, which reads it at its next step."""
+    queued_id: int | None = None
+    """The prompt's row in the store's durable queue (`PromptQueue`), when it was queued there: it outlives
+    this process, and runs once, here or in whichever process runs the session next."""
     info: SessionInfo | None = field(default=None, repr=False)
     """The session's row as `start` knew it (its run opens the session from it instead of reading it)."""
     _done: asyncio.Future[Done | Error] = field(
@@ -107,6 +110,9 @@ class _Session:
     subscribers: set[_Subscriber] = field(default_factory=set)
     last_n: int = 0
     boundaries: deque[Event] = field(default_factory=lambda: deque(maxlen=4))
+    pull: bool = False
+    """Another process queued prompts for the session in the store (the relay said so, or a takeover):
+    its worker reads the queue after the run in progress."""
     """The latest runs' starts and ends (live events): what a subscriber brought back through the journal
     must not miss, or it would not know a run ended."""
 
@@ -147,6 +153,8 @@ class Relaying(Protocol):
     async def control(self, session_id: str, what: str) -> None: ...
     async def run_started(self, session_id: str) -> None: ...
     async def run_ended(self, session_id: str) -> None: ...
+    async def queued(self, session_id: str, prompt_id: int) -> None: ...
+    def ran(self, session_id: str, prompt_id: int, outcome: Done | Error) -> None: ...
 
 
 class ManagerBase:
@@ -167,6 +175,9 @@ class ManagerBase:
     _given: dict[tuple[str, str], Answer]
     _store_watch: asyncio.Task[None] | None
     _known: OrderedDict[str, tuple[float, int]]
+    _forwarded: dict[tuple[str, int], RunHandle]
+    """Prompts this process queued for a run elsewhere, by (session, queued id): their result comes through
+    the relay from the process that ran them."""
     mesh: Relaying | None
     """The other processes over the same store (`mesh.Mesh`, set by a server): they get this manager's
     events, approvals and run claims, and it gets theirs."""

@@ -8,6 +8,13 @@ another peer runs gets that run's events as they are posted (`SessionManager.rel
 rather than by polling the journal; an answer, a cancel or a pause posted for a session run here reaches
 its run; the approval requests other peers' runs wait on are listed here and answered through the relay.
 
+Queued prompts: a prompt for a session another peer runs is queued in the store's durable queue by the
+peer that got it, which posts a "queued" row naming the session: the runner reads the queue after its run in
+progress (no lease polling), and posts a "ran" row with the outcome of each queued prompt's run, for the
+peer that queued it. The runner gives its claim back only after reading the relay once more, and the
+queuing peer looks at the claim after posting, so a prompt queued as the run ends is run by one of them
+(the lease and `queued.admit` make it exactly one).
+
 Takeover: a peer that died (SIGKILL, a lost machine) leaves its run claims; once a session's lease is free
 (at once for a dead process of this host, after its expiry for another host's) the first live peer to take
 the claim resumes the session: the run picks up from the journal (a tool call cut off is marked
@@ -152,6 +159,16 @@ class Mesh:
             return False
         return peer is not None and peer != self.relay.peer and peer in self.others
 
+    async def queued(self, session_id: str, prompt_id: int) -> None:
+        """A prompt this peer queued durably for the session another peer runs: wake that peer."""
+        self._post(RelayPost("queued", session_id, prompt_id, b"{}"))
+        await self._drain()
+
+    def ran(self, session_id: str, prompt_id: int, outcome: Done | Error) -> None:
+        """A queued prompt's run ended here: the peer that queued it may wait for how."""
+        if self.others:
+            self._post(RelayPost("ran", session_id, prompt_id, event_json(outcome)))
+
     async def run_ended(self, session_id: str) -> None:
         await self._drain()  # the run's last events are posted before its claim goes
         try:
@@ -223,6 +240,12 @@ class Mesh:
                 self.asked.pop((settled.session_id, settled.call_id), None)
             elif row.kind == "change":
                 manager.activity.poke()
+            elif row.kind == "queued":
+                manager.queued_elsewhere(row.session_id)
+            elif row.kind == "ran":
+                outcome = _events.decode(row.body)
+                if isinstance(outcome, Done | Error):
+                    manager.ran_elsewhere(row.session_id, row.n, outcome)
             elif row.kind == "answer":
                 call_id, answer = msgspec.json.decode(row.body, type=tuple[str, Answer])
                 manager.answer_here(row.session_id, call_id, answer)
@@ -264,6 +287,7 @@ class Mesh:
             log.info("session %s: resuming the run of peer %s, which is gone", sid, orphan.peer)
             try:
                 await self.manager.start(sid, None)
+                await self.manager.pull_queued(sid)  # then the prompts it had queued, once each
             except SessionNotFound:
                 await self.relay.release_run(sid)
             except TetherError:

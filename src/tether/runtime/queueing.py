@@ -2,30 +2,45 @@
 behind the session's run in progress (in order), steered into it, or refused when another process holds the
 session; a worker task per session runs what waits, one run after another, publishing their events and
 telling the activity feed where the session stands after each; a session nothing uses any longer is let go
-of (the latest `RECENT_SESSIONS` remembered)."""
+of (the latest `RECENT_SESSIONS` remembered).
+
+A queued prompt is written to the store's durable queue before `start` returns (`queued.py`; unless its
+request holds what no other process could rebuild, a program's own tools or callbacks): `entry.waiting` is
+this process's copy of it. A prompt for a session that another process of the service runs (`mesh`) is
+queued there and that process woken through the relay; it runs the prompt after its run in progress. The
+worker reads the store's queue after its runs when the relay (or a takeover) says another process queued
+something, and once more after it gave its claim back; `recover_queued` picks up what a dead process left.
+A run takes a queued prompt under the session's lease (`queued.admit`), so it runs once wherever it is."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import socket
 from dataclasses import replace
+from typing import Any
+
+import msgspec
 
 from ..errors import InvalidInput, SessionBusy, TetherError
 from ..events import Done, Error, live_number
 from ..messages import Message
-from ..store.records import SessionInfo
+from ..store.records import QueuedPrompt, SessionInfo
+from . import queued
 from .activity import SessionCreated, SessionUpdated, StatusChanged
 from .journal import stray_number
-from .launch import LaunchedRun, check_request, open_run
+from .launch import LaunchedRun, LaunchPlan, check_request, open_run
 from .manager_base import ManagerBase, RunHandle, Status, _Approver, _Session
 
 log = logging.getLogger("tether.runtime")
 
 PEER_WAIT = 3600.0
 """Seconds a prompt to a session that another process of the service runs (`mesh`: a worker, a node) waits
-for that run's lease before its own run gives up (busy)."""
+for that run's lease before its own run gives up (busy), when it cannot be queued durably there (a request
+with a program's own tools or callbacks, a steer)."""
 RECENT_SESSIONS = 256
 """Sessions that nothing runs, waits for or follows any longer, kept (their last event number and latest run
 starts and ends) for a subscriber that comes just after a run: the least recently used are forgotten."""
@@ -58,7 +73,8 @@ class Queueing(ManagerBase):
         `answer`."""
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
-        waits_for_peer = False
+        settings = queued.wire_settings(fields) if prompt is not None and not steer else None
+        forward = False
         if session_id is not None:
             if info is None or info.id != session_id:
                 info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
@@ -68,19 +84,12 @@ class Queueing(ManagerBase):
                 if busy is not None:
                     if not queue or self.mesh is None or not await self.mesh.claimed_elsewhere(session_id):
                         raise busy
-                    # another worker (or node) of this service runs it: the prompt's run waits for its lease
-                    fields.setdefault("wait", PEER_WAIT)
-                    waits_for_peer = True
+                    forward = True  # another worker (or node) of this service runs it: queued for that run
+                    if settings is None:  # what cannot be queued there waits here for that run's lease
+                        fields.setdefault("wait", PEER_WAIT)
             elif not queue and not steer:
                 raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
-        approver: _Approver | None = None
-        if "pacer" not in fields and self.defaults.pacer is None and self.pacer is not None:
-            fields["pacer"] = self.pacer
-        if "mcp" not in fields and self.defaults.mcp is None and self.mcp.manager is not None:
-            fields["mcp"] = self.mcp.manager
-        if "approver" not in fields and self.defaults.approver is None:
-            approver = _Approver(self, session_id or "")
-            fields["approver"] = approver
+        approver = self._run_fields(session_id, fields)
         request = replace(
             self.defaults,
             prompt=prompt,
@@ -107,8 +116,18 @@ class Queueing(ManagerBase):
             entry.riders.append(handle)
             handle.steered = True
             return handle
+        if settings is not None and prompt is not None and (forward or entry.run is not None or entry.waiting):
+            item = await self.store.enqueue_prompt(session_id, queued.encode(prompt, settings))  # before the 202
+            self._durable(handle, item.id)
+            if forward and self.mesh is not None:
+                handle.queued = True
+                await self.mesh.queued(session_id, item.id)  # its runner is woken...
+                if await self.mesh.claimed_elsewhere(session_id):  # ...unless its run ended meanwhile: then here
+                    self._forwarded[(session_id, item.id)] = handle
+                    await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
+                    return handle
         entry.waiting.append(handle)
-        if entry.run is not None or len(entry.waiting) > 1 or waits_for_peer:
+        if entry.run is not None or len(entry.waiting) > 1 or forward:
             handle.queued = True
             await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
         if entry.worker is None or entry.worker.done():
@@ -116,6 +135,103 @@ class Queueing(ManagerBase):
                 self._work(entry, first), name=f"tether session {session_id}"
             )
         return handle
+
+    def _run_fields(self, session_id: str | None, fields: dict[str, Any]) -> _Approver | None:
+        """Add what this manager gives every run it starts to `fields`: its pacer, its MCP servers, and (unless
+        the defaults name one) an approver that waits for `answer`, which is returned."""
+        if "pacer" not in fields and self.defaults.pacer is None and self.pacer is not None:
+            fields["pacer"] = self.pacer
+        if "mcp" not in fields and self.defaults.mcp is None and self.mcp.manager is not None:
+            fields["mcp"] = self.mcp.manager
+        approver: _Approver | None = None
+        if "approver" not in fields and self.defaults.approver is None:
+            approver = _Approver(self, session_id or "")
+            fields["approver"] = approver
+        return approver
+
+    @staticmethod
+    def _durable(handle: RunHandle, prompt_id: int) -> None:
+        """Make `handle` the run of the queued row `prompt_id`: its prompt journaled with the row's id."""
+        assert handle.prompt is not None
+        handle.queued_id = prompt_id
+        request = replace(handle.plan.request, prompt=queued.tagged(handle.prompt, prompt_id))
+        handle.plan = replace(handle.plan, request=request)
+
+    async def recover_queued(self) -> int:
+        """Run what the store's durable queue holds for sessions no live process of the service runs (a
+        process killed with prompts queued); returns how many sessions were taken up."""
+        try:
+            sessions = await self.store.queued_sessions()
+        except TetherError:
+            log.warning("could not read the queued prompts", exc_info=True)
+            return 0
+        taken = 0
+        for sid in sessions:
+            if self.mesh is not None and await self.mesh.claimed_elsewhere(sid):
+                continue  # its runner reads the queue itself (and a takeover does if it dies)
+            taken += await self.pull_queued(sid)
+        return taken
+
+    async def pull_queued(self, session_id: str) -> bool:
+        """Have this process run the session's queued prompts: after the run in progress here, or now."""
+        entry = self._entry(session_id)
+        if entry.worker is not None and not entry.worker.done():
+            entry.pull = True
+            return True
+        await self._pull(entry)
+        if not entry.waiting:
+            self._let_go(entry)
+            return False
+        entry.worker = asyncio.get_running_loop().create_task(
+            self._work(entry, None), name=f"tether session {session_id}"
+        )
+        return True
+
+    def queued_elsewhere(self, session_id: str) -> None:
+        """Another process queued a prompt for a session (the relay says): read the queue after the run in
+        progress, if this process runs it (else that process found no runner and runs it itself)."""
+        entry = self._sessions.get(session_id)
+        if entry is not None and entry.worker is not None and not entry.worker.done():
+            entry.pull = True
+
+    def ran_elsewhere(self, session_id: str, prompt_id: int, outcome: Done | Error) -> None:
+        """The run of a prompt this process queued for another ended there."""
+        handle = self._forwarded.pop((session_id, prompt_id), None)
+        if handle is not None and not handle._done.done():
+            handle._done.set_result(outcome)
+
+    async def _pull(self, entry: _Session) -> None:
+        """Add the session's durably queued prompts that this process does not hold yet to its waiting ones."""
+        entry.pull = False
+        try:
+            items = await self.store.queued_prompts(entry.session_id)
+            known = {h.queued_id for h in entry.waiting}
+            fresh = [item for item in items if item.id not in known]
+            info = await self.store.get_session(entry.session_id) if fresh and not entry.last_n else None
+        except TetherError:
+            log.warning("could not read the queued prompts of session %s", entry.session_id, exc_info=True)
+            return
+        for item in fresh:
+            plan = await self._queued_plan(item)
+            if plan is not None:
+                after = self._position(entry, info) if info is not None else entry.last_n
+                handle = RunHandle(entry.session_id, plan.request.prompt, after=after, plan=plan, queued=True)
+                handle.queued_id = item.id
+                entry.waiting.append(handle)
+
+    async def _queued_plan(self, item: QueuedPrompt) -> LaunchPlan | None:
+        """The checked request of a queued row; None (and the row dropped, said in the log) when it cannot
+        run any longer: its body unreadable by this version, an option that the configuration no longer has."""
+        try:
+            prompt, fields = queued.decode(item)
+            self._run_fields(item.session_id, fields)
+            request = replace(self.defaults, prompt=prompt, session=item.session_id, continue_last=False, **fields)
+            return check_request(request, self.config, resolve=self.resolve)
+        except (msgspec.DecodeError, msgspec.ValidationError, TetherError, TypeError) as exc:
+            log.warning("session %s: dropped queued prompt %d, which cannot run: %s", item.session_id, item.id, exc)
+            with contextlib.suppress(TetherError):
+                await self.store.drop_prompt(item.session_id, item.id)
+            return None
 
     def _entry(self, session_id: str) -> _Session:
         entry = self._sessions.get(session_id)
@@ -137,18 +253,31 @@ class Queueing(ManagerBase):
             self._recent.popitem(last=False)
 
     async def _work(self, entry: _Session, first: LaunchedRun | None) -> None:
-        """Run the session's waiting prompts one after another, publishing their events."""
+        """Run the session's waiting prompts one after another, publishing their events; then what other
+        processes queued for it meanwhile (`entry.pull`)."""
         mesh = self.mesh
         try:
             while True:
                 if mesh is not None:  # the other processes know who runs it (and take it over if this one dies)
                     await mesh.run_started(entry.session_id)
                 try:
-                    await self._run_waiting(entry, first)
+                    while True:
+                        await self._run_waiting(entry, first)
+                        first = None
+                        if not entry.pull:
+                            break
+                        await self._pull(entry)
                 finally:
                     first = None
                     if mesh is not None:
                         await asyncio.shield(mesh.run_ended(entry.session_id))
+                if mesh is not None and not entry.waiting:
+                    # a prompt queued by another process as the claim went: that process saw the claim (so
+                    # it left the prompt to this one) and posted to the relay before it looked
+                    with contextlib.suppress(TetherError):
+                        await mesh.sync()
+                    if entry.pull:
+                        await self._pull(entry)
                 if not entry.waiting:  # else a prompt came while the claim was given back: run it too
                     break
         finally:
@@ -162,6 +291,8 @@ class Queueing(ManagerBase):
             try:
                 launched, first = first or await open_run(self.store, handle.plan, info=handle.info), None
                 handle.info = None  # a later run of the session reads it afresh
+                if handle.queued_id is not None:
+                    launched.run.admit = functools.partial(queued.admit, self.store, entry.session_id, handle.queued_id)
                 entry.run = launched.run
                 await self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
                 async for event in launched.events():
@@ -175,8 +306,17 @@ class Queueing(ManagerBase):
                 for left in [handle, *entry.riders, *entry.waiting]:
                     self._finish(entry, left, outcome)
                 entry.riders.clear()
-                raise
+                raise  # the durable queue keeps what waited: `cancel` drops it, a shutdown leaves it
+            except queued.PromptTaken:  # another process ran it, or runs it: its result comes through the relay
+                entry.run = None
+                self._leave_to_others(entry, handle)
+                continue
             except SessionBusy as busy:
+                entry.run = None
+                mesh = self.mesh
+                if handle.queued_id is not None and mesh is not None and await mesh.claimed_elsewhere(entry.session_id):
+                    self._leave_to_others(entry, handle)  # its runner runs the queue after its run
+                    continue
                 outcome = await self._failed(entry, busy.code, str(busy))
             except TetherError as exc:
                 outcome = await self._failed(entry, exc.code, str(exc))
@@ -191,7 +331,29 @@ class Queueing(ManagerBase):
             for rider in entry.riders:
                 self._finish(entry, rider, outcome)
             entry.riders.clear()
+            if handle.queued_id is not None:
+                await self._taken(entry.session_id, handle.queued_id, outcome)
             await self._announce(entry.session_id, ended)
+
+    def _leave_to_others(self, entry: _Session, handle: RunHandle) -> None:
+        if entry.waiting and entry.waiting[0] is handle:
+            entry.waiting.popleft()
+        assert handle.queued_id is not None
+        if self.mesh is None:
+            self._finish(entry, handle, Error(session_id=entry.session_id, n=entry.last_n, code="taken",
+                                              message="the queued prompt was run by another process"))  # fmt: skip
+        else:
+            self._forwarded[(entry.session_id, handle.queued_id)] = handle
+
+    async def _taken(self, session_id: str, prompt_id: int, outcome: Done | Error | None) -> None:
+        """A queued prompt's run ended: its row goes (a crash before this leaves a row whose prompt is
+        journaled: the next `admit` drops it), and the process that queued it hears how it ended."""
+        try:
+            await self.store.drop_prompt(session_id, prompt_id)
+        except TetherError:
+            log.warning("session %s: could not drop queued prompt %d", session_id, prompt_id, exc_info=True)
+        if self.mesh is not None and outcome is not None:
+            self.mesh.ran(session_id, prompt_id, outcome)
 
     async def _announce(self, session_id: str, info: SessionInfo | None = None) -> None:
         """Tell the activity feed where a session stands after a run, and its row as the run left it (`info`,

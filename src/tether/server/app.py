@@ -61,6 +61,7 @@ def create_app(
         if relay is not None:  # the other workers and nodes over this store hear of this one's runs, and it of theirs
             state.mesh = manager.mesh = Mesh(manager, relay)
             await state.mesh.start()
+        await manager.recover_queued()  # prompts a killed server had queued (202 queued): they run now, once each
         await audit.retain(opened, conf)
         state.sinks = sinks.runner_for(opened, conf)  # the event sinks follow the journal, off every run's path
         if state.sinks is not None:
