@@ -24,7 +24,7 @@ from tether.runtime.launch import RunRequest
 from tether.runtime.manager import SessionManager
 from tether.runtime.mesh import Mesh
 from tether.runtime.permission import Answer
-from tether.store import SqliteStore
+from tether.store import SqliteStore, Store
 from tether.store.relay import SqliteRelay, relay_path
 from tether.tools.base import ToolRegistry, function_tool
 
@@ -208,7 +208,7 @@ async def test_a_prompt_to_a_session_another_manager_runs_waits_for_its_run(pair
     sid = first.session_id
     while await pair.b.status(sid) != "busy_elsewhere":
         await asyncio.sleep(0.01)
-    assert pair.b.mesh is not None and await pair.b.mesh.claimed_elsewhere(sid)  # type: ignore[attr-defined]
+    assert pair.b.mesh is not None and await pair.b.mesh.claimed_elsewhere(sid)
     second = await pair.b.start(sid, "and then this")
     assert second.queued
     await asyncio.sleep(0.3)
@@ -254,7 +254,7 @@ async def named(tmp_path: Path) -> AsyncIterator[Pair]:
             await store.close()
 
 
-async def user_and_answers(store: SqliteStore, sid: str) -> list[str]:
+async def user_and_answers(store: Store, sid: str) -> list[str]:
     return [e.body.text for e in await store.read(sid) if isinstance(e.body, Message) and e.body.role != "tool"]
 
 
@@ -291,13 +291,21 @@ async def test_prompts_to_either_manager_as_runs_end_each_run_exactly_once(named
     handles = []
     for i in range(8):
         to_a = await named.a.start(sid, f"a{i}")
-        while sid not in named.a.running():  # (a prompt to a session no one holds yet would race for it)
+        while await named.b.status(sid) != "busy_elsewhere":  # (B would race A for a lease no one holds yet)
             await asyncio.sleep(0)
         to_b = await named.b.start(sid, f"b{i}")  # lands as A's run goes on or ends
         handles += [to_a, to_b]
         await asyncio.wait_for(to_a.result(), 20)
+        await asyncio.wait_for(to_b.result(), 20)  # (A's next prompt must not race B's for an idle session)
+    for _ in range(2000):
+        if all(h.finished for h in handles):
+            break
+        await asyncio.sleep(0.01)
+    unfinished = [(h.prompt, h.queued, h.queued_id) for h in handles if not h.finished]
+    journal = await user_and_answers(named.a.store, sid)
+    assert not unfinished, (unfinished, journal, named.a._forwarded, named.b._forwarded)
     for handle in handles:
-        assert isinstance(await asyncio.wait_for(handle.result(), 20), Done)
+        assert isinstance(await handle.result(), Done)
     prompts = [t for t in await user_and_answers(named.a.store, sid) if " ran: " not in t]
     assert sorted(prompts) == sorted(["start"] + [f"a{i}" for i in range(8)] + [f"b{i}" for i in range(8)])
     assert await named.a.store.queued_prompts(sid) == []

@@ -77,6 +77,7 @@ class SessionManager(Queueing, Following, Asking, Watching):
         server's requests and streams (`pacing`)."""
         self.mesh = None
         self._forwarded = {}
+        self._ran = OrderedDict()
 
     async def cancel(self, session_id: str) -> bool:
         """Stop the session's run now, and drop the prompts waiting behind it: the partial answer is kept, its

@@ -178,6 +178,8 @@ class ManagerBase:
     _forwarded: dict[tuple[str, int], RunHandle]
     """Prompts this process queued for a run elsewhere, by (session, queued id): their result comes through
     the relay from the process that ran them."""
+    _ran: OrderedDict[tuple[str, int], Done | Error]
+    """The latest ends of queued prompts' runs elsewhere that no handle here waited for (yet)."""
     mesh: Relaying | None
     """The other processes over the same store (`mesh.Mesh`, set by a server): they get this manager's
     events, approvals and run claims, and it gets theirs."""

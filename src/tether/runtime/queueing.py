@@ -74,12 +74,13 @@ class Queueing(ManagerBase):
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
         settings = queued.wire_settings(fields) if prompt is not None and not steer else None
-        forward = False
+        forward = local = False
         if session_id is not None:
             if info is None or info.id != session_id:
                 info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
             here = self._sessions.get(session_id)
-            if here is None or not (here.run is not None or here.waiting):
+            local = here is not None and (here.run is not None or bool(here.waiting))
+            if not local:
                 busy = await self._busy(session_id)  # never queued to be dropped when the run starts
                 if busy is not None:
                     if not queue or self.mesh is None or not await self.mesh.claimed_elsewhere(session_id):
@@ -89,6 +90,11 @@ class Queueing(ManagerBase):
                         fields.setdefault("wait", PEER_WAIT)
             elif not queue and not steer:
                 raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
+        durable = settings is not None and (forward or local)
+        if durable or (self.mesh is not None and session_id is not None):
+            # its run waits for the lease: another process of the service may take the session in between
+            # (a prompt to it as it looked idle here), and the prompt is not to be dropped for that
+            fields.setdefault("wait", PEER_WAIT)
         approver = self._run_fields(session_id, fields)
         request = replace(
             self.defaults,
@@ -116,16 +122,17 @@ class Queueing(ManagerBase):
             entry.riders.append(handle)
             handle.steered = True
             return handle
-        if settings is not None and prompt is not None and (forward or entry.run is not None or entry.waiting):
+        if durable and settings is not None and prompt is not None:
             item = await self.store.enqueue_prompt(session_id, queued.encode(prompt, settings))  # before the 202
             self._durable(handle, item.id)
             if forward and self.mesh is not None:
                 handle.queued = True
+                self._forwarded[(session_id, item.id)] = handle  # before its run can end there
                 await self.mesh.queued(session_id, item.id)  # its runner is woken...
                 if await self.mesh.claimed_elsewhere(session_id):  # ...unless its run ended meanwhile: then here
-                    self._forwarded[(session_id, item.id)] = handle
                     await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
                     return handle
+                self._forwarded.pop((session_id, item.id), None)
         entry.waiting.append(handle)
         if entry.run is not None or len(entry.waiting) > 1 or forward:
             handle.queued = True
@@ -197,7 +204,11 @@ class Queueing(ManagerBase):
     def ran_elsewhere(self, session_id: str, prompt_id: int, outcome: Done | Error) -> None:
         """The run of a prompt this process queued for another ended there."""
         handle = self._forwarded.pop((session_id, prompt_id), None)
-        if handle is not None and not handle._done.done():
+        if handle is None:  # (a run here that lost the prompt to that one may come to ask: `_leave_to_others`)
+            self._ran[(session_id, prompt_id)] = outcome
+            while len(self._ran) > RECENT_SESSIONS:
+                self._ran.popitem(last=False)
+        elif not handle._done.done():
             handle._done.set_result(outcome)
 
     async def _pull(self, entry: _Session) -> None:
@@ -225,6 +236,7 @@ class Queueing(ManagerBase):
         try:
             prompt, fields = queued.decode(item)
             self._run_fields(item.session_id, fields)
+            fields["wait"] = PEER_WAIT  # as when it was queued
             request = replace(self.defaults, prompt=prompt, session=item.session_id, continue_last=False, **fields)
             return check_request(request, self.config, resolve=self.resolve)
         except (msgspec.DecodeError, msgspec.ValidationError, TetherError, TypeError) as exc:
@@ -344,6 +356,9 @@ class Queueing(ManagerBase):
                                               message="the queued prompt was run by another process"))  # fmt: skip
         else:
             self._forwarded[(entry.session_id, handle.queued_id)] = handle
+            ran = self._ran.pop((entry.session_id, handle.queued_id), None)
+            if ran is not None:
+                self.ran_elsewhere(entry.session_id, handle.queued_id, ran)
 
     async def _taken(self, session_id: str, prompt_id: int, outcome: Done | Error | None) -> None:
         """A queued prompt's run ended: its row goes (a crash before this leaves a row whose prompt is
