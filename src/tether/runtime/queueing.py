@@ -229,6 +229,11 @@ class Queueing(ManagerBase):
                 handle = RunHandle(entry.session_id, plan.request.prompt, after=after, plan=plan, queued=True)
                 handle.queued_id = item.id
                 entry.waiting.append(handle)
+        if fresh:  # the durably queued ones in the store's order, the others where they were
+            places = [i for i, h in enumerate(entry.waiting) if h.queued_id is not None]
+            ordered = sorted((entry.waiting[i] for i in places), key=lambda h: h.queued_id or 0)
+            for i, h in zip(places, ordered, strict=True):
+                entry.waiting[i] = h
 
     async def _queued_plan(self, item: QueuedPrompt) -> LaunchPlan | None:
         """The checked request of a queued row; None (and the row dropped, said in the log) when it cannot
@@ -297,6 +302,8 @@ class Queueing(ManagerBase):
 
     async def _run_waiting(self, entry: _Session, first: LaunchedRun | None) -> None:
         while entry.waiting:
+            if entry.pull and first is None:  # queued elsewhere meanwhile: it may come before some held here
+                await self._pull(entry)
             handle = entry.waiting[0]
             outcome: Done | Error | None = None
             ended: SessionInfo | None = None
