@@ -2,7 +2,7 @@
 that picks up what a killed one queued (in order, once each), a row whose prompt a dead run journaled already
 (dropped, not run again), a row no version can read (dropped and said), what cannot be queued durably (a
 program's own tools: memory only), and a cancel that drops what waited. The real kill -9 of `tether serve`
-is in tests/server/test_queue.py."""
+is in tests/server/test_queued_prompts.py."""
 
 from __future__ import annotations
 
