@@ -182,7 +182,10 @@ class CreateSession(RunSettings):
 
 class PromptRequest(RunSettings):
     prompt: str = Field(..., min_length=1)
-    queue: bool = Field(default=True, description="wait behind a run in progress; false: 409 with the holder")
+    queue: bool = Field(
+        default=True,
+        description="wait behind a run in progress (queued durably in the store); false: 409 with the holder",
+    )
     steer: bool = Field(default=False, description="give the prompt to the run in progress at its next step")
 
 
@@ -312,7 +315,8 @@ class RunAccepted(msgspec.Struct, kw_only=True):
     session_id: str
     after: int
     queued: bool = False
-    """It waits behind a run in progress."""
+    """It waits behind a run in progress (of this server, or of another worker or node of the service), kept
+    in the store's durable queue: it runs once, in order, even if the process that took it dies."""
     steered: bool = False
     """It went to the run in progress."""
 
