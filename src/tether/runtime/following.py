@@ -54,7 +54,9 @@ class Following(ManagerBase):
             entry = self._recent[session_id] = _Session(session_id)
             while len(self._recent) > RECENT_RELAYED:
                 self._recent.popitem(last=False)
-        if not self._runs_here(entry):
+        if entry.run is None or entry.run.state is None:
+            # (a run here that holds the lease publishes its own events; a worker between runs, or a prompt
+            # here waiting for the lease, must not swallow those of the run that holds it elsewhere)
             self._publish(entry, event, relay=False)
 
     async def subscribe(self, session_id: str, after: int | None = None) -> AsyncIterator[Event]:
