@@ -154,6 +154,9 @@ async def test_a_sqlite_relay_writes_at_once_unless_the_file_is_locked_then_in_o
     try:
         await a.post([RelayPost("event", "s", 1, b"{}")])
         assert a._in_thread == 0  # written on the loop's own thread: nothing handed over
+        assert a._fast is not None and a._fast.execute("PRAGMA synchronous").fetchone() == (
+            0,
+        )  # no fsync, as documented
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
         posts = [asyncio.ensure_future(a.post([RelayPost("event", "s", n, b"{}")])) for n in (2, 3)]

@@ -252,7 +252,9 @@ class SqliteRelay:
         if self._fast is None:
             self.conn  # noqa: B018 (the file and its tables, made once)
             try:
-                self._fast = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.0)
+                fast = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.0)
+                fast.execute("PRAGMA synchronous = OFF")  # a connection's own setting, as the other's
+                self._fast = fast
             except sqlite3.Error as e:
                 raise store_fault(e, self.path, "open") from e
         return self._fast
