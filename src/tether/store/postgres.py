@@ -200,6 +200,30 @@ _STREAM_SQL = (
     " updated_at = excluded.updated_at, payload = excluded.payload"
 )
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
+_AUDIT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+_AUDIT_SEAL_SQL = """
+WITH head AS (
+    SELECT coalesce(max(seq), 0) + 1 AS seq, coalesce(max(hash), %(genesis)s) AS prev FROM audit_head WHERE id = 1
+),
+sealed AS (
+    SELECT seq, prev, encode(sha256(
+        convert_to('[' || seq || ',', 'UTF8') || %(middle)s::bytea || convert_to(',"' || prev || '"]', 'UTF8')
+    ), 'hex') AS hash FROM head
+),
+ins AS (
+    INSERT INTO audit (seq, at, kind, session_id, actor, outcome, detail, prev, hash)
+    SELECT seq, %(at)s, %(kind)s, %(sid)s, %(actor)s, %(outcome)s, %(detail)s, prev, hash FROM sealed
+),
+moved AS (
+    INSERT INTO audit_head (id, seq, hash) SELECT 1, seq, hash FROM sealed
+    ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash
+)
+SELECT seq, prev, hash FROM sealed
+"""
+"""An audit record sealed on the server, after the head, in one statement: its hash is `audit.seal`'s, the
+SHA-256 of ``canonical_json([seq, at, kind, session_id, actor, outcome, detail, prev])``, whose middle
+(everything but seq and prev) the client encodes. Run after `_AUDIT_LOCK_SQL` as a statement of its own, so
+that its snapshot sees the head the last holder of the lock committed."""
 _AUDIT_COLS = "seq, at, kind, session_id, actor, outcome, detail, prev, hash"
 
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -414,6 +438,20 @@ class PostgresStore:
 
         async def go(conn: Any) -> R:
             async with conn.transaction():
+                return await fn(conn)
+
+        return await self._write(go, doing)
+
+    async def _sealed_tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
+        """`fn(connection)` in one transaction in libpq's pipeline mode: the statements whose results `fn` does
+        not read wait, and go to the server with the COMMIT in one round trip (an error in any of them rolls
+        everything back and is raised here). For a transaction that ends in a global advisory lock (the audit
+        trail's, the change feed's): the lock is then held for the server's work and the commit, not for
+        round trips to a client whose event loop is busy with other runs. `fn`'s result may read cursors
+        once this returns."""
+
+        async def go(conn: Any) -> R:
+            async with conn.pipeline(), conn.transaction():
                 return await fn(conn)
 
         return await self._write(go, doing)
@@ -682,7 +720,7 @@ class PostgresStore:
                     await self._audit(conn, record)
                 return first, now
 
-            first, now = await self._tx(tx, "append to")
+            first, now = await self._sealed_tx(tx, "append to")  # the audit's lock: no round trip held
         else:
             first, now = await self._write(statement, "append to")
         return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
@@ -1296,29 +1334,41 @@ class PostgresStore:
 
     # --- the audit trail --------------------------------------------------------------------------------------
 
-    async def _audit(self, conn: Any, draft: AuditDraft) -> AuditRecord:
+    async def _audit(self, conn: Any, draft: AuditDraft) -> Callable[[], Awaitable[AuditRecord]]:
         """Append `draft` after the head, in the caller's transaction, under the trail's advisory lock (held
-        to the commit: writers in every process keep one chain)."""
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.AUDIT_LOCK_KEY,))
-        last = await (await conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1")).fetchone()
-        seq, prev = (int(last[0]) + 1, str(last[1])) if last is not None else (1, GENESIS)
-        record = seal(seq, prev, draft)
-        await conn.execute(
-            f"INSERT INTO audit ({_AUDIT_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (
-                seq, record.at, record.kind, record.session_id, _esc(record.actor), _esc(record.outcome),
-                canonical_json(record.detail).decode(), prev, record.hash,
-            ),
-        )  # fmt: skip
-        await conn.execute(
-            "INSERT INTO audit_head (id, seq, hash) VALUES (1, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-            (seq, record.hash),
+        to the commit: writers in every process keep one chain). Two statements, the hash computed by the
+        server (`_AUDIT_SEAL_SQL`): in a pipelined transaction (`_sealed_tx`) they go with the COMMIT in one
+        round trip, so that the lock is held for the server's work and the commit, never for a round trip to
+        a busy client. Returns what reads the sealed record (after the commit, in a pipeline)."""
+        middle = canonical_json([draft.at, draft.kind, draft.session_id, draft.actor, draft.outcome, draft.detail])
+        await conn.execute(_AUDIT_LOCK_SQL, (pgschema.AUDIT_LOCK_KEY,))
+        cur = await conn.execute(
+            _AUDIT_SEAL_SQL,
+            {
+                "genesis": GENESIS,
+                "middle": middle[1:-1],
+                "at": draft.at,
+                "kind": draft.kind,
+                "sid": draft.session_id,
+                "actor": _esc(draft.actor),
+                "outcome": _esc(draft.outcome),
+                "detail": canonical_json(draft.detail).decode(),
+            },
         )
-        return record
+
+        async def sealed() -> AuditRecord:
+            row = await cur.fetchone()
+            seq, prev, digest = int(row[0]), str(row[1]), str(row[2])
+            record = seal(seq, prev, draft)
+            if record.hash != digest:  # the server hashed other bytes than `audit.record_bytes`: never silently
+                raise StoreUnavailable(f"PostgreSQL at {self.where} sealed audit record {seq} with another hash")
+            return record
+
+        return sealed
 
     async def append_audit(self, draft: AuditDraft) -> AuditRecord:
-        return await self._tx(lambda conn: self._audit(conn, draft), "append to the audit trail of")
+        sealed = await self._sealed_tx(lambda conn: self._audit(conn, draft), "append to the audit trail of")
+        return await sealed()
 
     async def list_audit(
         self,
@@ -1399,16 +1449,16 @@ class PostgresStore:
         body = check_change(kind, session_id, {} if data is None else data)
         at = time.time()
 
-        async def tx(conn: Any) -> int:
+        async def tx(conn: Any) -> Any:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.CHANGES_LOCK_KEY,))
-            cur = await conn.execute(
+            return await conn.execute(
                 "INSERT INTO changes (at, kind, session_id, data) VALUES (%s, %s, %s, %s) RETURNING id",
                 (at, kind, session_id, body.decode()),
             )
-            row = await cur.fetchone()
-            return int(row[0])
 
-        change_id = await self._tx(tx, "record a change in")
+        # lock, insert and COMMIT in one round trip: the feed's lock is never held for one to this process
+        row = await (await self._sealed_tx(tx, "record a change in")).fetchone()
+        change_id = int(row[0])
         return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
 
     async def changes_after(self, after: int, limit: int = 500) -> list[Change]:
