@@ -200,30 +200,19 @@ _STREAM_SQL = (
     " updated_at = excluded.updated_at, payload = excluded.payload"
 )
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
-_AUDIT_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-_AUDIT_SEAL_SQL = """
-WITH head AS (
-    SELECT coalesce(max(seq), 0) + 1 AS seq, coalesce(max(hash), %(genesis)s) AS prev FROM audit_head WHERE id = 1
-),
-sealed AS (
-    SELECT seq, prev, encode(sha256(
-        convert_to('[' || seq || ',', 'UTF8') || %(middle)s::bytea || convert_to(',"' || prev || '"]', 'UTF8')
-    ), 'hex') AS hash FROM head
-),
-ins AS (
-    INSERT INTO audit (seq, at, kind, session_id, actor, outcome, detail, prev, hash)
-    SELECT seq, %(at)s, %(kind)s, %(sid)s, %(actor)s, %(outcome)s, %(detail)s, prev, hash FROM sealed
-),
-moved AS (
-    INSERT INTO audit_head (id, seq, hash) SELECT 1, seq, hash FROM sealed
-    ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash
+_AUDIT_SEAL_SQL = (
+    "SELECT sealed_seq, sealed_prev, sealed_hash FROM tether_audit_seal(%(a_at)s::float8[], %(a_kind)s::text[],"
+    " %(a_sid)s::text[], %(a_actor)s::text[], %(a_outcome)s::text[], %(a_detail)s::text[], %(a_middle)s::bytea[],"
+    " %(genesis)s)"
 )
-SELECT seq, prev, hash FROM sealed
+"""Audit records appended after the head, in the caller's transaction (`pgschema._V6`)."""
+_APPEND_SEALED_TAIL = """
+SELECT base, at, (SELECT count(*) FROM tether_audit_seal(%(a_at)s::float8[], %(a_kind)s::text[], %(a_sid)s::text[],
+    %(a_actor)s::text[], %(a_outcome)s::text[], %(a_detail)s::text[], %(a_middle)s::bytea[], %(genesis)s)
+    WHERE s.base >= 0) FROM s
 """
-"""An audit record sealed on the server, after the head, in one statement: its hash is `audit.seal`'s, the
-SHA-256 of ``canonical_json([seq, at, kind, session_id, actor, outcome, detail, prev])``, whose middle
-(everything but seq and prev) the client encodes. Run after `_AUDIT_LOCK_SQL` as a statement of its own, so
-that its snapshot sees the head the last holder of the lock committed."""
+"""The end of an append whose audit records go with it: sealed in the same statement (one round trip; the
+trail's lock held only for the rest of it and the commit), and only when the append wrote (`s` has its row)."""
 _AUDIT_COLS = "seq, at, kind, session_id, actor, outcome, detail, prev, hash"
 
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -248,6 +237,21 @@ def _encoded(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[in
         roles.append(role)
         docs.append(doc)
     return kinds, payloads, roles, docs
+
+
+def _audit_params(drafts: Sequence[AuditDraft]) -> dict[str, Any]:
+    """The arrays `tether_audit_seal` takes: each draft's fields as stored, and the middle of the bytes its
+    hash covers (`audit.record_bytes` without the seq and the prev that the server puts around it)."""
+    return {
+        "a_at": [d.at for d in drafts],
+        "a_kind": [d.kind for d in drafts],
+        "a_sid": [d.session_id for d in drafts],
+        "a_actor": [_esc(d.actor) for d in drafts],
+        "a_outcome": [_esc(d.outcome) for d in drafts],
+        "a_detail": [canonical_json(d.detail).decode() for d in drafts],
+        "a_middle": [canonical_json([d.at, d.kind, d.session_id, d.actor, d.outcome, d.detail])[1:-1] for d in drafts],
+        "genesis": GENESIS,
+    }
 
 
 def _where(url: str) -> str:
@@ -438,20 +442,6 @@ class PostgresStore:
 
         async def go(conn: Any) -> R:
             async with conn.transaction():
-                return await fn(conn)
-
-        return await self._write(go, doing)
-
-    async def _sealed_tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
-        """`fn(connection)` in one transaction in libpq's pipeline mode: the statements whose results `fn` does
-        not read wait, and go to the server with the COMMIT in one round trip (an error in any of them rolls
-        everything back and is raised here). For a transaction that ends in a global advisory lock (the audit
-        trail's, the change feed's): the lock is then held for the server's work and the commit, not for
-        round trips to a client whose event loop is busy with other runs. `fn`'s result may read cursors
-        once this returns."""
-
-        async def go(conn: Any) -> R:
-            async with conn.pipeline(), conn.transaction():
                 return await fn(conn)
 
         return await self._write(go, doing)
@@ -705,7 +695,11 @@ class PostgresStore:
                 raise SeqConflict(session_id, expect_seq or 0, int(at[0]) + 1)
             return int(row[0]) + 1, float(row[1])
 
-        if has_revert or audit:
+        if audit and not has_revert:  # the records are sealed in the append's own statement
+            sql = sql[: sql.rindex("SELECT base, at FROM s")] + _APPEND_SEALED_TAIL
+            params.update(_audit_params(audit))
+            first, now = await self._write(statement, "append to")
+        elif has_revert or audit:
 
             async def tx(conn: Any) -> tuple[int, float]:
                 if has_revert:  # a revert is checked at its position: the session's row is held meanwhile
@@ -720,7 +714,7 @@ class PostgresStore:
                     await self._audit(conn, record)
                 return first, now
 
-            first, now = await self._sealed_tx(tx, "append to")  # the audit's lock: no round trip held
+            first, now = await self._tx(tx, "append to")
         else:
             first, now = await self._write(statement, "append to")
         return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
@@ -1334,41 +1328,23 @@ class PostgresStore:
 
     # --- the audit trail --------------------------------------------------------------------------------------
 
-    async def _audit(self, conn: Any, draft: AuditDraft) -> Callable[[], Awaitable[AuditRecord]]:
+    async def _audit(self, conn: Any, draft: AuditDraft) -> AuditRecord:
         """Append `draft` after the head, in the caller's transaction, under the trail's advisory lock (held
-        to the commit: writers in every process keep one chain). Two statements, the hash computed by the
-        server (`_AUDIT_SEAL_SQL`): in a pipelined transaction (`_sealed_tx`) they go with the COMMIT in one
-        round trip, so that the lock is held for the server's work and the commit, never for a round trip to
-        a busy client. Returns what reads the sealed record (after the commit, in a pipeline)."""
-        middle = canonical_json([draft.at, draft.kind, draft.session_id, draft.actor, draft.outcome, draft.detail])
-        await conn.execute(_AUDIT_LOCK_SQL, (pgschema.AUDIT_LOCK_KEY,))
-        cur = await conn.execute(
-            _AUDIT_SEAL_SQL,
-            {
-                "genesis": GENESIS,
-                "middle": middle[1:-1],
-                "at": draft.at,
-                "kind": draft.kind,
-                "sid": draft.session_id,
-                "actor": _esc(draft.actor),
-                "outcome": _esc(draft.outcome),
-                "detail": canonical_json(draft.detail).decode(),
-            },
-        )
+        to the commit: writers in every process keep one chain), sealed by the server (`pgschema._V6`)."""
+        cur = await conn.execute(_AUDIT_SEAL_SQL, _audit_params([draft]))
+        return self._sealed(draft, await cur.fetchone())
 
-        async def sealed() -> AuditRecord:
-            row = await cur.fetchone()
-            seq, prev, digest = int(row[0]), str(row[1]), str(row[2])
-            record = seal(seq, prev, draft)
-            if record.hash != digest:  # the server hashed other bytes than `audit.record_bytes`: never silently
-                raise StoreUnavailable(f"PostgreSQL at {self.where} sealed audit record {seq} with another hash")
-            return record
-
-        return sealed
+    def _sealed(self, draft: AuditDraft, row: Sequence[Any]) -> AuditRecord:
+        record = seal(int(row[0]), str(row[1]), draft)
+        if record.hash != row[2]:  # the server hashed other bytes than `audit.record_bytes`: never silently
+            raise StoreUnavailable(f"PostgreSQL at {self.where} sealed audit record {row[0]} with another hash")
+        return record
 
     async def append_audit(self, draft: AuditDraft) -> AuditRecord:
-        sealed = await self._sealed_tx(lambda conn: self._audit(conn, draft), "append to the audit trail of")
-        return await sealed()
+        async def go(conn: Any) -> AuditRecord:  # one statement: its own transaction
+            return await self._audit(conn, draft)
+
+        return await self._write(go, "append to the audit trail of")
 
     async def list_audit(
         self,
@@ -1449,15 +1425,17 @@ class PostgresStore:
         body = check_change(kind, session_id, {} if data is None else data)
         at = time.time()
 
-        async def tx(conn: Any) -> Any:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.CHANGES_LOCK_KEY,))
-            return await conn.execute(
-                "INSERT INTO changes (at, kind, session_id, data) VALUES (%s, %s, %s, %s) RETURNING id",
-                (at, kind, session_id, body.decode()),
+        async def go(conn: Any) -> Any:
+            # One statement, its own transaction: the feed's lock is taken (`l`, scanned before the row and
+            # its id are made) and held to the commit, never for a round trip to this process.
+            cur = await conn.execute(
+                "WITH l AS (SELECT pg_advisory_xact_lock(%s)) INSERT INTO changes (at, kind, session_id, data)"
+                " SELECT %s, %s, %s, %s FROM l RETURNING id",
+                (pgschema.CHANGES_LOCK_KEY, at, kind, session_id, body.decode()),
             )
+            return await cur.fetchone()
 
-        # lock, insert and COMMIT in one round trip: the feed's lock is never held for one to this process
-        row = await (await self._sealed_tx(tx, "record a change in")).fetchone()
+        row = await self._write(go, "record a change in")
         change_id = int(row[0])
         return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
 
