@@ -16,7 +16,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreConnectionLost, StoreUnavailable
+from tether.errors import (
+    CorruptEntry,
+    InvalidInput,
+    SeqConflict,
+    SessionBusy,
+    SessionNotFound,
+    StoreConnectionLost,
+    StoreUnavailable,
+)
 from tether.messages import Entry, Message, Revert
 from tether.store import open_store
 from tether.store.audit import AuditRecord, draft, verify
@@ -399,3 +407,22 @@ async def _audit_walk(store: PostgresStore) -> AsyncIterator[AuditRecord]:
         for record in page:
             yield record
         after = page[-1].seq
+
+
+async def test_an_audited_append_that_conflicts_seals_nothing(postgres_url: str) -> None:
+    """The records of an append are sealed in the append's statement only when it writes: a stale expect_seq
+    or a missing session leaves the trail as it was, and the next audited append goes on from its head."""
+    async with PostgresStore(postgres_url) as store:
+        info = await store.create_session(directory="/audit")
+        record = draft("tool.call", at=1.0, session_id=info.id, actor="rule allow", detail={"tool": "bash"})
+        await store.append(info.id, [Message.user("one")], expect_seq=1, audit=[record])
+        head = await store.audit_head()
+        with pytest.raises(SeqConflict):
+            await store.append(info.id, [Message.user("stale")], expect_seq=1, audit=[record])
+        with pytest.raises(SessionNotFound):
+            await store.append("ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", [Message.user("x")], audit=[record])
+        assert await store.audit_head() == head
+        await store.append(info.id, [Message.user("two")], expect_seq=2, audit=[record, record])
+        records = [r async for r in _audit_walk(store)]
+        assert [r.seq for r in records] == list(range(1, len(records) + 1)) and len(records) == head[0] + 2  # type: ignore[index]
+        assert (await verify(_audit_walk(store), await store.audit_head())).ok
