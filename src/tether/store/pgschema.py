@@ -161,6 +161,49 @@ the id of the last transaction that wrote it. A reader asks for the rows of ever
 oldest one that was still running when it last asked (`pg_snapshot_xmin`): every commit it could not see
 then, whatever order the transactions committed in, and nothing older."""
 
+_V6 = f"""
+CREATE FUNCTION tether_audit_seal(
+    p_at float8[], p_kind text[], p_sid text[], p_actor text[], p_outcome text[], p_detail text[], p_middle bytea[],
+    p_genesis text
+) RETURNS TABLE (sealed_seq bigint, sealed_prev text, sealed_hash text) LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(array_length(p_at, 1), 0);
+    s bigint;
+    p text;
+    h text;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock({AUDIT_LOCK_KEY});
+    SELECT a.seq, a.hash INTO s, p FROM audit_head a WHERE a.id = 1;
+    IF NOT FOUND THEN
+        s := 0;
+        p := p_genesis;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        s := s + 1;
+        h := encode(sha256(convert_to('[' || s || ',', 'UTF8') || p_middle[i] || convert_to(',"' || p || '"]', 'UTF8')), 'hex');
+        INSERT INTO audit (seq, at, kind, session_id, actor, outcome, detail, prev, hash)
+            VALUES (s, p_at[i], p_kind[i], p_sid[i], p_actor[i], p_outcome[i], p_detail[i], p, h);
+        sealed_seq := s;
+        sealed_prev := p;
+        sealed_hash := h;
+        RETURN NEXT;
+        p := h;
+    END LOOP;
+    INSERT INTO audit_head (id, seq, hash) VALUES (1, s, p)
+        ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash;
+END
+$$;
+"""
+"""Audit records sealed by the server, after the head, in the caller's transaction under the trail's lock
+(held to the commit): each one's hash is `audit.seal`'s, SHA-256 of ``canonical_json([seq, at, kind,
+session_id, actor, outcome, detail, prev])``, whose middle (all but seq and prev) the client encodes. A
+function, so that it runs inside one statement (an audited append is one round trip, and the lock is never
+held for a round trip to a client); its queries take their snapshots after the lock, so each reads the head
+that the lock's last holder committed."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
     (2, _V2),
@@ -168,6 +211,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         3,
         _V3,
     ),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
+    (6, _V6),  # the audit trail sealed on the server (4 and 5 are h30a's and h30c's: renumber on merge)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 
