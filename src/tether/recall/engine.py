@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, StoreUnavailable
 from ..messages import Entry, Message
 from ..store.protocols import Store
 from ..store.records import ContextLine, RevertSpan, SearchHit, SessionInfo
 from ..store.reverts import is_hidden
 from ..store.searchtext import excerpt_of, indexed_text, query_terms, tokens
 from .candidate import Candidate
-from .keys import KeyIndex, default_key_path
+from .keys import KeyIndex, TurnKeys, default_key_path
+from .pgkeys import PgKeyIndex, is_postgres
 from .query import Period, asks_when, content_words, periods, places_in_time, subject_of
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ async def recall(
     include_reverted: bool = False,
     semantic: SemanticIndex | None = None,
     facts: FactIndex | None = None,
-    keys: KeyIndex | bool = True,
+    keys: TurnKeys | bool = True,
     tuning: Tuning = DEFAULT_TUNING,
     now: float | None = None,
 ) -> RecallResult:
@@ -198,15 +199,17 @@ async def recall(
     return RecallResult(query=query, hits=out, took_ms=took, backlog=backlog, semantic=semantic is not None)
 
 
-_DEFAULT_KEYS: weakref.WeakKeyDictionary[Store, KeyIndex] = weakref.WeakKeyDictionary()
+_DEFAULT_KEYS: weakref.WeakKeyDictionary[Store, TurnKeys] = weakref.WeakKeyDictionary()
 
 
-def default_keys(store: Store) -> KeyIndex:
-    """The turn keys of a store beside its file (in memory for other stores), opened once per store object."""
+def default_keys(store: Store) -> TurnKeys:
+    """The turn keys of a store, opened once per store object: for a PostgreSQL store its tables
+    (`pgkeys.py`, shared by every node); otherwise beside its file (in memory for other stores)."""
     try:
         return _DEFAULT_KEYS[store]
     except KeyError:
-        index = _DEFAULT_KEYS[store] = KeyIndex(default_key_path(store))
+        index: TurnKeys = PgKeyIndex(store) if is_postgres(store) else KeyIndex(default_key_path(store))
+        _DEFAULT_KEYS[store] = index
         return index
 
 
@@ -221,7 +224,7 @@ Search = Callable[..., Awaitable[list[SearchHit]]]
 
 
 async def _searcher(
-    store: Store, keys: KeyIndex | bool, tuning: Tuning, directory: str | None, session_id: str | None
+    store: Store, keys: TurnKeys | bool, tuning: Tuning, directory: str | None, session_id: str | None
 ) -> tuple[Search, bool]:
     """The search the candidates come from: the turn keys, synced with the store first, or the store's own
     search when they are not wanted, cannot be opened or written, or are too far behind to catch up now."""
@@ -235,7 +238,7 @@ async def _searcher(
                 return await index.search(store, query, previous=tuning.previous, **filters)
 
             return search, True
-    except (sqlite3.Error, OSError) as e:
+    except (sqlite3.Error, OSError, StoreUnavailable) as e:
         log.warning("recall searches without its turn keys: %s", e)
     return store.search, False
 

@@ -147,6 +147,26 @@ class TurnKeys:
         """After a whole sync: True when the home was emptied to be read again (too many orphaned rows)."""
         return False
 
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def search(
+        self,
+        store: Store,
+        query: str,
+        *,
+        previous: float,
+        directory: str | None = None,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+        include_reverted: bool = False,
+    ) -> list[SearchHit]:
+        """What `store.search` returns, ranked on the keys (see the subclasses)."""
+        raise NotImplementedError
+
     # --- sync ---------------------------------------------------------------------------------------
 
     async def sync(

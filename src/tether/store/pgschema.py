@@ -161,13 +161,54 @@ the id of the last transaction that wrote it. A reader asks for the rows of ever
 oldest one that was still running when it last asked (`pg_snapshot_xmin`): every commit it could not see
 then, whatever order the transactions committed in, and nothing older."""
 
+_V5 = """
+CREATE TABLE recall_meta (
+    key text COLLATE "C" PRIMARY KEY,
+    value bigint NOT NULL
+);
+CREATE TABLE recall_sessions (
+    num bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id text COLLATE "C" NOT NULL UNIQUE,
+    directory text,
+    created_at double precision NOT NULL,
+    upto bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX recall_sessions_directory ON recall_sessions (directory);
+CREATE TABLE recall_turns (
+    num bigint NOT NULL,
+    seq bigint NOT NULL,
+    role smallint NOT NULL,
+    created_at double precision NOT NULL,
+    own_len integer NOT NULL,
+    previous_len integer NOT NULL,
+    PRIMARY KEY (num, seq)
+);
+CREATE TABLE recall_postings (
+    term text COLLATE "C" NOT NULL,
+    num bigint NOT NULL,
+    seq bigint NOT NULL,
+    own integer[] NOT NULL,
+    previous integer[] NOT NULL,
+    PRIMARY KEY (term, num, seq)
+);
+CREATE INDEX recall_postings_turn ON recall_postings (num, seq);
+CREATE TABLE recall_reverts (
+    num bigint NOT NULL,
+    seq bigint NOT NULL,
+    to_seq bigint NOT NULL,
+    PRIMARY KEY (num, seq)
+);
+"""
+"""Recall's turn keys (`recall/pgkeys.py`), one inverted index shared by every node: a session's number and
+how far its entries are keyed (`upto`), each turn's token count per column (its own words, the previous
+turn's tail), each term's postings with its positions per column (phrases; the count is the term
+frequency), the reverts, and in `recall_meta` the change cursor's position and the totals BM25 needs."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
-    (2, _V2),
-    (
-        3,
-        _V3,
-    ),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
+    (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
+    (3, _V3),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)
+    (5, _V5),  # recall's turn keys as tables (4 is h30a's prompt queue: the numbers are renumbered on merge)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 
