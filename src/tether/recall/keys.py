@@ -284,14 +284,19 @@ class TurnKeys:
     # --- hits ---------------------------------------------------------------------------------------
 
     async def _hits(
-        self, store: Store, found: list[tuple[str, int, str, float, bool]], stems: list[str]
+        self,
+        store: Store,
+        found: list[tuple[str, int, str, float, bool]],
+        stems: list[str],
+        entries: dict[tuple[str, int], Entry] | None = None,
     ) -> list[SearchHit]:
-        """(session, seq, role, score, reverted) as the store's hits: their entries read from the store, a run
-        of neighbouring seqs at a time."""
+        """(session, seq, role, score, reverted) as the store's hits: their entries (those not in `entries`,
+        when given) read from the store, a run of neighbouring seqs at a time."""
         wanted: dict[str, list[int]] = {}
+        entries = {} if entries is None else entries
         for sid, seq, _, _, _ in found:
-            wanted.setdefault(sid, []).append(seq)
-        entries: dict[tuple[str, int], Entry] = {}
+            if (sid, seq) not in entries:
+                wanted.setdefault(sid, []).append(seq)
         for sid, seqs in wanted.items():
             try:
                 for lo, hi in _runs(sorted(seqs)):

@@ -17,7 +17,9 @@ the same turns the same way on either store.
 Writers: a batch of one session's keys is one transaction that first locks the session's row and checks its
 `upto` (a second node that keyed the same entries first wins, the other writes nothing), and adds its counts
 to the totals in the same transaction; deletions likewise. Two nodes syncing at once neither corrupt nor
-count twice. The SQL runs on the store's own pool (`PostgresStore._run`/`_tx`: its errors are the store's)."""
+count twice. The SQL runs on the store's own pool (`PostgresStore._run`/`_tx`: its errors are the store's), and
+a search reads its turns' entries from the store's `entries` table in its own round trip (decoded by the store,
+`_decode_rows`), not one `read` per run of turns."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from ..messages import Entry
 from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import hidden_spans, is_hidden
@@ -56,6 +59,8 @@ class _Pooled(Protocol):
     async def _run(self, fn: Callable[[Any], Awaitable[R]], doing: str) -> R: ...
 
     async def _tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = ...) -> R: ...
+
+    def _decode_rows(self, session_id: str, rows: list[Any]) -> list[Entry]: ...
 
 
 def is_postgres(store: object) -> bool:
@@ -303,11 +308,9 @@ class PgKeyIndex(TurnKeys):
                     async with c.copy(
                         "COPY recall_turns (num, seq, role, created_at, own_len, previous_len) FROM STDIN"
                     ) as copy:
-                        for turn in turns:
-                            await copy.write_row(turn)
+                        await copy.write("".join(f"{n}\t{q}\t{r}\t{at!r}\t{o}\t{p}\n" for n, q, r, at, o, p in turns))
                     async with c.copy("COPY recall_postings (term, num, seq, own, previous) FROM STDIN") as copy:
-                        for term, seq, o, p in found:
-                            await copy.write_row((term, num, seq, o, p))
+                        await copy.write("".join(_posting_lines(num, found)))
             if reverts:
                 async with conn.cursor() as c:
                     await c.executemany(
@@ -386,6 +389,12 @@ class PgKeyIndex(TurnKeys):
             f"{' WHERE ' + ' AND '.join(where) if where else ''}"
             " GROUP BY s.session_id, d.num, d.seq, d.role ORDER BY score DESC, d.num, d.seq LIMIT %s"
         )
+        # the turns' entries come with them, in the same round trip (what `store.read` would read)
+        sql = (
+            f"SELECT r.session_id, r.num, r.seq, r.role, r.score, e.created_at, e.payload FROM ({sql}) r"
+            " LEFT JOIN entries e ON e.session_id = r.session_id AND e.seq = r.seq"
+            " ORDER BY r.score DESC, r.num, r.seq"
+        )
         fetch = limit if include_reverted else limit + 16
         while True:
             rows = await self._read(sql, (*params, fetch))
@@ -393,7 +402,12 @@ class PgKeyIndex(TurnKeys):
             if len(found) >= limit or len(rows) < fetch:
                 break
             fetch *= 4  # reverts hid many of the best: look further down
-        return await self._hits(store, found[:limit], stems)
+        entries: dict[tuple[str, int], Entry] = {}
+        for sid, _, seq, _, _, at, payload in rows:
+            if payload is not None:
+                for entry in self._pg._decode_rows(sid, [(seq, at, payload)]):
+                    entries[sid, entry.seq] = entry
+        return await self._hits(store, found[:limit], stems, entries)
 
     async def _without_common_terms(self, chosen: list[QueryTerm]) -> list[QueryTerm]:
         """The `COMMON` rule of the SQLite keys: a term in the own words of more than `COMMON` turns is
@@ -421,11 +435,24 @@ class PgKeyIndex(TurnKeys):
                 spans.setdefault(int(num), []).append((int(seq), int(to_seq)))
         effective = {num: hidden_spans(reverts) for num, reverts in spans.items()}
         out = []
-        for sid, num, seq, role, score in rows:
+        for sid, num, seq, role, score, *_ in rows:
             reverted = is_hidden(int(seq), effective.get(int(num), ()))
             if include_reverted or not reverted:
                 out.append((str(sid), int(seq), _ROLE_NAMES.get(int(role), "user"), float(score), reverted))
         return out
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _posting_lines(num: int, found: list[tuple[str, int, list[int], list[int]]]) -> Iterable[str]:
+    """The postings as lines of COPY's text format (written whole: a row at a time through psycopg's
+    adapters cost more than the rest of a sync)."""
+    for term, seq, own, previous in found:
+        yield (
+            f"{term.translate(_COPY_ESCAPES)}\t{num}\t{seq}\t{{{','.join(map(str, own))}}}"
+            f"\t{{{','.join(map(str, previous))}}}\n"
+        )
 
 
 async def _add_totals(conn: Any, docs: int, tokens: int) -> None:
