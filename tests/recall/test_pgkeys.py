@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tether.ids import new_session_id
 from tether.messages import Message, Revert, ToolResultPart
 from tether.recall import keys as sqlite_keys
 from tether.recall import pgkeys, recall
@@ -24,6 +25,7 @@ from tether.recall.rebuild import rebuild_keys
 from tether.store import SqliteStore, Store
 from tether.store.postgres import PostgresStore
 from tether.store.records import SearchHit
+from tether.store.searchtext import document
 
 PREVIOUS = 0.2
 
@@ -130,7 +132,7 @@ def test_terms_are_fts5s_porter_unicode61_terms() -> None:
         "sensational agreed feed plastered motoring happiness sky skies dying lying ties "
         "hyper-extended ÆØÅ œuvre ﬁne ½ ① ²"
     )
-    doc = sqlite_keys.document(text)
+    doc = document(text)
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE VIRTUAL TABLE f USING fts5(own, tokenize = 'porter unicode61', detail = full)")
     conn.execute("INSERT INTO f (rowid, own) VALUES (1, ?)", (doc,))
@@ -152,16 +154,37 @@ async def test_the_pg_keys_rank_a_corpus_as_the_sqlite_keys_do(
         lite_keys, pg_keys = KeyIndex(tmp_path / "t.keys"), PgKeyIndex(pg)
         assert await lite_keys.sync(lite) and await pg_keys.sync(pg)
         assert await pg_keys.count() == lite_keys.count() == 15
-        filters: list[dict[str, Any]] = [{}, {"directory": "/repo/a"}, {"role": "assistant"}, {"limit": 3}]
+        lite_by, pg_by = ({n: sid for sid, n in names.items()} for names in (lite_names, pg_names))
+        # each store's own times (the corpus was appended to each at its own moment): session 1's append
+        middle = {
+            name: (await store.read(by[1]))[0].created_at
+            for name, store, by in (("lite", lite, lite_by), ("pg", pg, pg_by))
+        }
+        filters: list[dict[str, Any]] = [
+            {},
+            {"directory": "/repo/a"},
+            {"role": "assistant"},
+            {"limit": 3},
+            {"since": "middle"},
+            {"until": "middle"},
+            {"session": 1},
+        ]
         compared = 0
         for query in QUERIES:
             for kw in filters:
-                a = await lite_keys.search(lite, query, previous=PREVIOUS, **kw)
-                b = await pg_keys.search(pg, query, previous=PREVIOUS, **kw)
+                kw_lite, kw_pg = dict(kw), dict(kw)
+                if "session" in kw:
+                    kw_lite = {"session_id": lite_by[kw["session"]]}
+                    kw_pg = {"session_id": pg_by[kw["session"]]}
+                for key in ("since", "until"):
+                    if key in kw:
+                        kw_lite, kw_pg = {key: middle["lite"]}, {key: middle["pg"]}
+                a = await lite_keys.search(lite, query, previous=PREVIOUS, **kw_lite)
+                b = await pg_keys.search(pg, query, previous=PREVIOUS, **kw_pg)
                 _same_ranking(_ranked(a, lite_names), _ranked(b, pg_names))
                 assert [h.excerpt for h in a] == [h.excerpt for h in b]
                 compared += bool(a)
-        assert compared >= 40  # most of them find something: the comparison is not of empty lists
+        assert compared >= 60  # most of them find something: the comparison is not of empty lists
         # the COMMON rule, with a small threshold: a word in many turns' own words is dropped beside rarer ones
         monkeypatch.setattr(sqlite_keys, "COMMON", 2)
         monkeypatch.setattr(pgkeys, "COMMON", 2)
@@ -333,3 +356,25 @@ async def test_a_rebuild_empties_the_tables_and_reads_the_journal_again(pg: Post
     assert (read, remade) == (15, False)
     after = [(h.session_id, h.seq, h.score) for h in await keys.search(pg, "migration", previous=PREVIOUS)]
     assert after == before and len(names) == 3
+
+
+async def test_a_store_of_an_older_schema_is_migrated_and_its_sessions_keyed(postgres_url: str) -> None:
+    """A database at migration 3 (before the keys' tables) with sessions in it: opening it applies the keys'
+    migration, and the first sync finds the sessions written before it through the change cursor."""
+    from tether.store import pgschema
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert pgschema.migrate(conn, known=3) == (0, 3)
+    sid = new_session_id()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # a session written by that tether
+        conn.execute("INSERT INTO sessions (id, directory, created_at, updated_at) VALUES (%s, '/repo', 1, 1)", (sid,))
+    store = PostgresStore(postgres_url)
+    try:
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT version FROM tether_schema").fetchone() == (pgschema.SCHEMA_VERSION,)
+        await store.append(sid, [Message.user("the legacy billing export")])
+        keys = PgKeyIndex(store)
+        assert await keys.sync(store)
+        assert [(h.session_id, h.seq) for h in await keys.search(store, "billing", previous=PREVIOUS)] == [(sid, 1)]
+    finally:
+        await store.close()

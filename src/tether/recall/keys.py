@@ -1,6 +1,7 @@
 """Turn keys: each stored turn as recall finds it, by its own words and, weighted lower, by the words of the
 turn before it in its session's active history (the question a reply answers, the request a tool output
-serves), in a side SQLite FTS5 file beside the store (for a store on a server, in the tether home). Kept up to date
+serves), in a side SQLite FTS5 file beside the store (`KeyIndex`; a PostgreSQL store keeps them in its own
+tables, `pgkeys.PgKeyIndex`: `TurnKeys` is what both share). Kept up to date
 from the store's entries by `sync`, which recall runs before it searches, from the store's change cursor
 (`SessionChanges`: the sessions written since the position the last sync saved here); never on the append
 path, and never by listing every session."""
@@ -20,7 +21,7 @@ from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
 from ..store.searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
-from .backfill import changes_since, side_path
+from .backfill import changes_since
 
 KEY_VERSION = 1
 """Bump when what a key holds changes (`indexed_text`, `PREVIOUS_CHARS`, the columns): the file is then
@@ -70,9 +71,10 @@ for a rebuild once they are a quarter of the file."""
 
 
 def default_key_path(store: Store) -> str:
-    """Where a store's turn keys live: beside its SQLite file; for a store on a server, in the tether home
-    (`backfill.side_path`); in memory for other stores."""
-    return side_path(store, ".keys")
+    """Where a store's turn keys file lives: beside its SQLite file; in memory for a store without a file (a
+    PostgreSQL store's keys are its tables: `pgkeys.PgKeyIndex`, which `engine.default_keys` opens)."""
+    path = getattr(store, "path", None)
+    return path + ".keys" if isinstance(path, str) and path != ":memory:" else ":memory:"
 
 
 def check_keys(path: str) -> str | None:
