@@ -30,8 +30,8 @@ from .pgkeys import PgKeyIndex, is_postgres
 from .query import Period, asks_when, content_words, periods, places_in_time, subject_of
 
 if TYPE_CHECKING:
-    from .embeddings import SemanticIndex
-    from .facts import FactIndex
+    from .embeddings import Semantic
+    from .facts import Facts
 
 log = logging.getLogger("tether.recall")
 
@@ -117,8 +117,8 @@ async def recall(
     limit: int = 10,
     context: int = 1,
     include_reverted: bool = False,
-    semantic: SemanticIndex | None = None,
-    facts: FactIndex | None = None,
+    semantic: Semantic | None = None,
+    facts: Facts | None = None,
     keys: TurnKeys | bool = True,
     tuning: Tuning = DEFAULT_TUNING,
     now: float | None = None,
@@ -172,7 +172,7 @@ async def recall(
     if analysis is not None and analysis.expansions and tuning.expansion:
         hits = _merge(hits, await search(" ".join(analysis.expansions), **filters), tuning.expansion)
     by_facts = (
-        facts.search(query, directory=directory, session_id=session_id, limit=tuning.candidates)
+        await facts.find(query, directory=directory, session_id=session_id, limit=tuning.candidates)
         if facts is not None and tuning.facts
         else []
     )

@@ -21,7 +21,7 @@ from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
 from ..store.searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
-from .backfill import changes_since
+from .backfill import changes_since, side_path
 
 KEY_VERSION = 1
 """Bump when what a key holds changes (`indexed_text`, `PREVIOUS_CHARS`, the columns): the file is then
@@ -73,8 +73,7 @@ for a rebuild once they are a quarter of the file."""
 def default_key_path(store: Store) -> str:
     """Where a store's turn keys file lives: beside its SQLite file; in memory for a store without a file (a
     PostgreSQL store's keys are its tables: `pgkeys.PgKeyIndex`, which `engine.default_keys` opens)."""
-    path = getattr(store, "path", None)
-    return path + ".keys" if isinstance(path, str) and path != ":memory:" else ":memory:"
+    return side_path(store, ".keys")
 
 
 def check_keys(path: str) -> str | None:

@@ -51,7 +51,7 @@ _ROLES = {"user": 1, "assistant": 2, "tool": 3}
 _ROLE_NAMES = {v: k for k, v in _ROLES.items()}
 
 
-class _Pooled(Protocol):
+class Pooled(Protocol):
     """What the keys use of a `PostgresStore`: its URL, and its pool's reads and transactions."""
 
     url: str
@@ -190,7 +190,7 @@ class PgKeyIndex(TurnKeys):
         if not is_postgres(store):
             raise TypeError("PgKeyIndex keeps the keys of a PostgresStore")
         super().__init__()
-        self._pg: _Pooled = store  # type: ignore[assignment]  # a PostgresStore: checked above
+        self._pg: Pooled = store  # type: ignore[assignment]  # a PostgresStore: checked above
         self.path = f"the tables recall_* of {getattr(store, 'where', 'the PostgreSQL store')}"
 
     def close(self) -> None:

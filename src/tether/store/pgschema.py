@@ -198,11 +198,43 @@ CREATE TABLE recall_reverts (
     to_seq bigint NOT NULL,
     PRIMARY KEY (num, seq)
 );
+CREATE TABLE recall_facts (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    directory text,
+    line text NOT NULL,
+    terms tsvector NOT NULL
+);
+CREATE INDEX recall_facts_turn ON recall_facts (session_id, seq);
+CREATE INDEX recall_facts_terms ON recall_facts USING gin (terms);
+CREATE TABLE recall_fact_progress (
+    session_id text COLLATE "C" PRIMARY KEY,
+    upto bigint NOT NULL
+);
+CREATE TABLE recall_vectors (
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    vec bytea NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE recall_vector_progress (
+    session_id text COLLATE "C" NOT NULL,
+    model text NOT NULL,
+    upto bigint NOT NULL,
+    PRIMARY KEY (session_id, model)
+);
+CREATE TABLE recall_vector_words (
+    word text COLLATE "C" PRIMARY KEY,
+    vec bytea NOT NULL
+);
 """
 """Recall's turn keys (`recall/pgkeys.py`), one inverted index shared by every node: a session's number and
 how far its entries are keyed (`upto`), each turn's token count per column (its own words, the previous
 turn's tail), each term's postings with its positions per column (phrases; the count is the term
-frequency), the reverts, and in `recall_meta` the change cursor's position and the totals BM25 needs."""
+frequency), the reverts, and in `recall_meta` the change cursor's position and the totals BM25 needs. The
+fact lines (`recall/pgfacts.py`) and the turn vectors with the words that expand queries (`recall/pgvectors.py`:
+float32 and float16 bytes, as the SQLite side file keeps them) with their progress, beside them."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
