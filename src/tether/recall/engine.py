@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import InvalidInput, StoreUnavailable
+from ..errors import InvalidInput
 from ..messages import Entry, Message
 from ..store.protocols import Store
 from ..store.records import ContextLine, RevertSpan, SearchHit, SessionInfo
@@ -238,7 +238,7 @@ async def _searcher(
                 return await index.search(store, query, previous=tuning.previous, **filters)
 
             return search, True
-    except (sqlite3.Error, OSError, StoreUnavailable) as e:
+    except (sqlite3.Error, OSError) as e:  # the keys' own file; a store's error (PostgreSQL's keys too) is the store's
         log.warning("recall searches without its turn keys: %s", e)
     return store.search, False
 
