@@ -378,3 +378,27 @@ async def test_a_store_of_an_older_schema_is_migrated_and_its_sessions_keyed(pos
         assert [(h.session_id, h.seq) for h in await keys.search(store, "billing", previous=PREVIOUS)] == [(sid, 1)]
     finally:
         await store.close()
+
+
+async def test_a_session_deleted_while_the_sync_reads_it_is_dropped_not_an_error(pg: PostgresStore) -> None:
+    names = await _fill(pg)
+    by_number = {n: sid for sid, n in names.items()}
+    keys = PgKeyIndex(pg)
+    read_entries = pg.iter_entries
+
+    def deleting(session_id: str, start: int = 1, *, batch: int = 500) -> Any:
+        async def go() -> Any:
+            if session_id == by_number[1]:
+                await pg.delete_session(session_id)  # another node deletes it between the cursor and the read
+            async for entry in read_entries(session_id, start, batch=batch):
+                yield entry
+
+        return go()
+
+    pg.iter_entries = deleting  # type: ignore[method-assign]
+    assert await keys.sync(pg)
+    pg.iter_entries = read_entries  # type: ignore[method-assign]
+    assert await keys.count() == 15 - 6
+    assert all(h.session_id != by_number[1] for h in await keys.search(pg, "reconnect", previous=PREVIOUS))
+    assert await keys.sync(pg)  # the deletion, seen by the cursor now, changes nothing more
+    assert await keys.count() == 15 - 6

@@ -232,11 +232,17 @@ class TurnKeys:
                 num, upto = None, 0
             if num is not None and where != info.directory:
                 await self._set_directory(num, info.directory)
+            gone = False
             while info.entry_count > upto:
                 if budget <= 0:
                     return False
                 end = min(info.entry_count, upto + budget)
-                read, whole = await self._sync_session(store, info, num, upto, end, batch)
+                try:
+                    read, whole = await self._sync_session(store, info, num, upto, end, batch)
+                except LookupError:  # deleted since the cursor said it changed: its keys go now
+                    await self._drop([info.id])
+                    gone = True
+                    break
                 budget -= read
                 if progress is not None:
                     progress(limit - budget)
@@ -244,7 +250,8 @@ class TurnKeys:
                     break
                 # the limit, or another process that wrote some of these keys first: from where they stand
                 num, _, upto, _ = (await self._known([info.id])).get(info.id, (None, info.created_at, 0, None))
-            self._whole[info.id] = (info.created_at, info.entry_count, info.directory)
+            if not gone:
+                self._whole[info.id] = (info.created_at, info.entry_count, info.directory)
         return True
 
     async def _sync_session(
