@@ -205,7 +205,7 @@ _AUDIT_SEAL_SQL = (
     " %(a_sid)s::text[], %(a_actor)s::text[], %(a_outcome)s::text[], %(a_detail)s::text[], %(a_middle)s::bytea[],"
     " %(genesis)s)"
 )
-"""Audit records appended after the head, in the caller's transaction (`pgschema._V6`)."""
+"""Audit records appended after the head, in the caller's transaction (`pgschema._V5`)."""
 _APPEND_SEALED_TAIL = """
 SELECT base, at, (SELECT count(*) FROM tether_audit_seal(%(a_at)s::float8[], %(a_kind)s::text[], %(a_sid)s::text[],
     %(a_actor)s::text[], %(a_outcome)s::text[], %(a_detail)s::text[], %(a_middle)s::bytea[], %(genesis)s)
@@ -1330,7 +1330,7 @@ class PostgresStore:
 
     async def _audit(self, conn: Any, draft: AuditDraft) -> AuditRecord:
         """Append `draft` after the head, in the caller's transaction, under the trail's advisory lock (held
-        to the commit: writers in every process keep one chain), sealed by the server (`pgschema._V6`)."""
+        to the commit: writers in every process keep one chain), sealed by the server (`pgschema._V5`)."""
         cur = await conn.execute(_AUDIT_SEAL_SQL, _audit_params([draft]))
         return self._sealed(draft, await cur.fetchone())
 
