@@ -8,6 +8,7 @@ import json
 from tether.events import (
     EVENT_SPAN,
     LIVE_OFFSET,
+    RESERVED_OFFSET,
     CheckpointReached,
     CompactionCompleted,
     TextComplete,
@@ -18,7 +19,10 @@ from tether.events import (
     durable_events,
     event_json,
     event_number,
+    first_live,
+    first_reserved,
     live_number,
+    reserved_number,
 )
 from tether.messages import (
     Checkpoint,
@@ -90,7 +94,12 @@ def test_other_entries_give_no_durable_event() -> None:
 def test_numbers_order_durable_then_live_and_clamp_at_the_span() -> None:
     assert event_number(7, 0) < event_number(7, 3) < live_number(7, 0) < live_number(7, 9) < event_number(8, 0)
     assert live_number(7, 0) == 7 * EVENT_SPAN + LIVE_OFFSET
-    assert live_number(7, 10**9) == 8 * EVENT_SPAN - 1  # past its span a live event keeps the last number
+    # the appending run's part, then the reserved part, and past either a live event keeps its last number
+    assert live_number(7, 9) < reserved_number(7, 0) == 7 * EVENT_SPAN + RESERVED_OFFSET
+    assert live_number(7, 10**9) == reserved_number(7, 0) - 1
+    assert reserved_number(7, 10**9) == 8 * EVENT_SPAN - 1
+    assert first_live(reserved_number(7, 5)) == live_number(7, 0)
+    assert first_reserved(live_number(7, 5)) == reserved_number(7, 0)
 
 
 def test_events_serialize_with_type_session_and_number() -> None:

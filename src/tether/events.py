@@ -11,14 +11,17 @@ two kinds:
   The k-th event of the entry at seq s is numbered ``s * EVENT_SPAN + k``, so they can be replayed from the
   journal after any number, by anyone who can read it, with the same numbers;
 - **live** events (deltas, progress, the start and end of a run, compaction attempts) exist only while the
-  run streams; those that follow entry s are numbered in ``s * EVENT_SPAN + LIVE_OFFSET`` and up, from
-  blocks the run reserves in the store before it gives one out (`Store.reserve_numbers`, through
+  run streams. Those that follow entry s are numbered in its span's live half, which has two parts: from
+  ``s * EVENT_SPAN + LIVE_OFFSET`` the live events of the run that appended entry s (no other run can
+  have appended it: the journal's expected seq makes it one writer's), given without a store write; from
+  ``s * EVENT_SPAN + RESERVED_OFFSET`` those of a run that starts (or an event given outside a run) after
+  entry s, from blocks reserved in the store before one is given (`Store.reserve_numbers`, through
   `runtime.journal.RunJournal`): each block lies above every number reserved for the session before, by
   any process, so no number is given twice, even by a run that follows one killed mid-stream. Only durable
   events reach other processes through the journal, and theirs come from the journal.
 
 Numbers read as the journal position they follow: 12000002 is the third event of entry 12, 12500000 the
-first live event after it."""
+first live event after it from the run that appended it, 12750000 the first of a run started after it."""
 
 from __future__ import annotations
 
@@ -44,8 +47,11 @@ EVENT_SPAN = 1_000_000
 """Event numbers per journal entry: the durable events of entry s, then the live events after it."""
 LIVE_OFFSET = EVENT_SPAN // 2
 """Where the live events after an entry start numbering. An entry gives far fewer durable events (three
-plus one per tool call: no model answers with half a million calls); half a million live events after one
-entry fill its span, and any more keep the span's last number (they repeat it, never go back)."""
+plus one per tool call: no model answers with half a million calls)."""
+RESERVED_OFFSET = LIVE_OFFSET + (EVENT_SPAN - LIVE_OFFSET) // 2
+"""Where the live events of a run that starts after an entry (rather than appended it) start numbering,
+reserved in the store. A quarter of a million live events fill either part, and any more keep that part's
+last number (they repeat it, never go back)."""
 
 
 class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -288,8 +294,15 @@ def event_number(seq: int, k: int) -> int:
 
 
 def live_number(seq: int, k: int) -> int:
-    """The number of the k-th live event after the entry at `seq` (the last of the span once it is full)."""
-    return seq * EVENT_SPAN + LIVE_OFFSET + min(k, EVENT_SPAN - LIVE_OFFSET - 1)
+    """The number of the k-th live event after the entry at `seq` given by the run that appended it (the
+    last of that part once it is full)."""
+    return seq * EVENT_SPAN + LIVE_OFFSET + min(k, RESERVED_OFFSET - LIVE_OFFSET - 1)
+
+
+def reserved_number(seq: int, k: int) -> int:
+    """The number of the k-th live event after the entry at `seq` from the store's reserved blocks (a run
+    that starts there, an event given outside a run; the span's last once it is full)."""
+    return seq * EVENT_SPAN + RESERVED_OFFSET + min(k, EVENT_SPAN - RESERVED_OFFSET - 1)
 
 
 def span_last(seq: int) -> int:
@@ -303,9 +316,14 @@ def is_live(n: int) -> bool:
 
 
 def first_live(n: int) -> int:
-    """The first live number of the span that event number `n` lies in: where the live events after that
-    entry start, unless a run before reserved some there already."""
+    """The first live number of the span that event number `n` lies in: where the live events of the run
+    that appended that entry start."""
     return live_number(n // EVENT_SPAN, 0)
+
+
+def first_reserved(n: int) -> int:
+    """The first reserved live number of the span that event number `n` lies in (`reserved_number`)."""
+    return reserved_number(n // EVENT_SPAN, 0)
 
 
 def durable_events(entry: Entry, session_id: str) -> list[Event]:

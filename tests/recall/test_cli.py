@@ -166,8 +166,8 @@ def test_facts_are_built_with_progress_then_used_as_keys(db: Path, monkeypatch: 
 
 
 def test_recall_on_postgresql_in_real_processes(postgres_url: str, tmp_path: Path) -> None:
-    """`tether recall` on a PostgreSQL store, as separate processes: the turn keys live in the tether home
-    (named without the URL's password), a later append is found by the next recall through the store's change
+    """`tether recall` on a PostgreSQL store, as separate processes: the turn keys live in the store's own tables
+    (nothing in the tether home), a later append is found by the next recall through the store's change
     cursor, a deleted session is gone from the hits, and `--rebuild` makes the keys again."""
     import os
     import subprocess
@@ -202,8 +202,11 @@ def test_recall_on_postgresql_in_real_processes(postgres_url: str, tmp_path: Pat
     assert first.returncode == 0, first.stderr
     hits = json.loads(first.stdout)["hits"]
     assert hits and hits[0]["session_id"] == ids[0] and hits[0]["seq"] == 1
-    keys = list((home / "recall").glob("*.keys"))
-    assert len(keys) == 1 and "s3cr3t" not in keys[0].name and keys[0].name.startswith("postgresql-")
+    assert not list(home.glob("**/*.keys"))  # no side file: the keys are the database's
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM recall_turns").fetchone() == (4,)
 
     async def later() -> None:
         async with PostgresStore(url) as store:

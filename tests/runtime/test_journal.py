@@ -17,7 +17,7 @@ import pytest
 
 from tether import Message, Session, ToolCallPart
 from tether.config import parse_config
-from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
+from tether.events import DURABLE_TYPES, EVENT_SPAN, RESERVED_OFFSET, Done, Event, RunStarted, TextDelta
 from tether.importers.tether_json import export_json
 from tether.providers.base import ModelRequest
 from tether.providers.scripted import ScriptedProvider
@@ -122,10 +122,10 @@ async def test_a_steady_step_costs_one_append_per_entry_and_no_reads(
     for before, after in itertools.pairwise(marks[1:]):
         # between two model calls: the answer with its call, then the call's result; nothing read back. The
         # lease's own looks (every 0.5 s, on a timer, not per step) fall between steps on a slow machine.
-        # (The call's audit record goes in its result's append transaction.) The live numbers of the entry's
-        # span (the next answer's deltas) are one reservation: a small write, never a read.
+        # (The call's audit record goes in its result's append transaction.) The live numbers after an entry
+        # this run appended (the next answer's deltas) are its own: no reservation, no write.
         steps = Counter({k: n for k, n in (after - before).items() if k not in LEASE_TIMER_CALLS})
-        assert steps == Counter({"append": 2, "reserve_numbers": 1})
+        assert steps == Counter({"append": 2})
 
 
 async def test_runs_on_new_handles_never_repeat_a_number(store: Store, tmp_path: Path) -> None:
@@ -320,7 +320,11 @@ async def test_a_run_after_one_that_died_mid_stream_never_reuses_its_numbers(tmp
     assert len(numbers) == len(set(numbers))
 
 
-async def test_every_live_number_given_is_reserved_before_it_leaves(store: Store, tmp_path: Path) -> None:
+async def test_every_live_number_given_is_reserved_before_it_leaves_or_follows_the_runs_own_entry(
+    store: Store, tmp_path: Path
+) -> None:
+    """A live number is the run's alone when it follows an entry the run appended (no other writer could
+    append that seq); any other (the run's start, after the entry it found) is reserved in the store first."""
     counting = CountingStore(store)
     session = await Session.create(counting, directory=tmp_path)  # type: ignore[arg-type]
     reserved: list[tuple[int, int]] = []
@@ -336,4 +340,11 @@ async def test_every_live_number_given_is_reserved_before_it_leaves(store: Store
         e async for e in session.stream("hi", provider=ScriptedProvider(["x y z"]), model="m", tools=ToolRegistry())
     ]
     live = [e.n for e in events if not isinstance(e, DURABLE_TYPES)]
-    assert live and all(any(lo <= n <= hi for lo, hi in reserved) for n in live)
+    appended = {e.seq for e in await store.read(session.id)}  # every entry there is this run's
+
+    def own(n: int) -> bool:
+        return n // EVENT_SPAN in appended and n % EVENT_SPAN < RESERVED_OFFSET
+
+    assert live and all(own(n) or any(lo <= n <= hi for lo, hi in reserved) for n in live)
+    assert isinstance(events[0], RunStarted) and not own(events[0].n)  # its start follows no entry of its own
+    assert any(own(n) for n in live)  # the answer's deltas follow its prompt, which it appended

@@ -10,14 +10,24 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tether.errors import CorruptEntry, InvalidInput, SeqConflict, SessionBusy, StoreConnectionLost, StoreUnavailable
+from tether.errors import (
+    CorruptEntry,
+    InvalidInput,
+    SeqConflict,
+    SessionBusy,
+    SessionNotFound,
+    StoreConnectionLost,
+    StoreUnavailable,
+)
 from tether.messages import Entry, Message, Revert
 from tether.store import open_store
+from tether.store.audit import AuditRecord, draft, verify
 from tether.store.pgschema import SCHEMA_VERSION
 from tether.store.postgres import PostgresStore
 
@@ -358,3 +368,61 @@ def test_the_test_cluster_says_what_to_install_when_postgresql_is_missing(tmp_pa
         (version / name).touch()
     (tmp_path / "9" / "bin").mkdir(parents=True)
     assert conftest._postgres_bin(tmp_path, path=str(tmp_path)) == version
+
+
+# --- the audit trail, sealed on the server ---------------------------------------------------------------------
+
+
+async def test_audited_appends_from_two_stores_at_once_keep_one_verifiable_chain(postgres_url: str) -> None:
+    """Audited appends (a record in the append's transaction, sealed by the server after the lock: the hash
+    computed in SQL) from two pools at once, with details that are not plain ASCII: one dense chain, every
+    hash what `audit.seal` computes, and each append's entry there with its record."""
+    odd = {"text": "naïve café ✓ \U0001f600", "nul": "a\x00b", "quote": 'say "hi"\\', "f": 0.1 + 0.2, "n": -(2**40)}
+    async with PostgresStore(postgres_url, max_size=6) as a, PostgresStore(postgres_url, max_size=6) as b:
+        sessions = [await a.create_session(directory="/audit") for _ in range(6)]
+
+        async def writer(k: int) -> None:
+            store = (a, b)[k % 2]
+            sid = sessions[k].id
+            for i in range(8):
+                record = draft("tool.call", at=1e9 + i / 7, session_id=sid, actor=f"rule ✓ {k}", detail={**odd, "i": i})
+                await store.append(sid, [Message.user(f"{k}/{i}")], expect_seq=i + 1, audit=[record])
+
+        await asyncio.gather(*(writer(k) for k in range(6)))
+        sealed = await a.append_audit(draft("server.refused", at=5.5, outcome="4\x0001", detail=odd))
+        records = [r async for r in _audit_walk(a)]
+        assert [r.seq for r in records] == list(range(1, len(records) + 1))
+        assert records[-1] == sealed and await a.audit_head() == (sealed.seq, sealed.hash)
+        report = await verify(_audit_walk(b), await b.audit_head())
+        assert report.ok, report.problems
+        calls = [r for r in records if r.kind == "tool.call"]
+        assert len(calls) == 48 and all(r.detail["text"] == odd["text"] for r in calls)
+        for info in sessions:
+            assert (await a.get_session(info.id)).entry_count == 8
+
+
+async def _audit_walk(store: PostgresStore) -> AsyncIterator[AuditRecord]:
+    after = 0
+    while page := await store.list_audit(after=after, limit=100):
+        for record in page:
+            yield record
+        after = page[-1].seq
+
+
+async def test_an_audited_append_that_conflicts_seals_nothing(postgres_url: str) -> None:
+    """The records of an append are sealed in the append's statement only when it writes: a stale expect_seq
+    or a missing session leaves the trail as it was, and the next audited append goes on from its head."""
+    async with PostgresStore(postgres_url) as store:
+        info = await store.create_session(directory="/audit")
+        record = draft("tool.call", at=1.0, session_id=info.id, actor="rule allow", detail={"tool": "bash"})
+        await store.append(info.id, [Message.user("one")], expect_seq=1, audit=[record])
+        head = await store.audit_head()
+        with pytest.raises(SeqConflict):
+            await store.append(info.id, [Message.user("stale")], expect_seq=1, audit=[record])
+        with pytest.raises(SessionNotFound):
+            await store.append("ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", [Message.user("x")], audit=[record])
+        assert await store.audit_head() == head
+        await store.append(info.id, [Message.user("two")], expect_seq=2, audit=[record, record])
+        records = [r async for r in _audit_walk(store)]
+        assert [r.seq for r in records] == list(range(1, len(records) + 1)) and len(records) == head[0] + 2  # type: ignore[index]
+        assert (await verify(_audit_walk(store), await store.audit_head())).ok

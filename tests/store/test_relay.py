@@ -139,3 +139,38 @@ async def test_open_relay_names_the_side_file_of_a_sqlite_store(tmp_path: Path) 
     from tether.store.memory import MemoryStore
 
     assert open_relay(MemoryStore()) is None
+
+
+async def test_a_sqlite_relay_writes_at_once_unless_the_file_is_locked_then_in_order_from_its_thread(
+    tmp_path: Path,
+) -> None:
+    """The common write costs no hop to the relay's thread; with the file's lock held by another process
+    (a worker mid-write) the writes wait in the thread, the event loop goes on, and they land in order."""
+    import sqlite3
+
+    path = tmp_path / "r"
+    a = SqliteRelay(path)
+    await a.join()
+    try:
+        await a.post([RelayPost("event", "s", 1, b"{}")])
+        assert a._in_thread == 0  # written on the loop's own thread: nothing handed over
+        assert a._fast is not None and a._fast.execute("PRAGMA synchronous").fetchone() == (
+            0,
+        )  # no fsync, as documented
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        posts = [asyncio.ensure_future(a.post([RelayPost("event", "s", n, b"{}")])) for n in (2, 3)]
+        claim = asyncio.ensure_future(a.claim_run("s"))
+        ticks = 0
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not any(p.done() for p in posts) and not claim.done()  # waiting, in the thread
+        assert ticks == 20  # while the loop went on
+        holder.execute("COMMIT")
+        holder.close()
+        await asyncio.gather(*posts, claim)
+        assert [r.n for r in await a.rows_after(0)] == [1, 2, 3]
+        assert await a.claimant("s") == a.peer
+    finally:
+        await a.close()

@@ -19,7 +19,9 @@ from ..paths import canonical_directory
 from ..recall import RecallResult, recall
 from ..recall.backfill import backfill
 from ..recall.engine import default_keys
-from ..recall.facts import FactIndex, FactProgress, default_fact_path
+from ..recall.facts import FactIndex, FactProgress, Facts, default_fact_path
+from ..recall.pgfacts import PgFactIndex
+from ..recall.pgkeys import is_postgres
 from ..recall.rebuild import Rebuilt, rebuild_indexes
 from ..recall.render import when
 from ..store import Store
@@ -143,15 +145,18 @@ def recall_command(
             written = await _build_facts(store, where, session_id, model_spec, facts_calls)
             if not query:
                 return written
-        facts = None
+        facts: Facts | None = None
         path = default_fact_path(store)
-        if path != ":memory:" and os.path.exists(path):
+        if is_postgres(store):
+            facts = PgFactIndex(store)  # its tables: an empty one finds nothing
+        elif path != ":memory:" and os.path.exists(path):
             facts = FactIndex(store, path=path)
         index = None
         if semantic:
-            from ..recall.embeddings import SemanticIndex, load_embedder
+            from ..recall.embeddings import load_embedder
+            from ..recall.pgvectors import semantic_index
 
-            index = SemanticIndex(store, load_embedder())
+            index = semantic_index(store, load_embedder())
             await index.sync(directory=where, session_id=session_id)
         try:
             return await recall(
@@ -237,7 +242,7 @@ async def _build_facts(
     def show(step: FactProgress) -> None:
         _live(f"facts: {step.turns:,} turns read, {step.lines:,} lines, {step.calls:,} calls")
 
-    facts = FactIndex(store)
+    facts: Facts = PgFactIndex(store) if is_postgres(store) else FactIndex(store)
     try:
         done = await facts.build(write, directory=directory, session_id=session_id, max_calls=calls, progress=show)
     finally:

@@ -4,12 +4,9 @@ meanwhile, and an interrupted backfill resumes where it stopped."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
-from ..paths import tether_home
 from ..store.protocols import Store
 from ..store.records import BackfillProgress, SessionInfo
 
@@ -50,16 +47,9 @@ async def changes_since(store: Store, position: int) -> tuple[list[SessionInfo],
 
 def side_path(store: Store, suffix: str) -> str:
     """Where a side file of recall (``.keys``, ``.vectors``, ``.facts``) lives for `store`: beside its SQLite
-    file; for a store on a server (PostgreSQL), in the tether home under a name made from its URL (the
-    password left out): what is derived is kept by each machine, brought up to date from the store's change
-    cursor; in memory for other stores."""
+    file; in memory for other stores (a PostgreSQL store keeps these in its own tables: `pgkeys.py`,
+    `pgvectors.py`, `pgfacts.py`)."""
     path = getattr(store, "path", None)
     if isinstance(path, str) and path != ":memory:":
         return path + suffix
-    url = getattr(store, "url", None)
-    if isinstance(url, str) and "://" in url:
-        parts = urlsplit(url)
-        where = f"{parts.scheme}://{parts.username or ''}@{parts.hostname or ''}:{parts.port or ''}{parts.path}"
-        name = hashlib.sha256(where.encode()).hexdigest()[:24]
-        return str(tether_home() / "recall" / f"{parts.scheme}-{name}{suffix}")
     return ":memory:"

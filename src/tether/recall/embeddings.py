@@ -328,8 +328,8 @@ def load_embedder(
 
 
 def default_vector_path(store: Store) -> str:
-    """Where a store's vectors live: beside its SQLite file; for a store on a server, in the tether home
-    (`backfill.side_path`); in memory for other stores."""
+    """Where a store's vectors live: beside its SQLite file; in memory for other stores
+    (`backfill.side_path`; a PostgreSQL store's vectors are its tables)."""
     return side_path(store, ".vectors")
 
 
@@ -372,32 +372,61 @@ class SemanticQuery:
     expansions: list[str]
 
 
-class SemanticIndex:
-    """Turn vectors of a store's sessions, kept in their own SQLite file (`path`, default beside the store).
+class Semantic:
+    """What every home of the turn vectors shares: `sync` from the store's change cursor, `analyze` and
+    `rerank`. A subclass keeps the vectors (`SemanticIndex`: a SQLite file; `pgvectors.PgSemanticIndex`: tables
+    of a PostgreSQL store) through the hooks below.
 
     `sync` embeds what was appended since it last ran (the append path never waits for a model); `rerank`
     is what `recall(..., semantic=index)` calls. What to embed is asked of the store's change cursor
-    (`changed_sessions`, from the position the last whole sync saved here), never by listing every session;
+    (`changed_sessions`, from the position the last whole sync saved), never by listing every session;
     vectors of deleted sessions are dropped by the sync that learns of it, and until then are never shown,
     since only the store's own hits are re-ranked."""
 
-    def __init__(self, store: Store, embedder: Embedder, *, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, store: Store, embedder: Embedder) -> None:
         self.store = store
         self.embedder = embedder
-        self.path = str(path) if path is not None else default_vector_path(store)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.executescript(_SCHEMA)
-        self._lock = threading.Lock()
         self._vocabulary: tuple[list[str], Any, dict[str, int]] | None = None  # loaded on first query
         self._cache: dict[str, dict[int, Any]] = {}  # session -> seq -> vector
 
+    # --- what a home of the vectors provides ----------------------------------------------------------
+
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        raise NotImplementedError
+
+    async def _position(self) -> int:
+        raise NotImplementedError
+
+    async def _save_position(self, after: int) -> None:
+        raise NotImplementedError
+
+    async def _known_words(self) -> set[str]:
+        raise NotImplementedError
+
+    async def _synced(self) -> dict[str, int]:
+        """How far each session was embedded with this model: session -> upto."""
+        raise NotImplementedError
+
+    async def _mark(self, session_id: str, upto: int) -> None:
+        raise NotImplementedError
+
+    async def _put_words(self, rows: list[tuple[str, bytes]]) -> None:
+        raise NotImplementedError
+
+    async def _put_vectors(self, rows: list[tuple[str, int, bytes]]) -> None:
+        raise NotImplementedError
+
+    async def _drop(self, gone: Sequence[str]) -> None:
+        """Drop the vectors of these sessions, and how far they were embedded."""
+        raise NotImplementedError
+
+    async def _session_vectors(self, session_ids: list[str]) -> dict[str, dict[int, bytes]]:
+        raise NotImplementedError
+
+    async def _word_rows(self) -> list[tuple[str, bytes]]:
+        raise NotImplementedError
+
+    # --- sync ---------------------------------------------------------------------------------------
 
     async def sync(
         self,
@@ -414,28 +443,17 @@ class SemanticIndex:
         if session_id is not None:
             infos = [await self.store.get_session(session_id)]
         else:
-            with self._lock:
-                row = self._conn.execute(
-                    "SELECT position FROM cursor WHERE model = ?", (self.embedder.name,)
-                ).fetchone()
-            infos, deleted, after = await changes_since(self.store, int(row[0]) if row else 0)
+            infos, deleted, after = await changes_since(self.store, await self._position())
             if directory is not None:
                 infos, after = [i for i in infos if i.directory == directory], None
         done = 0
-        with self._lock:
-            known_words = {w for (w,) in self._conn.execute("SELECT word FROM words")}
+        known_words = await self._known_words()
         new_words: set[str] = set()
-        with self._lock:
-            synced = {
-                sid: upto
-                for sid, upto in self._conn.execute(
-                    "SELECT session_id, upto FROM synced WHERE model = ?", (self.embedder.name,)
-                )
-            }
+        synced = await self._synced()
         for info in infos:
             upto = synced.get(info.id, 0)
             if info.entry_count < upto:  # another session under the same id: embedded again
-                self._forget([info.id])
+                await self._forget([info.id])
                 upto = 0
             if info.entry_count <= upto:
                 continue
@@ -458,58 +476,38 @@ class SemanticIndex:
                         progress(done)
             if texts:
                 done += await self._store(keys, texts)
-            with self._lock:
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO synced (session_id, upto, model) VALUES (?, ?, ?)",
-                    (info.id, info.entry_count, self.embedder.name),
-                )
+            await self._mark(info.id, info.entry_count)
             if progress is not None:
                 progress(done)
         if new_words:
             await self._store_words(sorted(new_words), batch)
-        self._forget(deleted)
+        await self._forget(deleted)
         if after is not None:
-            with self._lock:
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO cursor (model, position) VALUES (?, ?)", (self.embedder.name, after)
-                )
+            await self._save_position(after)
         return done
 
     async def _store_words(self, words: list[str], batch: int) -> None:
         for i in range(0, len(words), batch * 4):
             chunk = words[i : i + batch * 4]
             vectors = await asyncio.to_thread(self.embedder.embed, chunk)
-            with self._lock:
-                self._conn.execute("BEGIN")
-                self._conn.executemany(
-                    "INSERT OR REPLACE INTO words (word, vec) VALUES (?, ?)",
-                    [(w, v.astype("float16").tobytes()) for w, v in zip(chunk, vectors, strict=True)],
-                )
-                self._conn.execute("COMMIT")
+            await self._put_words([(w, v.astype("float16").tobytes()) for w, v in zip(chunk, vectors, strict=True)])
         self._vocabulary = None
 
     async def _store(self, keys: list[tuple[str, int]], texts: list[str]) -> int:
         vectors = await asyncio.to_thread(self.embedder.embed, texts)
         for sid in {sid for sid, _ in keys}:
             self._cache.pop(sid, None)
-        with self._lock:
-            self._conn.execute("BEGIN")
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO vectors (session_id, seq, vec) VALUES (?, ?, ?)",
-                [(sid, seq, vec.tobytes()) for (sid, seq), vec in zip(keys, vectors, strict=True)],
-            )
-            self._conn.execute("COMMIT")
+        await self._put_vectors([(sid, seq, vec.tobytes()) for (sid, seq), vec in zip(keys, vectors, strict=True)])
         return len(keys)
 
-    def _forget(self, gone: Sequence[str]) -> None:
+    async def _forget(self, gone: Sequence[str]) -> None:
         """Drop the vectors of sessions the store deleted (or replaced under their id)."""
-        with self._lock:
-            for sid in gone:
-                self._cache.pop(sid, None)
-                self._conn.execute("DELETE FROM vectors WHERE session_id = ?", (sid,))
-                self._conn.execute("DELETE FROM synced WHERE session_id = ?", (sid,))
+        for sid in gone:
+            self._cache.pop(sid, None)
+        if gone:
+            await self._drop(gone)
 
-    def vectors(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+    async def _vectors(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
         """The stored vectors of these turns (those not embedded yet are missing). A session's vectors are
         read once and kept in memory (up to `CACHE_VECTORS` in all)."""
         import numpy as np
@@ -520,25 +518,23 @@ class SemanticIndex:
         if missing:
             if sum(len(v) for v in self._cache.values()) > CACHE_VECTORS:
                 self._cache.clear()
-            with self._lock:
-                for sid in missing:
-                    self._cache[sid] = {
-                        seq: np.frombuffer(blob, dtype=np.float32)
-                        for seq, blob in self._conn.execute("SELECT seq, vec FROM vectors WHERE session_id = ?", (sid,))
-                    }
+            read = await self._session_vectors(missing)
+            for sid in missing:
+                self._cache[sid] = {
+                    seq: np.frombuffer(blob, dtype=np.float32) for seq, blob in read.get(sid, {}).items()
+                }
         for sid, seq in keys:
             vec = self._cache.get(sid, {}).get(seq)
             if vec is not None:
                 out[sid, seq] = vec
         return out
 
-    def _words(self) -> tuple[list[str], Any, dict[str, int]]:
+    async def _words(self) -> tuple[list[str], Any, dict[str, int]]:
         """The stored words, their vectors (float32, rows of one matrix) and each word's row."""
         import numpy as np
 
         if self._vocabulary is None:
-            with self._lock:
-                rows = self._conn.execute("SELECT word, vec FROM words").fetchall()
+            rows = await self._word_rows()
             words = [w for w, _ in rows]
             matrix = (
                 np.stack([np.frombuffer(v, dtype=np.float16) for _, v in rows]).astype(np.float32)
@@ -556,7 +552,7 @@ class SemanticIndex:
         import numpy as np
 
         own = sorted(vocabulary_words(query) - proper_nouns(query))
-        words, matrix, row = self._words()
+        words, matrix, row = await self._words()
         unknown = [w for w in own if w not in row]
         vectors = await asyncio.to_thread(self.embedder.embed, [query, *unknown])
         expansions: list[str] = []
@@ -585,7 +581,7 @@ class SemanticIndex:
         import numpy as np
 
         head = ranked[:RERANK_DEPTH]
-        found = self.vectors([(c.session_id, c.seq) for c in head])
+        found = await self._vectors([(c.session_id, c.seq) for c in head])
         if not found:
             return ranked
         q = query.vector
@@ -599,3 +595,94 @@ class SemanticIndex:
                 cand.score += weight * sim
                 cand.extra["semantic"] = sim
         return sorted(head, key=lambda c: -c.score) + ranked[RERANK_DEPTH:]
+
+
+class SemanticIndex(Semantic):
+    """Turn vectors of a store's sessions, kept in their own SQLite file (`path`, default beside the store)."""
+
+    def __init__(self, store: Store, embedder: Embedder, *, path: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(store, embedder)
+        self.path = str(path) if path is not None else default_vector_path(store)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def vectors(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+        """The stored vectors of these turns (those not embedded yet are missing), read now."""
+        import numpy as np
+
+        with self._lock:
+            rows = {
+                (sid, seq): blob
+                for sid in {sid for sid, _ in keys}
+                for seq, blob in self._conn.execute("SELECT seq, vec FROM vectors WHERE session_id = ?", (sid,))
+            }
+        return {k: np.frombuffer(rows[k], dtype=np.float32) for k in keys if k in rows}
+
+    async def _position(self) -> int:
+        with self._lock:
+            row = self._conn.execute("SELECT position FROM cursor WHERE model = ?", (self.embedder.name,)).fetchone()
+        return int(row[0]) if row else 0
+
+    async def _save_position(self, after: int) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO cursor (model, position) VALUES (?, ?)", (self.embedder.name, after)
+            )
+
+    async def _known_words(self) -> set[str]:
+        with self._lock:
+            return {w for (w,) in self._conn.execute("SELECT word FROM words")}
+
+    async def _synced(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                sid: upto
+                for sid, upto in self._conn.execute(
+                    "SELECT session_id, upto FROM synced WHERE model = ?", (self.embedder.name,)
+                )
+            }
+
+    async def _mark(self, session_id: str, upto: int) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO synced (session_id, upto, model) VALUES (?, ?, ?)",
+                (session_id, upto, self.embedder.name),
+            )
+
+    async def _put_words(self, rows: list[tuple[str, bytes]]) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN")
+            self._conn.executemany("INSERT OR REPLACE INTO words (word, vec) VALUES (?, ?)", rows)
+            self._conn.execute("COMMIT")
+
+    async def _put_vectors(self, rows: list[tuple[str, int, bytes]]) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN")
+            self._conn.executemany("INSERT OR REPLACE INTO vectors (session_id, seq, vec) VALUES (?, ?, ?)", rows)
+            self._conn.execute("COMMIT")
+
+    async def _drop(self, gone: Sequence[str]) -> None:
+        with self._lock:
+            for sid in gone:
+                self._conn.execute("DELETE FROM vectors WHERE session_id = ?", (sid,))
+                self._conn.execute("DELETE FROM synced WHERE session_id = ?", (sid,))
+
+    async def _session_vectors(self, session_ids: list[str]) -> dict[str, dict[int, bytes]]:
+        with self._lock:
+            return {
+                sid: dict(self._conn.execute("SELECT seq, vec FROM vectors WHERE session_id = ?", (sid,)).fetchall())
+                for sid in session_ids
+            }
+
+    async def _word_rows(self) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return self._conn.execute("SELECT word, vec FROM words").fetchall()

@@ -25,12 +25,13 @@ from ..store.records import ContextLine, RevertSpan, SearchHit, SessionInfo
 from ..store.reverts import is_hidden
 from ..store.searchtext import excerpt_of, indexed_text, query_terms, tokens
 from .candidate import Candidate
-from .keys import KeyIndex, default_key_path
+from .keys import KeyIndex, TurnKeys, default_key_path
+from .pgkeys import PgKeyIndex, is_postgres
 from .query import Period, asks_when, content_words, periods, places_in_time, subject_of
 
 if TYPE_CHECKING:
-    from .embeddings import SemanticIndex
-    from .facts import FactIndex
+    from .embeddings import Semantic
+    from .facts import Facts
 
 log = logging.getLogger("tether.recall")
 
@@ -116,9 +117,9 @@ async def recall(
     limit: int = 10,
     context: int = 1,
     include_reverted: bool = False,
-    semantic: SemanticIndex | None = None,
-    facts: FactIndex | None = None,
-    keys: KeyIndex | bool = True,
+    semantic: Semantic | None = None,
+    facts: Facts | None = None,
+    keys: TurnKeys | bool = True,
     tuning: Tuning = DEFAULT_TUNING,
     now: float | None = None,
 ) -> RecallResult:
@@ -171,7 +172,7 @@ async def recall(
     if analysis is not None and analysis.expansions and tuning.expansion:
         hits = _merge(hits, await search(" ".join(analysis.expansions), **filters), tuning.expansion)
     by_facts = (
-        facts.search(query, directory=directory, session_id=session_id, limit=tuning.candidates)
+        await facts.find(query, directory=directory, session_id=session_id, limit=tuning.candidates)
         if facts is not None and tuning.facts
         else []
     )
@@ -198,15 +199,17 @@ async def recall(
     return RecallResult(query=query, hits=out, took_ms=took, backlog=backlog, semantic=semantic is not None)
 
 
-_DEFAULT_KEYS: weakref.WeakKeyDictionary[Store, KeyIndex] = weakref.WeakKeyDictionary()
+_DEFAULT_KEYS: weakref.WeakKeyDictionary[Store, TurnKeys] = weakref.WeakKeyDictionary()
 
 
-def default_keys(store: Store) -> KeyIndex:
-    """The turn keys of a store beside its file (in memory for other stores), opened once per store object."""
+def default_keys(store: Store) -> TurnKeys:
+    """The turn keys of a store, opened once per store object: for a PostgreSQL store its tables
+    (`pgkeys.py`, shared by every node); otherwise beside its file (in memory for other stores)."""
     try:
         return _DEFAULT_KEYS[store]
     except KeyError:
-        index = _DEFAULT_KEYS[store] = KeyIndex(default_key_path(store))
+        index: TurnKeys = PgKeyIndex(store) if is_postgres(store) else KeyIndex(default_key_path(store))
+        _DEFAULT_KEYS[store] = index
         return index
 
 
@@ -221,7 +224,7 @@ Search = Callable[..., Awaitable[list[SearchHit]]]
 
 
 async def _searcher(
-    store: Store, keys: KeyIndex | bool, tuning: Tuning, directory: str | None, session_id: str | None
+    store: Store, keys: TurnKeys | bool, tuning: Tuning, directory: str | None, session_id: str | None
 ) -> tuple[Search, bool]:
     """The search the candidates come from: the turn keys, synced with the store first, or the store's own
     search when they are not wanted, cannot be opened or written, or are too far behind to catch up now."""
@@ -235,7 +238,7 @@ async def _searcher(
                 return await index.search(store, query, previous=tuning.previous, **filters)
 
             return search, True
-    except (sqlite3.Error, OSError) as e:
+    except (sqlite3.Error, OSError) as e:  # the keys' own file; a store's error (PostgreSQL's keys too) is the store's
         log.warning("recall searches without its turn keys: %s", e)
     return store.search, False
 

@@ -68,8 +68,8 @@ class FactProgress:
 
 
 def default_fact_path(store: Store) -> str:
-    """Where a store's facts live: beside its SQLite file; for a store on a server, in the tether home
-    (`backfill.side_path`); in memory for other stores."""
+    """Where a store's facts live: beside its SQLite file; in memory for other stores
+    (`backfill.side_path`; a PostgreSQL store's facts are its tables)."""
     return side_path(store, ".facts")
 
 
@@ -87,32 +87,36 @@ def parse_facts(text: str, seqs: set[int]) -> dict[int, list[str]]:
     return out
 
 
-class FactIndex:
-    """Fact lines of a store's turns in their own SQLite file (`path`, default beside the store), with a
-    full-text index over them."""
+class Facts:
+    """What every home of the fact lines shares: `build`, from the store's change cursor, a bounded number of
+    model calls, resumable. A subclass keeps the lines (`FactIndex`: a SQLite file; `pgfacts.PgFactIndex`:
+    tables of a PostgreSQL store) through the hooks below, and searches them (`find`)."""
 
-    def __init__(self, store: Store, *, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.path = str(path) if path is not None else default_fact_path(store)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.executescript(_SCHEMA)
-        self._lock = threading.Lock()
+
+    async def _position(self) -> int:
+        raise NotImplementedError
+
+    async def _save_position(self, after: int) -> None:
+        raise NotImplementedError
+
+    async def _progress(self) -> dict[str, int]:
+        """How far each session's turns were read: session -> upto."""
+        raise NotImplementedError
+
+    async def _save(self, session_id: str, directory: str | None, rows: list[tuple[int, str]], upto: int) -> None:
+        """One transaction: these (seq, line) facts of a session, and its progress `upto`."""
+        raise NotImplementedError
+
+    async def find(
+        self, query: str, *, directory: str | None = None, session_id: str | None = None, limit: int = 100
+    ) -> list[tuple[str, int, float]]:
+        """(session, seq, score) of the turns whose facts match the query, best first, as a positive score."""
+        raise NotImplementedError
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def count(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
-
-    def facts_of(self, session_id: str, seq: int) -> list[str]:
-        with self._lock:
-            sql = "SELECT line FROM facts WHERE session_id = ? AND seq = ? ORDER BY id"
-            return [line for (line,) in self._conn.execute(sql, (session_id, seq))]
+        raise NotImplementedError
 
     async def build(
         self,
@@ -130,13 +134,10 @@ class FactIndex:
         if session_id is not None:
             infos = [await self.store.get_session(session_id)]
         else:
-            with self._lock:
-                row = self._conn.execute("SELECT position FROM cursor WHERE id = 1").fetchone()
-            infos, _, after = await changes_since(self.store, int(row[0]) if row else 0)
+            infos, _, after = await changes_since(self.store, await self._position())
             if directory is not None:
                 infos, after = [i for i in infos if i.directory == directory], None
-        with self._lock:
-            done_upto = dict(self._conn.execute("SELECT session_id, upto FROM progress").fetchall())
+        done_upto = await self._progress()
         sessions = turns = calls = lines = 0
         for info in sorted(infos, key=lambda i: i.created_at):
             upto = done_upto.get(info.id, 0)
@@ -171,13 +172,12 @@ class FactIndex:
                     turns += len(batch)
             if not finished:
                 return FactProgress(sessions, turns, calls, lines, left=True)
-            self._mark(info.id, last)  # entries after the last batch that hold no text are read too
+            await self._save(info.id, info.directory, [], last)  # entries after the last batch with no text too
             sessions += 1
             if progress is not None:
                 progress(FactProgress(sessions, turns, calls, lines))
         if after is not None:
-            with self._lock:
-                self._conn.execute("INSERT OR REPLACE INTO cursor (id, position) VALUES (1, ?)", (after,))
+            await self._save_position(after)
         return FactProgress(sessions, turns, calls, lines)
 
     async def _write_batch(
@@ -192,15 +192,61 @@ class FactIndex:
         shown = "\n".join(f"[{seq}] {text}" for seq, text in batch)
         answer = await write(PROMPT.format(date=date, turns=shown))
         found = parse_facts(answer, {seq for seq, _ in batch})
-        rows = [(session_id, seq, directory, line) for seq, fact_lines in sorted(found.items()) for line in fact_lines]
+        rows = [(seq, line) for seq, fact_lines in sorted(found.items()) for line in fact_lines]
+        await self._save(session_id, directory, rows, upto)
+        return len(rows)
+
+
+class FactIndex(Facts):
+    """Fact lines of a store's turns in their own SQLite file (`path`, default beside the store), with a
+    full-text index over them."""
+
+    def __init__(self, store: Store, *, path: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(store)
+        self.path = str(path) if path is not None else default_fact_path(store)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
+
+    def facts_of(self, session_id: str, seq: int) -> list[str]:
+        with self._lock:
+            sql = "SELECT line FROM facts WHERE session_id = ? AND seq = ? ORDER BY id"
+            return [line for (line,) in self._conn.execute(sql, (session_id, seq))]
+
+    async def _position(self) -> int:
+        with self._lock:
+            row = self._conn.execute("SELECT position FROM cursor WHERE id = 1").fetchone()
+        return int(row[0]) if row else 0
+
+    async def _save_position(self, after: int) -> None:
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO cursor (id, position) VALUES (1, ?)", (after,))
+
+    async def _progress(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._conn.execute("SELECT session_id, upto FROM progress").fetchall())
+
+    async def _save(self, session_id: str, directory: str | None, rows: list[tuple[int, str]], upto: int) -> None:
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                for row in rows:
+                for seq, line in rows:
                     cur = self._conn.execute(
-                        "INSERT INTO facts (session_id, seq, directory, line) VALUES (?, ?, ?, ?)", row
+                        "INSERT INTO facts (session_id, seq, directory, line) VALUES (?, ?, ?, ?)",
+                        (session_id, seq, directory, line),
                     )
-                    self._conn.execute("INSERT INTO facts_fts (rowid, line) VALUES (?, ?)", (cur.lastrowid, row[3]))
+                    self._conn.execute("INSERT INTO facts_fts (rowid, line) VALUES (?, ?)", (cur.lastrowid, line))
                 self._conn.execute(
                     "INSERT OR REPLACE INTO progress (session_id, upto) VALUES (?, ?)", (session_id, upto)
                 )
@@ -208,11 +254,11 @@ class FactIndex:
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-        return len(rows)
 
-    def _mark(self, session_id: str, upto: int) -> None:
-        with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO progress (session_id, upto) VALUES (?, ?)", (session_id, upto))
+    async def find(
+        self, query: str, *, directory: str | None = None, session_id: str | None = None, limit: int = 100
+    ) -> list[tuple[str, int, float]]:
+        return self.search(query, directory=directory, session_id=session_id, limit=limit)
 
     def search(
         self, query: str, *, directory: str | None = None, session_id: str | None = None, limit: int = 100

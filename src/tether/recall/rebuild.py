@@ -15,7 +15,8 @@ import msgspec
 from ..store.protocols import Store
 from .backfill import ProgressFn, backfill
 from .engine import forget_default_keys
-from .keys import KeyIndex, default_key_path
+from .keys import KeyIndex, TurnKeys, default_key_path
+from .pgkeys import PgKeyIndex, is_postgres
 
 
 class Rebuilt(msgspec.Struct, kw_only=True):
@@ -43,10 +44,14 @@ async def rebuild_indexes(
 
 async def rebuild_keys(store: Store, *, progress: Callable[[int], None] | None = None) -> tuple[int, bool]:
     """Recall's turn keys made again from the journal: emptied in place (another process that has the file
-    open goes on with it), or, when the file cannot be read or emptied, deleted and made anew. Returns the
-    entries read and whether the file was made anew."""
-    path = default_key_path(store)
+    open goes on with it), or, when the file cannot be read or emptied, deleted and made anew (a PostgreSQL
+    store's tables: emptied). Returns the entries read and whether the file was made anew."""
     forget_default_keys(store)
+    if is_postgres(store):
+        tables = PgKeyIndex(store)
+        await tables.reset()
+        return await _read_keys(store, tables, progress), False
+    path = default_key_path(store)
     remade = False
     try:
         index = KeyIndex(path)
@@ -65,6 +70,14 @@ async def rebuild_keys(store: Store, *, progress: Callable[[int], None] | None =
                 pass
         index = KeyIndex(path)
         remade = True
+    try:
+        return await _read_keys(store, index, progress), remade
+    finally:
+        index.close()
+
+
+async def _read_keys(store: Store, index: TurnKeys, progress: Callable[[int], None] | None) -> int:
+    """Every entry of `store` read into `index`; returns how many."""
     read = 0
 
     def counted(n: int) -> None:
@@ -73,8 +86,5 @@ async def rebuild_keys(store: Store, *, progress: Callable[[int], None] | None =
         if progress is not None:
             progress(n)
 
-    try:
-        await index.sync(store, limit=1 << 62, progress=counted)
-    finally:
-        index.close()
-    return read, remade
+    await index.sync(store, limit=1 << 62, progress=counted)
+    return read

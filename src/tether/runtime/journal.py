@@ -1,9 +1,10 @@
 """`RunJournal`: how a run writes and numbers. Every entry a run journals goes through it, with the known
 secrets redacted, to the session handle (stating the seq it expects), into the context engine's view of the
-history, and out again as the entry's durable events; every live event gets its number here, from
-blocks reserved durably in the store (`Store.reserve_numbers`: `open` at a run's start, `reserve_through`
-before an event leaves the run), so that no process gives a number another one gave; a sub-agent's events
-pass through unchanged (`forward`).
+history, and out again as the entry's durable events; every live event gets its number here (see
+`tether.events`): after an entry this journal appended, from that span's first part, which no other run can
+number (no store write); after the entry the run started from, from blocks reserved durably in the store
+(`Store.reserve_numbers`: `open` at a run's start, `reserve_through` before an event leaves the run), so that
+no process gives a number another one gave; a sub-agent's events pass through unchanged (`forward`).
 `replay_events` gives the durable events of a session after any number, from the journal, with the numbers
 the run gave them."""
 
@@ -17,7 +18,17 @@ import msgspec
 
 from ..context.engine import ContextEngine
 from ..errors import SeqConflict
-from ..events import EVENT_SPAN, Event, durable_events, first_live, is_live, live_number, span_last
+from ..events import (
+    EVENT_SPAN,
+    RESERVED_OFFSET,
+    Event,
+    durable_events,
+    first_reserved,
+    is_live,
+    live_number,
+    reserved_number,
+    span_last,
+)
 from ..messages import Entry, EntryBody
 from ..redaction import Redactor
 from ..store.audit import AuditDraft
@@ -53,6 +64,8 @@ class RunJournal:
         self._reserved = 0
         """The highest live number reserved in the store for this journal: what is above it is given only
         once `reserve_through` made it durable."""
+        self._appended = 0
+        """The seq of the last entry this journal appended: the live events after it are this run's alone."""
 
     @property
     def last_seq(self) -> int:
@@ -74,6 +87,8 @@ class RunJournal:
             self.engine.observe(self.session.id, stored)
         for entry in stored:
             self.pending.extend(durable_events(entry, self.session.id))
+        if stored:
+            self._appended = stored[-1].seq
         return stored
 
     async def append_for_engine(self, bodies: Sequence[EntryBody], expect_seq: int) -> list[Entry]:
@@ -87,13 +102,19 @@ class RunJournal:
     async def open(self) -> None:
         """Reserve the first block of live numbers (a run's start): above every number any run of the
         session reserved before, in this process or one that died mid-stream."""
-        await self.reserve_through(live_number(self.last_seq, 0))
+        await self.reserve_through(reserved_number(self.last_seq, 0))
 
     def next_number(self) -> int:
         """The number of the next live event: after the last one given, in the span of the last entry (the
-        span's last number once it is full). The journal's outlet (`AgentRun.events`) makes it durable with
+        last number of its part once that is full): its first part when this journal appended that entry,
+        else its reserved part, which the journal's outlet (`AgentRun.events`) makes durable with
         `reserve_through` before the event leaves the run."""
-        n = min(max(self._next, live_number(self.last_seq, 0)), span_last(self.last_seq))
+        seq = self.last_seq
+        if seq and seq == self._appended:
+            first, last = live_number(seq, 0), seq * EVENT_SPAN + RESERVED_OFFSET - 1
+        else:
+            first, last = reserved_number(seq, 0), span_last(seq)
+        n = min(max(self._next, first), last)
         self._next = n + 1
         return n
 
@@ -102,8 +123,8 @@ class RunJournal:
         later process gives it again; returns `n`. A store that gives a block above `n` means another
         writer numbers the session at once (a run without a lease beside another): it is logged, and the
         numbers go on after that block."""
-        if n <= self._reserved or not is_live(n):
-            return n
+        if n <= self._reserved or not is_live(n) or n < first_reserved(n):
+            return n  # reserved already, durable, or in the first part of a span this run appended
         count = max(1, min(NUMBER_BLOCK, span_last(n // EVENT_SPAN) - n + 1))
         first = await self.session.store.reserve_numbers(self.session.id, n - 1, count)
         if first != n:
@@ -144,7 +165,7 @@ class RunJournal:
 async def stray_number(store: Store, session_id: str, after: int) -> int:
     """A live number for an event given outside a run's journal (the end of a run cancelled before it
     started), after event number `after`: reserved in the store as a run's are."""
-    floor = max(after, first_live(after) - 1)
+    floor = max(after, first_reserved(after) - 1)
     return await store.reserve_numbers(session_id, floor, 1)
 
 

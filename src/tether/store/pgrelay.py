@@ -56,6 +56,37 @@ CREATE TABLE IF NOT EXISTS tether_relay_runs (
 """
 
 
+_POST_SQL = f"""
+WITH l AS (SELECT pg_advisory_xact_lock({_LOCK}), set_config('synchronous_commit', 'off', true)),
+ins AS (
+    INSERT INTO tether_relay(at, origin, kind, session_id, n, body)
+    SELECT %(at)s, %(origin)s, t.kind, t.session_id, t.n, t.body
+    FROM l, unnest(%(kinds)s::text[], %(sids)s::text[], %(ns)s::int8[], %(bodies)s::bytea[]) WITH ORDINALITY
+        AS t(kind, session_id, n, body, ord)
+    ORDER BY t.ord
+)
+SELECT pg_notify('{CHANNEL}', %(last)s)
+"""
+"""A post, one statement (its own transaction, one round trip): the lock that orders every node's posts is
+taken (`l`, scanned before any row and its id are made) and held to the commit, never for a round trip to
+this process, whose event loop is busy with its runs. The relay is a transport, not a record (the journal
+is): its commit does not wait for the WAL's flush to disk (readers see the rows at the commit all the same).
+The NOTIFY goes out at the commit."""
+
+
+def _post_params(peer: str, now: float, rows: Sequence[RelayPost]) -> dict[str, Any]:
+    last = rows[-1]
+    return {
+        "at": now,
+        "origin": peer,
+        "kinds": [r.kind for r in rows],
+        "sids": [r.session_id for r in rows],
+        "ns": [r.n for r in rows],
+        "bodies": [r.body for r in rows],
+        "last": f"{last.session_id},{last.n}",
+    }
+
+
 class PgRelay:
     """See the module docstring."""
 
@@ -117,8 +148,11 @@ class PgRelay:
         assert self._listener is not None
         while True:
             try:
-                async for _ in self._listener.notifies():
-                    self._woken.set()
+                async for note in self._listener.notifies():
+                    # A post of this process's own (its connection's backend) wakes no one here: reading its
+                    # own rows back would only hold the connection that its next post waits for.
+                    if self._conn is None or self._conn.closed or note.pid != self._conn.info.backend_pid:
+                        self._woken.set()
             except psycopg.Error:
                 log.warning("the relay's LISTEN connection failed; polling until it is back", exc_info=True)
                 self._woken.set()
@@ -142,17 +176,10 @@ class PgRelay:
         if not rows:
             return
         now = time.time()
-        last = rows[-1]
         async with self._lock:
             try:
                 conn = await self._connection()
-                async with conn.transaction(), conn.cursor() as cur:
-                    await cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-                    await cur.executemany(
-                        "INSERT INTO tether_relay(at, origin, kind, session_id, n, body) VALUES (%s, %s, %s, %s, %s, %s)",
-                        [(now, self.peer, r.kind, r.session_id, r.n, r.body) for r in rows],
-                    )
-                    await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{last.session_id},{last.n}"))
+                await conn.execute(_POST_SQL, _post_params(self.peer, now, rows))
             except psycopg.Error as e:
                 raise self._fault(e, "write to") from e
 

@@ -162,6 +162,124 @@ oldest one that was still running when it last asked (`pg_snapshot_xmin`): every
 then, whatever order the transactions committed in, and nothing older."""
 
 _V4 = """
+CREATE TABLE recall_meta (
+    key text COLLATE "C" PRIMARY KEY,
+    value bigint NOT NULL
+);
+CREATE TABLE recall_sessions (
+    num bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id text COLLATE "C" NOT NULL UNIQUE,
+    directory text,
+    created_at double precision NOT NULL,
+    upto bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX recall_sessions_directory ON recall_sessions (directory);
+CREATE TABLE recall_turns (
+    num bigint NOT NULL,
+    seq bigint NOT NULL,
+    role smallint NOT NULL,
+    created_at double precision NOT NULL,
+    own_len integer NOT NULL,
+    previous_len integer NOT NULL,
+    PRIMARY KEY (num, seq)
+);
+CREATE TABLE recall_postings (
+    term text COLLATE "C" NOT NULL,
+    num bigint NOT NULL,
+    seq bigint NOT NULL,
+    own integer[] NOT NULL,
+    previous integer[] NOT NULL,
+    PRIMARY KEY (term, num, seq)
+);
+CREATE INDEX recall_postings_turn ON recall_postings (num, seq);
+CREATE TABLE recall_reverts (
+    num bigint NOT NULL,
+    seq bigint NOT NULL,
+    to_seq bigint NOT NULL,
+    PRIMARY KEY (num, seq)
+);
+CREATE TABLE recall_facts (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    directory text,
+    line text NOT NULL,
+    terms tsvector NOT NULL
+);
+CREATE INDEX recall_facts_turn ON recall_facts (session_id, seq);
+CREATE INDEX recall_facts_terms ON recall_facts USING gin (terms);
+CREATE TABLE recall_fact_progress (
+    session_id text COLLATE "C" PRIMARY KEY,
+    upto bigint NOT NULL
+);
+CREATE TABLE recall_vectors (
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    vec bytea NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE recall_vector_progress (
+    session_id text COLLATE "C" NOT NULL,
+    model text NOT NULL,
+    upto bigint NOT NULL,
+    PRIMARY KEY (session_id, model)
+);
+CREATE TABLE recall_vector_words (
+    word text COLLATE "C" PRIMARY KEY,
+    vec bytea NOT NULL
+);
+"""
+"""Recall's turn keys (`recall/pgkeys.py`), one inverted index shared by every node: a session's number and
+how far its entries are keyed (`upto`), each turn's token count per column (its own words, the previous
+turn's tail), each term's postings with its positions per column (phrases; the count is the term
+frequency), the reverts, and in `recall_meta` the change cursor's position and the totals BM25 needs. The
+fact lines (`recall/pgfacts.py`) and the turn vectors with the words that expand queries (`recall/pgvectors.py`:
+float32 and float16 bytes, as the SQLite side file keeps them) with their progress, beside them."""
+
+_V5 = f"""
+CREATE FUNCTION tether_audit_seal(
+    p_at float8[], p_kind text[], p_sid text[], p_actor text[], p_outcome text[], p_detail text[], p_middle bytea[],
+    p_genesis text
+) RETURNS TABLE (sealed_seq bigint, sealed_prev text, sealed_hash text) LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(array_length(p_at, 1), 0);
+    s bigint;
+    p text;
+    h text;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock({AUDIT_LOCK_KEY});
+    SELECT a.seq, a.hash INTO s, p FROM audit_head a WHERE a.id = 1;
+    IF NOT FOUND THEN
+        s := 0;
+        p := p_genesis;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        s := s + 1;
+        h := encode(sha256(convert_to('[' || s || ',', 'UTF8') || p_middle[i] || convert_to(',"' || p || '"]', 'UTF8')), 'hex');
+        INSERT INTO audit (seq, at, kind, session_id, actor, outcome, detail, prev, hash)
+            VALUES (s, p_at[i], p_kind[i], p_sid[i], p_actor[i], p_outcome[i], p_detail[i], p, h);
+        sealed_seq := s;
+        sealed_prev := p;
+        sealed_hash := h;
+        RETURN NEXT;
+        p := h;
+    END LOOP;
+    INSERT INTO audit_head (id, seq, hash) VALUES (1, s, p)
+        ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash;
+END
+$$;
+"""
+"""Audit records sealed by the server, after the head, in the caller's transaction under the trail's lock
+(held to the commit): each one's hash is `audit.seal`'s, SHA-256 of ``canonical_json([seq, at, kind,
+session_id, actor, outcome, detail, prev])``, whose middle (all but seq and prev) the client encodes. A
+function, so that it runs inside one statement (an audited append is one round trip, and the lock is never
+held for a round trip to a client); its queries take their snapshots after the lock, so each reads the head
+that the lock's last holder committed."""
+
+_V6 = """
 CREATE TABLE prompt_queue (
     id BIGSERIAL PRIMARY KEY,
     session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
@@ -171,17 +289,17 @@ CREATE TABLE prompt_queue (
 );
 CREATE INDEX prompt_queue_session ON prompt_queue (session_id, id);
 """
-"""The durable prompt queue (`PromptQueue`; SqliteStore's schema 11): a row per queued prompt, gone with its
+"""Migration 6, the durable prompt queue (`PromptQueue`; SqliteStore's schema 11): a row per queued prompt, gone with its
 session."""
+
 
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
-    (2, _V2),
-    (
-        3,
-        _V3,
-    ),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
-    (4, _V4),  # the durable prompt queue (SqliteStore's schema 11)
+    (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
+    (3, _V3),  # the sessions' change cursor for what is derived from the journal (SqliteStore's schema 10)
+    (4, _V4),  # recall's turn keys, vectors and facts as tables
+    (5, _V5),  # the audit trail sealed on the server
+    (6, _V6),  # the durable prompt queue (SqliteStore's schema 11)
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

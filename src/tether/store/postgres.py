@@ -201,6 +201,19 @@ _STREAM_SQL = (
     " updated_at = excluded.updated_at, payload = excluded.payload"
 )
 _SHARE_COLS = "id, session_id, created_at, expires_at, revoked_at"
+_AUDIT_SEAL_SQL = (
+    "SELECT sealed_seq, sealed_prev, sealed_hash FROM tether_audit_seal(%(a_at)s::float8[], %(a_kind)s::text[],"
+    " %(a_sid)s::text[], %(a_actor)s::text[], %(a_outcome)s::text[], %(a_detail)s::text[], %(a_middle)s::bytea[],"
+    " %(genesis)s)"
+)
+"""Audit records appended after the head, in the caller's transaction (`pgschema._V5`)."""
+_APPEND_SEALED_TAIL = """
+SELECT base, at, (SELECT count(*) FROM tether_audit_seal(%(a_at)s::float8[], %(a_kind)s::text[], %(a_sid)s::text[],
+    %(a_actor)s::text[], %(a_outcome)s::text[], %(a_detail)s::text[], %(a_middle)s::bytea[], %(genesis)s)
+    WHERE s.base >= 0) FROM s
+"""
+"""The end of an append whose audit records go with it: sealed in the same statement (one round trip; the
+trail's lock held only for the rest of it and the commit), and only when the append wrote (`s` has its row)."""
 _AUDIT_COLS = "seq, at, kind, session_id, actor, outcome, detail, prev, hash"
 
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -225,6 +238,21 @@ def _encoded(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[in
         roles.append(role)
         docs.append(doc)
     return kinds, payloads, roles, docs
+
+
+def _audit_params(drafts: Sequence[AuditDraft]) -> dict[str, Any]:
+    """The arrays `tether_audit_seal` takes: each draft's fields as stored, and the middle of the bytes its
+    hash covers (`audit.record_bytes` without the seq and the prev that the server puts around it)."""
+    return {
+        "a_at": [d.at for d in drafts],
+        "a_kind": [d.kind for d in drafts],
+        "a_sid": [d.session_id for d in drafts],
+        "a_actor": [_esc(d.actor) for d in drafts],
+        "a_outcome": [_esc(d.outcome) for d in drafts],
+        "a_detail": [canonical_json(d.detail).decode() for d in drafts],
+        "a_middle": [canonical_json([d.at, d.kind, d.session_id, d.actor, d.outcome, d.detail])[1:-1] for d in drafts],
+        "genesis": GENESIS,
+    }
 
 
 def _where(url: str) -> str:
@@ -668,7 +696,11 @@ class PostgresStore:
                 raise SeqConflict(session_id, expect_seq or 0, int(at[0]) + 1)
             return int(row[0]) + 1, float(row[1])
 
-        if has_revert or audit:
+        if audit and not has_revert:  # the records are sealed in the append's own statement
+            sql = sql[: sql.rindex("SELECT base, at FROM s")] + _APPEND_SEALED_TAIL
+            params.update(_audit_params(audit))
+            first, now = await self._write(statement, "append to")
+        elif has_revert or audit:
 
             async def tx(conn: Any) -> tuple[int, float]:
                 if has_revert:  # a revert is checked at its position: the session's row is held meanwhile
@@ -1299,27 +1331,21 @@ class PostgresStore:
 
     async def _audit(self, conn: Any, draft: AuditDraft) -> AuditRecord:
         """Append `draft` after the head, in the caller's transaction, under the trail's advisory lock (held
-        to the commit: writers in every process keep one chain)."""
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.AUDIT_LOCK_KEY,))
-        last = await (await conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1")).fetchone()
-        seq, prev = (int(last[0]) + 1, str(last[1])) if last is not None else (1, GENESIS)
-        record = seal(seq, prev, draft)
-        await conn.execute(
-            f"INSERT INTO audit ({_AUDIT_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (
-                seq, record.at, record.kind, record.session_id, _esc(record.actor), _esc(record.outcome),
-                canonical_json(record.detail).decode(), prev, record.hash,
-            ),
-        )  # fmt: skip
-        await conn.execute(
-            "INSERT INTO audit_head (id, seq, hash) VALUES (1, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-            (seq, record.hash),
-        )
+        to the commit: writers in every process keep one chain), sealed by the server (`pgschema._V5`)."""
+        cur = await conn.execute(_AUDIT_SEAL_SQL, _audit_params([draft]))
+        return self._sealed(draft, await cur.fetchone())
+
+    def _sealed(self, draft: AuditDraft, row: Sequence[Any]) -> AuditRecord:
+        record = seal(int(row[0]), str(row[1]), draft)
+        if record.hash != row[2]:  # the server hashed other bytes than `audit.record_bytes`: never silently
+            raise StoreUnavailable(f"PostgreSQL at {self.where} sealed audit record {row[0]} with another hash")
         return record
 
     async def append_audit(self, draft: AuditDraft) -> AuditRecord:
-        return await self._tx(lambda conn: self._audit(conn, draft), "append to the audit trail of")
+        async def go(conn: Any) -> AuditRecord:  # one statement: its own transaction
+            return await self._audit(conn, draft)
+
+        return await self._write(go, "append to the audit trail of")
 
     async def list_audit(
         self,
@@ -1400,19 +1426,21 @@ class PostgresStore:
         body = check_change(kind, session_id, {} if data is None else data)
         at = time.time()
 
-        async def tx(conn: Any) -> int:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (pgschema.CHANGES_LOCK_KEY,))
+        async def go(conn: Any) -> Any:
+            # One statement, its own transaction: the feed's lock is taken (`l`, scanned before the row and
+            # its id are made) and held to the commit, never for a round trip to this process.
             cur = await conn.execute(
-                "INSERT INTO changes (at, kind, session_id, data) VALUES (%s, %s, %s, %s) RETURNING id",
-                (at, kind, session_id, body.decode()),
+                "WITH l AS (SELECT pg_advisory_xact_lock(%s)) INSERT INTO changes (at, kind, session_id, data)"
+                " SELECT %s, %s, %s, %s FROM l RETURNING id",
+                (pgschema.CHANGES_LOCK_KEY, at, kind, session_id, body.decode()),
             )
-            row = await cur.fetchone()
-            return int(row[0])
+            return await cur.fetchone()
 
-        change_id = await self._tx(tx, "record a change in")
+        row = await self._write(go, "record a change in")
+        change_id = int(row[0])
         return Change(id=change_id, at=at, kind=kind, session_id=session_id, data=json.loads(body))
 
-    # --- the prompt queue (migration 4) ------------------------------------------------------------------
+    # --- the prompt queue (migration 6) ------------------------------------------------------------------
 
     async def enqueue_prompt(self, session_id: str, body: bytes) -> QueuedPrompt:
         check_id(session_id, "session id")

@@ -26,16 +26,16 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
 from ..errors import TetherError
 from ..ids import new_id
-from .faults import store_fault
+from .faults import is_busy, store_fault
 
 Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause", "hello", "change", "queued", "ran"]
 """What a row carries: a run's event; an approval request that waits, or no longer does; an answer to one;
@@ -44,6 +44,8 @@ not from their next heartbeat on); a change recorded in the store's change feed 
 `/events` followers read it from the store); a prompt queued durably for the session (its id in the store's
 queue: the peer that runs the session reads the queue after its run); the end of a queued prompt's run (its
 id, and the `Done` or `Error`: for the peer that queued it)."""
+
+R = TypeVar("R")
 
 KEEP = 120.0
 """Seconds a row is kept for readers that fell behind."""
@@ -223,6 +225,13 @@ class SqliteRelay:
         self._wake_name = ""
         self._sender: socket.socket | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-relay")
+        self._fast: sqlite3.Connection | None = None
+        """A second connection that never waits (busy timeout 0), for the loop's own thread: the common write,
+        with the file's lock free and nothing of this relay's in the thread, costs tens of microseconds
+        there, where a hop to the thread and back costs milliseconds on a busy event loop."""
+        self._in_thread = 0
+        """Writes and reads handed to the thread and not yet done: while there are any, the next one goes
+        there too, behind them (in order)."""
         self._others: list[str] = []
         """The wake addresses of the other live peers of this host (refreshed by `heartbeat`)."""
 
@@ -241,17 +250,41 @@ class SqliteRelay:
             self._conn = conn
         return self._conn
 
+    def _fast_conn(self) -> sqlite3.Connection:
+        if self._fast is None:
+            self.conn  # noqa: B018 (the file and its tables, made once)
+            try:
+                fast = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.0)
+                fast.execute("PRAGMA synchronous = OFF")  # a connection's own setting, as the other's
+                self._fast = fast
+            except sqlite3.Error as e:
+                raise store_fault(e, self.path, "open") from e
+        return self._fast
+
     def _write_now(
-        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
-    ) -> int:
+        self,
+        sql: str,
+        rows: Sequence[Sequence[object]] | None = None,
+        params: Sequence[object] = (),
+        conn: sqlite3.Connection | None = None,
+    ) -> int | None:
+        """The write in one transaction, on `conn` (the thread's connection, which waits for the file's
+        lock, by default); None when `conn` is the fast one and the lock was taken (nothing written)."""
         try:
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
+            conn = conn or self.conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if conn is self._fast and is_busy(e):
+                    return None
+                raise
             try:
                 cursor = conn.executemany(sql, rows) if rows is not None else conn.execute(sql, params)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as e:
                 conn.execute("ROLLBACK")
+                if conn is self._fast and isinstance(e, sqlite3.OperationalError) and is_busy(e):
+                    return None
                 raise
             return cursor.rowcount
         except sqlite3.Error as e:
@@ -266,12 +299,32 @@ class SqliteRelay:
     async def _write(
         self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
     ) -> int:
-        """A write in the relay's own thread: another worker holding the file's lock for a moment (SQLite
-        waits for it, sleeping) never stalls this process's event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._write_now, sql, rows, params)
+        """A write here at once when the file's lock is free and nothing of this relay waits in its thread;
+        else in the relay's own thread, behind what waits there: another worker holding the file's lock for
+        a moment (SQLite waits for it, sleeping) never stalls this process's event loop."""
+        if not self._in_thread:
+            done = self._write_now(sql, rows, params, self._fast_conn())
+            if done is not None:
+                return done
+        done = await self._in_own_thread(self._write_now, sql, rows, params)
+        assert done is not None  # the thread's connection waits for the lock (or raises)
+        return done
 
     async def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._read_now, sql, params)
+        if not self._in_thread:  # a read in WAL mode never waits for a writer
+            try:
+                return self._fast_conn().execute(sql, params).fetchall()
+            except sqlite3.Error as e:
+                if not is_busy(e):
+                    raise store_fault(e, self.path, "read") from e
+        return await self._in_own_thread(self._read_now, sql, params)
+
+    async def _in_own_thread(self, fn: Callable[..., R], *args: object) -> R:
+        self._in_thread += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        finally:
+            self._in_thread -= 1
 
     # --- peers -------------------------------------------------------------------------------------
 
@@ -401,6 +454,9 @@ class SqliteRelay:
             self._sender.close()
             self._sender = None
         self._thread.shutdown(wait=True)
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None

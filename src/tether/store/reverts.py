@@ -46,18 +46,35 @@ class ActiveWalk:
     hidden spans, so the cost is what the caller consumes plus the reverts it passes, not the history. A
     caller that knows it needs nothing below some seq raises `stop` while it iterates; no read goes below."""
 
-    def __init__(self, journal: Journal, session_id: str, last_seq: int, *, chunk: int = DEFAULT_CHUNK) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        session_id: str,
+        last_seq: int,
+        *,
+        chunk: int = DEFAULT_CHUNK,
+        newest: Sequence[Entry] = (),
+    ) -> None:
         self.journal = journal
         self.session_id = session_id
         self.last_seq = last_seq
         self.chunk = chunk
+        self.newest = newest
+        """Entries the caller already read: every stored entry from `newest[0].seq` to `last_seq`, in order
+        (a raw `tail`), walked before any read."""
         self.stop = 1
 
     async def __aiter__(self) -> AsyncIterator[Entry]:
         hi = self.last_seq  # the highest seq that may still be visible
+        newest = self.newest
         while hi >= self.stop:
-            lo = max(self.stop, hi - self.chunk + 1)
-            for entry in reversed(await self.journal.read(self.session_id, lo, hi)):
+            if newest:
+                lo = max(self.stop, newest[0].seq)
+                got, newest = newest, ()
+            else:
+                lo = max(self.stop, hi - self.chunk + 1)
+                got = await self.journal.read(self.session_id, lo, hi)
+            for entry in reversed(got):
                 if entry.seq > hi:
                     continue  # inside a span that a later revert hid
                 if entry.seq < self.stop:
@@ -74,12 +91,19 @@ async def active_tail(
     journal: Journal, session_id: str, n: int, *, last_seq: int | None = None, chunk: int | None = None
 ) -> list[Entry]:
     """The last `n` entries of the active history, in order. `last_seq` is the session's entry count when
-    the caller knows it (a session handle does), which saves reading the row."""
+    the caller knows it. Without it the walk starts from a raw `tail` (one query: the newest entries say where
+    the journal ends), not from the session's row and then a read (two)."""
+    size = chunk or max(n + 8, 64)
+    newest: list[Entry] = []
+    if last_seq is None and n > 0:
+        newest = await journal.tail(session_id, size)
+        # An empty tail is an empty session, or one whose newest entries all failed to decode: ask the row.
+        last_seq = newest[-1].seq if newest else None
     if last_seq is None:
         last_seq = (await journal.get_session(session_id)).entry_count
     out: list[Entry] = []
     if n > 0:
-        async for entry in ActiveWalk(journal, session_id, last_seq, chunk=chunk or max(n + 8, 64)):
+        async for entry in ActiveWalk(journal, session_id, last_seq, chunk=size, newest=newest):
             out.append(entry)
             if len(out) >= n:
                 break
