@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -241,14 +243,38 @@ def postgres_server() -> Iterator[str]:
         return
     # not under pytest's tmp folder: that one is private to root, and the server runs as postgres
     folder = Path(tempfile.mkdtemp(prefix="tether-pg-"))
+    watchdog: subprocess.Popen[bytes] | None = None
     try:
         url, stop = _start_cluster(folder)
+        watchdog = _watchdog(stop, folder)
         try:
             yield url
         finally:
             subprocess.run(stop, capture_output=True, timeout=120)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if watchdog is not None and watchdog.stdin is not None:
+            watchdog.stdin.close()  # its work is done: it finds nothing to stop
+            watchdog.wait(timeout=120)
+
+
+_WATCHDOG = """
+import shutil, subprocess, sys
+sys.stdin.buffer.read()  # the end of the pipe: the test session is over, or was killed
+stop, folder = sys.argv[1:-1], sys.argv[-1]
+subprocess.run(stop, capture_output=True, timeout=120)
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def _watchdog(stop: list[str], folder: Path) -> subprocess.Popen[bytes]:
+    """A process that stops the cluster and removes its folder once this test session ends, however it
+    ends: a pytest killed with SIGKILL (or a helper's whole-suite run stopped midway) otherwise leaves its
+    server running. It waits for the end of a pipe that only this process holds, in a session of its own
+    (a Ctrl-C to the terminal's process group does not stop it before it has done its work)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, *stop, str(folder)], stdin=subprocess.PIPE, start_new_session=True
+    )
 
 
 def _with_database(url: str, name: str) -> str:
