@@ -100,7 +100,6 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real S3 endpoint for the session: the one named, one already running, or one started here (Ceph's
     RADOS Gateway, about 20 s) and stopped at the end."""
     import signal
-    import subprocess
 
     named = os.environ.get(S3_ENDPOINT_ENV)
     if named:
@@ -190,7 +189,6 @@ def _free_port() -> int:
 def _start_cluster(folder: Path) -> tuple[str, list[str]]:
     """initdb + pg_ctl start in `folder` (owned by the user that runs the server); the server's URL and the
     command that stops it."""
-    import subprocess
 
     bin_dir = _postgres_bin()
     prefix = _as_postgres_user()
@@ -234,7 +232,6 @@ def postgres_server() -> Iterator[str]:
     """The URL (its `postgres` database) of a PostgreSQL server for this test session: the one named in
     TETHER_TEST_POSTGRES, or a cluster started here (initdb + pg_ctl, a few seconds) and removed at the end."""
     import shutil
-    import subprocess
     import tempfile
 
     named = os.environ.get(POSTGRES_ENV)

@@ -20,7 +20,6 @@ from ..context.engine import ContextEngine
 from ..errors import SeqConflict
 from ..events import (
     EVENT_SPAN,
-    RESERVED_OFFSET,
     Event,
     durable_events,
     first_reserved,
@@ -111,7 +110,7 @@ class RunJournal:
         `reserve_through` before the event leaves the run."""
         seq = self.last_seq
         if seq and seq == self._appended:
-            first, last = live_number(seq, 0), seq * EVENT_SPAN + RESERVED_OFFSET - 1
+            first, last = live_number(seq, 0), reserved_number(seq, 0) - 1
         else:
             first, last = reserved_number(seq, 0), span_last(seq)
         n = min(max(self._next, first), last)
