@@ -8,6 +8,7 @@ environment, and the run's journal (the runtime) redacts what it appends; neithe
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -83,8 +84,11 @@ _CREDENTIAL_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@")
 _AUTH_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential (see `SECRET_NAME_PATTERNS`)."""
+    """Whether an environment variable's name says it holds a credential (see `SECRET_NAME_PATTERNS`).
+    Remembered by name: each run looks at every variable of the environment as it starts, and matching a
+    name against every pattern was a millisecond of each run's start."""
     upper = name.upper()
     if upper.endswith(LOCATION_SUFFIXES):
         return False
@@ -96,6 +100,7 @@ def holds_credentials(value: str) -> bool:
     return bool(_CREDENTIAL_URL.match(value))
 
 
+@functools.lru_cache(maxsize=4096)
 def _matches(name: str, patterns: frozenset[str]) -> bool:
     return name in patterns or any("*" in p and fnmatch.fnmatchcase(name, p) for p in patterns)
 

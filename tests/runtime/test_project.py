@@ -114,3 +114,20 @@ async def test_a_run_without_project_reads_nothing(tmp_path: Path) -> None:
         assert provider.requests[0].system is None and provider.requests[0].tools == []
     finally:
         await store.close()
+
+
+async def test_a_run_reads_the_same_project_without_counting_its_tokens(tmp_path: Path) -> None:
+    """A run's start asks for the text and tools only; `tether context` for the account too."""
+    from tether.runtime.project import project_context
+
+    ws = workspace(tmp_path)
+    store = SqliteStore(tmp_path / "t.db")
+    try:
+        full = await project_context(store, ws, Config(), home=tmp_path / "home")
+        lean = await project_context(store, ws, Config(), home=tmp_path / "home", with_report=False)
+    finally:
+        await store.close()
+    assert lean.text == full.text and "make check" in lean.text and "deploy" in lean.text
+    assert [t.name for t in lean.tools] == [t.name for t in full.tools] == ["skill", "memory"]
+    assert lean.report == {}
+    assert full.report["instructions"][0]["tokens"] > 0 and full.report["tokens"] > 0

@@ -41,8 +41,10 @@ async def project_context(
     *,
     home: Path | None = None,
     with_tools: bool = True,
+    with_report: bool = True,
 ) -> ProjectContext:
-    """Read the instructions, skills and notes of `workspace` (see the module docstring)."""
+    """Read the instructions, skills and notes of `workspace` (see the module docstring). `with_report`:
+    what each piece costs in tokens too (`tether context`; a run's start does without the counting)."""
     out = ProjectContext()
     counter = get_counter()
     blocks: list[str] = []
@@ -56,6 +58,7 @@ async def project_context(
         files = [
             {"path": f.path, "scope": f.scope, "chars": f.chars, "cut": f.cut, "tokens": counter.count(f.text)}
             for f in found.files
+            if with_report
         ]
     skills = find_skills(workspace, home)
     out.warnings.extend(skills.warnings)
@@ -73,6 +76,8 @@ async def project_context(
         if with_tools:
             out.tools.append(MemoryTool())
     out.text = "\n\n".join(blocks)
+    if not with_report:
+        return out
     out.report = {
         "instructions": files,
         "skills": [{"name": s.name, "source": s.source, "folder": s.folder} for s in skills.skills.values()],
@@ -109,7 +114,7 @@ async def bind_project(state: RunState) -> list[Event]:
         return []
     directory = state.session.info.directory or os.getcwd()
     context = await project_context(
-        state.session.store, directory, opts.config or Config(), with_tools=opts.project_tools
+        state.session.store, directory, opts.config or Config(), with_tools=opts.project_tools, with_report=False
     )
     profile = opts.agent
     context.tools = [
