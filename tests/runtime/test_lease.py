@@ -222,3 +222,17 @@ def test_process_alive() -> None:
     child.wait()
     assert not process_alive(child.pid)
     assert not process_alive(0) and not process_alive(-5)
+
+
+async def test_without_waiting_a_lease_to_wait_for_raises_would_wait(tmp_path: Path) -> None:
+    """`acquire(wait=False)`: what the terms would wait for is `WouldWait`; what they would not is busy."""
+    from tether.runtime.lease import WouldWait
+
+    async with SqliteStore(tmp_path / "t.db") as store:
+        sid = (await store.create_session()).id
+        await store.acquire_lease(sid, "run_elsewhere", ttl=30, pid=1, host="another-machine")
+        with pytest.raises(WouldWait) as waited:
+            await RunLease(store, sid, "run_here", LeaseTerms(ttl=5, wait=10)).acquire(wait=False)
+        assert waited.value.busy.holder == "run_elsewhere"
+        with pytest.raises(SessionBusy):
+            await RunLease(store, sid, "run_here", LeaseTerms(ttl=5)).acquire(wait=False)

@@ -796,3 +796,24 @@ async def test_session_recall_answers_with_the_run_s_model(store: Store, tmp_pat
     # itself stays in the REPL's `context` variable, never in the root model's prompt
     rlm_requests = [r for r in provider.requests if not r.tools]
     assert rlm_requests and "staging database port" in rlm_requests[0].messages[0].text
+
+
+async def test_a_cancel_that_comes_while_no_task_drives_the_run_ends_it_when_one_does(
+    session: Session, store: Store
+) -> None:
+    """A run's first event may be asked for on one task (the request that opened it) and the rest on
+    another (its session's worker): a cancel another process asks for in between stops it on the second."""
+    provider = ScriptedProvider(["never said"])
+    events = session.stream("go", provider=provider, model="m")
+    first = await asyncio.create_task(anext(events))  # driven by a task that then ends
+    assert type(first).__name__ == "RunStarted"
+    assert await store.request_lease(session.id, "cancel") is not None
+    await asyncio.sleep(0.8)  # the lease's watcher looks every half second: it sees the cancel, no task drives
+    rest = await asyncio.create_task(_all(events))
+    assert isinstance(rest[-1], Error) and rest[-1].code == "cancelled", rest
+    assert "never said" not in [m.text for m in await session.messages()]
+    assert await store.get_lease(session.id) is None
+
+
+async def _all(events: Any) -> list[Any]:
+    return [e async for e in events]

@@ -320,10 +320,12 @@ async def test_sessions_nothing_uses_are_let_go_and_followed_again_from_where_th
     sid = handles[0].session_id
     second = await mgr.start(sid, "two")
     seen: list[Event] = []
-    async for event in mgr.subscribe(sid, after=second.after):
+    following = mgr.subscribe(sid, after=second.after)
+    async for event in following:
         seen.append(event)
         if isinstance(event, Done | Error):
             break
+    await following.aclose()  # type: ignore[attr-defined]
     assert isinstance(await second.result(), Done)
     assert [type(e).__name__ for e in seen if type(e).__name__ in ("RunStarted", "TextComplete", "Done")] == [
         "RunStarted",
@@ -331,7 +333,8 @@ async def test_sessions_nothing_uses_are_let_go_and_followed_again_from_where_th
         "Done",
     ]
     assert [e.text for e in seen if isinstance(e, TextComplete)] == ["answer to two"]
-    await asyncio.sleep(0)
+    for _ in range(20):  # the worker's last steps (the session's announcement)
+        await asyncio.sleep(0)
     assert mgr._sessions == {} and sid in mgr._recent and len(mgr._recent) == 2
 
 
@@ -468,3 +471,57 @@ async def test_the_activity_feed_tells_what_another_process_does_to_the_store(
     assert isinstance(seen[0], SessionCreated) and seen[0].session.id == run.session_id
     assert {i.session_id for i in seen if isinstance(i, StatusChanged)} == {run.session_id}
     await here.shutdown()
+
+
+async def test_a_prompt_to_an_idle_session_has_its_run_started_when_start_returns(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """The run is opened on the prompt's own task: its lease is held and its first event is with the
+    followers before `start` returns (under many runs, a pass of the loop sooner than from a new task)."""
+    mgr = manager(store, tmp_path, ScriptedProvider(steps(1, "slow", seconds=0.05)))
+    sid = (await store.create_session(directory=str(tmp_path))).id
+    following = mgr.subscribe_batches(sid, after=0)
+    reading = asyncio.ensure_future(anext(following))
+    await asyncio.sleep(0)  # the follower waits on its queue
+    handle = await mgr.start(sid, "go")
+    lease = await store.get_lease(sid)
+    assert lease is not None and lease.holder.startswith("run_")
+    assert await mgr.status(sid) == "running"
+    batch = await asyncio.wait_for(reading, 5)
+    assert type(batch[0]).__name__ == "RunStarted" and batch[0].n > handle.after
+    assert isinstance(await handle.result(), Done)
+    await following.aclose()
+
+
+async def _taken_after_the_look(mgr: SessionManager, store: SqliteStore, sid: str) -> None:
+    """Another process takes the session's lease just after `start` looked (and found it free)."""
+
+    async def free(session_id: str) -> None:
+        await store.acquire_lease(sid, "edit_elsewhere", ttl=60.0)
+
+    mgr._busy = free  # type: ignore[method-assign,assignment]
+
+
+async def test_a_prompt_whose_lease_must_be_waited_for_returns_and_its_run_waits(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """Opening on the prompt's task never waits for a lease there: the worker waits, as the terms say."""
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: "ok"))
+    sid = (await store.create_session(directory=str(tmp_path))).id
+    await _taken_after_the_look(mgr, store, sid)
+    handle = await mgr.start(sid, "go", wait=30.0)  # returns while the lease is still held elsewhere
+    assert not handle.finished
+    await store.release_lease(sid, "edit_elsewhere")
+    assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+    assert [m.text for m in await (await _messages(store, sid))] == ["go", "ok"]
+
+
+async def test_a_run_opened_on_its_prompts_task_fails_as_any_run_does(store: SqliteStore, tmp_path: Path) -> None:
+    """A lease held elsewhere with no wait: the run ends with the busy error, reported by the worker."""
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: "ok"))
+    sid = (await store.create_session(directory=str(tmp_path))).id
+    await _taken_after_the_look(mgr, store, sid)
+    handle = await mgr.start(sid, "go")
+    result = await asyncio.wait_for(handle.result(), 10)
+    assert isinstance(result, Error) and result.code == SessionBusy.code
+    assert await store.read(sid) == [] and await mgr.status(sid) != "running"

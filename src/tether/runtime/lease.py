@@ -29,6 +29,15 @@ WAIT_POLL = 0.05
 to one worker of a server while another worker's run ends starts within this of that end."""
 
 
+class WouldWait(Exception):
+    """The lease is held by another run and the terms say to wait for it, which the caller said not to do
+    (`RunLease.acquire(wait=False)`). Not a `TetherError`: it never leaves the runtime."""
+
+    def __init__(self, busy: SessionBusy) -> None:
+        super().__init__(str(busy))
+        self.busy = busy
+
+
 @dataclass(frozen=True)
 class LeaseTerms:
     """How a run holds its session: `ttl` seconds at a time, renewed at a third of it; and how long to wait
@@ -81,7 +90,9 @@ class RunLease:
         self.lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def acquire(self, on_wait: Callable[[SessionBusy], None] | None = None) -> Lease:
+    async def acquire(self, on_wait: Callable[[SessionBusy], None] | None = None, *, wait: bool = True) -> Lease:
+        """Take the session's lease, waiting for it as the terms say; with `wait` False, a lease the terms
+        would wait for raises `WouldWait` instead (one they would not wait for is a `SessionBusy`)."""
         deadline = None if self.terms.wait is None else time.monotonic() + self.terms.wait
         told = False
         dead: str | None = None
@@ -101,6 +112,8 @@ class RunLease:
                     continue
                 if deadline is None or time.monotonic() >= deadline:
                     raise
+                if not wait:
+                    raise WouldWait(busy) from None
                 if on_wait is not None and not told:
                     on_wait(busy)
                     told = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from .. import markers
 from ..config import Config
@@ -83,6 +83,15 @@ class AgentRun:
         self.admit: Callable[[], Awaitable[None]] | None = None
         """Called once the run holds its session's lease, before it reads or journals anything: what raises
         there ends the run with no event (a queued prompt that another run took already: `queued.admit`)."""
+        self.open_now = False
+        """The run is being opened on the task of the request that started it (`SessionManager.start`): a
+        lease that the terms would wait for raises `lease.WouldWait` instead of keeping that task; the
+        session's worker then begins the run again, and waits."""
+        self._task: asyncio.Task[object] | None = None
+        """The task that drives the run now (None while it waits at a `yield` to be asked for more): the
+        one a cancel from another process stops. The first event may be asked for on one task and the
+        rest on another (see `open_now`)."""
+        self._stop_pending = False
 
     def pause(self) -> None:
         """Stop at the next step boundary (a checkpoint, the session marked paused)."""
@@ -150,11 +159,26 @@ class AgentRun:
         """Run the loop and yield its events (see `_events`). The run's one outlet: a live number leaves
         only once it is reserved in the store (`RunJournal.reserve_through`), so no later process gives
         it again."""
-        async for event in self._events(prompt):
-            state = self.state
-            if state is not None and event.session_id == state.session_id:
-                await state.journal.reserve_through(event.n)
-            yield event
+        self._task = asyncio.current_task()
+        inner = self._events(prompt)
+        try:
+            event = await anext(inner)
+            while True:
+                state = self.state
+                if state is not None and event.session_id == state.session_id:
+                    await state.journal.reserve_through(event.n)
+                self._task = None
+                yield event
+                self._task = asyncio.current_task()
+                if self._stop_pending:  # stopped while no task drove it: cancelled where it stands
+                    self._stop_pending = False
+                    event = await inner.athrow(asyncio.CancelledError())
+                else:
+                    event = await anext(inner)
+        except StopAsyncIteration:
+            return
+        finally:
+            await inner.aclose()
 
     async def stopped(self, code: str, message: str) -> Error:
         """The end of this run when its task was stopped from outside (the manager cancelled it): numbered
@@ -165,7 +189,7 @@ class AgentRun:
         n = await state.journal.reserve_through(state.journal.next_number())
         return Error(session_id=self.session.id, n=n, code=code, message=message)
 
-    async def _events(self, prompt: str | Message | None) -> AsyncIterator[Event]:
+    async def _events(self, prompt: str | Message | None) -> AsyncGenerator[Event, None]:
         """Run the loop and yield its events. The run holds its session's lease from before its first read
         to its end (`RunOptions.lease`): another run on the session is a `SessionBusy` (or waits, as the
         terms say). A cancel another process asks for ends the run here with an `Error` (code
@@ -173,8 +197,8 @@ class AgentRun:
         lease = None
         if self.options.lease is not None:
             lease = RunLease(self.session.store, self.session.id, self.run_id, self.options.lease)
-            await lease.acquire(self.options.on_lease_wait)
-            lease.watch(self._requested(asyncio.current_task()), self._lost(asyncio.current_task()))
+            await lease.acquire(self.options.on_lease_wait, wait=not self.open_now)
+            lease.watch(self._requested, self._lost)
         try:
             if self.admit is not None:
                 await self.admit()
@@ -235,23 +259,26 @@ class AgentRun:
         if self.options.pacer is not None:
             await self.options.pacer.turn()
 
-    def _requested(self, task: asyncio.Task[object] | None) -> Callable[[LeaseRequest], None]:
-        def on_request(request: LeaseRequest) -> None:
-            if request == "pause":
-                self._pause_requested = True
-            elif self._stopped is None and task is not None:
-                self._stopped = "cancelled from another process"
-                task.cancel()
+    def _requested(self, request: LeaseRequest) -> None:
+        """What another process asked of the run through its lease: a pause, or a cancel."""
+        if request == "pause":
+            self._pause_requested = True
+        else:
+            self._stop("cancelled from another process")
 
-        return on_request
+    def _lost(self, lost: LeaseLost) -> None:
+        self._stop(f"lost the session: {lost}")
 
-    def _lost(self, task: asyncio.Task[object] | None) -> Callable[[LeaseLost], None]:
-        def on_lost(lost: LeaseLost) -> None:
-            if self._stopped is None and task is not None:
-                self._stopped = f"lost the session: {lost}"
-                task.cancel()
-
-        return on_lost
+    def _stop(self, why: str) -> None:
+        """Stop the run from outside (its lease says so): its task is cancelled, and the run ends with an
+        `Error` saying `why`. A run that waits at a `yield` is cancelled when it is next asked for more."""
+        if self._stopped is not None:
+            return
+        self._stopped = why
+        if self._task is not None and not self.open_now:
+            self._task.cancel()
+        else:  # (not the task of a request that opens it: the worker cancels itself as it takes over)
+            self._stop_pending = True
 
     async def _run(self, prompt: str | Message | None) -> AsyncIterator[Event]:
         state = self.state = await self._start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -16,7 +17,7 @@ from ..messages import Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
 from .activity import Activity, ActivityFeed, ApprovalPending, ApprovalSettled
-from .launch import LaunchPlan, Resolver, RunRequest
+from .launch import LaunchedRun, LaunchPlan, Resolver, RunRequest
 from .loop import AgentRun
 from .mcp import ProcessServers
 from .pacing import Pacer
@@ -96,6 +97,19 @@ class _Subscriber:
 
 
 @dataclass
+class _Opening:
+    """A run opened on its request's task (`Queueing._open_now`), for the session's worker to go on with."""
+
+    launched: LaunchedRun | None = None
+    events: AsyncIterator[Event] | None = None
+    """The run's events after `first` (None: not begun, as its lease must be waited for; or it failed)."""
+    first: Event | None = None
+    failure: BaseException | None = None
+    claimed: bool = False
+    """The run is claimed in the relay already (`Mesh.run_started`)."""
+
+
+@dataclass
 class _Session:
     """What the manager keeps of one session: its prompts waiting, the run in progress and the prompts
     steered into it, its subscribers."""
@@ -110,11 +124,14 @@ class _Session:
     subscribers: set[_Subscriber] = field(default_factory=set)
     last_n: int = 0
     boundaries: deque[Event] = field(default_factory=lambda: deque(maxlen=4))
+    """The latest runs' starts and ends (live events): what a subscriber brought back through the journal
+    must not miss, or it would not know a run ended."""
     pull: bool = False
     """Another process queued prompts for the session in the store (the relay said so, or a takeover):
     its worker reads the queue after the run in progress."""
-    """The latest runs' starts and ends (live events): what a subscriber brought back through the journal
-    must not miss, or it would not know a run ended."""
+    opening: asyncio.Future[_Opening] | None = None
+    """The run of the first waiting prompt, opened on that prompt's task (`Queueing.start`): the worker
+    waits for it, then goes on with it."""
 
 
 @dataclass
@@ -152,7 +169,7 @@ class Relaying(Protocol):
     async def answer(self, session_id: str, call_id: str, answer: Answer) -> None: ...
     async def control(self, session_id: str, what: str) -> None: ...
     async def run_started(self, session_id: str) -> None: ...
-    async def run_ended(self, session_id: str) -> None: ...
+    async def run_ended(self, session_id: str, *, again: Callable[[], bool] | None = None) -> None: ...
     async def queued(self, session_id: str, prompt_id: int) -> None: ...
     def ran(self, session_id: str, prompt_id: int, outcome: Done | Error) -> None: ...
 

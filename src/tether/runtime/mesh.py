@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -169,8 +170,12 @@ class Mesh:
         if self.others:
             self._post(RelayPost("ran", session_id, prompt_id, event_json(outcome)))
 
-    async def run_ended(self, session_id: str) -> None:
+    async def run_ended(self, session_id: str, *, again: Callable[[], bool] | None = None) -> None:
+        """Give the session's claim back once the run's last events are posted; unless `again()` says by then
+        that a new run of it began here (a prompt's task opened it and claimed it meanwhile)."""
         await self._drain()  # the run's last events are posted before its claim goes
+        if again is not None and again():
+            return
         try:
             await self.relay.release_run(session_id)
         except TetherError:

@@ -20,20 +20,22 @@ import functools
 import logging
 import os
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
 import msgspec
 
 from ..errors import InvalidInput, SessionBusy, TetherError
-from ..events import Done, Error, live_number
+from ..events import Done, Error, Event, live_number
 from ..messages import Message
 from ..store.records import QueuedPrompt, SessionInfo
 from . import queued
 from .activity import SessionCreated, SessionUpdated, StatusChanged
 from .journal import stray_number
 from .launch import LaunchedRun, LaunchPlan, check_request, open_run
-from .manager_base import ManagerBase, RunHandle, Status, _Approver, _Session
+from .lease import WouldWait
+from .manager_base import ManagerBase, RunHandle, Status, _Approver, _Opening, _Session
 
 log = logging.getLogger("tether.runtime")
 
@@ -137,11 +139,54 @@ class Queueing(ManagerBase):
         if entry.run is not None or len(entry.waiting) > 1 or forward:
             handle.queued = True
             await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
+        loop = asyncio.get_running_loop()
+        # (a worker that is ending its last run looks at `waiting` again before it ends: it goes on with this)
+        idle = entry.opening is None and entry.run is None and not self._closing
+        if idle and not handle.queued and handle.queued_id is None:  # opened here, up to its first event
+            opening = entry.opening = loop.create_future()
+            opened = _Opening(first)
+            try:
+                await self._open_now(entry, handle, opened)
+            finally:
+                opening.set_result(opened)  # for the worker: a new one, or one ending its last run
+                if entry.worker is None or entry.worker.done():
+                    entry.worker = loop.create_task(self._work(entry, None), name=f"tether session {session_id}")
+            await asyncio.sleep(0)  # the worker has taken the run over before the caller can cancel it
+            return handle
         if entry.worker is None or entry.worker.done():
-            entry.worker = asyncio.get_running_loop().create_task(
-                self._work(entry, first), name=f"tether session {session_id}"
-            )
+            entry.worker = loop.create_task(self._work(entry, first), name=f"tether session {session_id}")
         return handle
+
+    async def _open_now(self, entry: _Session, handle: RunHandle, opened: _Opening) -> None:
+        """Open the prompt's run on the caller's task, up to its first event, which the followers get now;
+        the session's worker goes on with it (`opened`). Under many runs a new task's first turn comes a
+        pass of the loop later, and the run's start was one pass of all the others' work behind the
+        prompt. A failure, or a lease to wait for, is left to the worker: it reports it, or waits, as for
+        any run."""
+        try:
+            if self.mesh is not None:
+                await self.mesh.run_started(entry.session_id)
+                opened.claimed = True
+            launched = opened.launched or await open_run(self.store, handle.plan, info=handle.info)
+            opened.launched = launched
+            handle.info = None  # a later run of the session reads it afresh
+            entry.run = launched.run
+            await self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
+            launched.run.open_now = True
+            events = launched.events()
+            try:
+                first = await anext(events)
+            except WouldWait:  # the generator is done: the worker begins the run again, and waits
+                return
+            finally:
+                launched.run.open_now = False
+            opened.events, opened.first = events, first
+            self._publish(entry, first)
+        except Exception as exc:  # the worker reports it as the run's end (`_run_waiting`)
+            opened.failure = exc
+        except asyncio.CancelledError:  # the request went away halfway: the worker ends the run
+            opened.failure = TetherError("the run's start was interrupted")
+            raise
 
     def _run_fields(self, session_id: str | None, fields: dict[str, Any]) -> _Approver | None:
         """Add what this manager gives every run it starts to `fields`: its pacer, its MCP servers, and (unless
@@ -271,11 +316,15 @@ class Queueing(ManagerBase):
 
     async def _work(self, entry: _Session, first: LaunchedRun | None) -> None:
         """Run the session's waiting prompts one after another, publishing their events; then what other
-        processes queued for it meanwhile (`entry.pull`)."""
+        processes queued for it meanwhile (`entry.pull`). A run that a prompt's task opened (`_open_now`,
+        `entry.opening`) is gone on with."""
         mesh = self.mesh
         try:
             while True:
-                if mesh is not None:  # the other processes know who runs it (and take it over if this one dies)
+                opening = entry.opening
+                claimed = opening is not None and opening.done() and opening.result().claimed
+                if mesh is not None and not claimed:
+                    # the other processes know who runs it (and take it over if this one dies)
                     await mesh.run_started(entry.session_id)
                 try:
                     while True:
@@ -286,8 +335,8 @@ class Queueing(ManagerBase):
                         await self._pull(entry)
                 finally:
                     first = None
-                    if mesh is not None:
-                        await asyncio.shield(mesh.run_ended(entry.session_id))
+                    if mesh is not None:  # (unless a prompt's task opened a new run and claimed it again)
+                        await asyncio.shield(mesh.run_ended(entry.session_id, again=lambda: entry.opening is not None))
                 if mesh is not None and not entry.waiting:
                     # a prompt queued by another process as the claim went: that process saw the claim (so
                     # it left the prompt to this one) and posted to the relay before it looked
@@ -302,19 +351,43 @@ class Queueing(ManagerBase):
 
     async def _run_waiting(self, entry: _Session, first: LaunchedRun | None) -> None:
         while entry.waiting:
-            if entry.pull and first is None:  # queued elsewhere meanwhile: it may come before some held here
-                await self._pull(entry)
+            if entry.pull and first is None and entry.opening is None:
+                await self._pull(entry)  # queued elsewhere meanwhile: it may come before some held here
             handle = entry.waiting[0]
             outcome: Done | Error | None = None
             ended: SessionInfo | None = None
             try:
-                launched, first = first or await open_run(self.store, handle.plan, info=handle.info), None
-                handle.info = None  # a later run of the session reads it afresh
-                if handle.queued_id is not None:
-                    launched.run.admit = functools.partial(queued.admit, self.store, entry.session_id, handle.queued_id)
-                entry.run = launched.run
-                await self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
-                async for event in launched.events():
+                opened: _Opening | None = None
+                if entry.opening is not None:  # the first waiting: its prompt's task opens its run, or did
+                    opened = await entry.opening
+                    entry.opening = None
+                events: AsyncIterator[Event]
+                if opened is not None and opened.launched is not None:
+                    begun, opened, first = opened, None, None
+                    launched = begun.launched
+                    assert launched is not None
+                    if begun.failure is not None:
+                        if begun.events is not None:
+                            await begun.events.aclose()  # type: ignore[attr-defined]
+                        raise begun.failure
+                    events = begun.events if begun.events is not None else launched.events()
+                    if isinstance(begun.first, Done | Error) and begun.first.session_id == entry.session_id:
+                        outcome = begun.first
+                else:
+                    if opened is not None and opened.failure is not None:
+                        failure, opened = opened.failure, None
+                        raise failure
+                    opened = None
+                    launched, first = first or await open_run(self.store, handle.plan, info=handle.info), None
+                    handle.info = None  # a later run of the session reads it afresh
+                    if handle.queued_id is not None:
+                        launched.run.admit = functools.partial(
+                            queued.admit, self.store, entry.session_id, handle.queued_id
+                        )
+                    entry.run = launched.run
+                    await self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
+                    events = launched.events()
+                async for event in events:
                     self._publish(entry, event)
                     if isinstance(event, Done | Error) and event.session_id == entry.session_id:
                         outcome = event
@@ -387,7 +460,15 @@ class Queueing(ManagerBase):
                 status = await self.status(session_id)
             else:
                 here = self._sessions.get(session_id)
-                status = "queued" if here is not None and here.waiting else "idle"
+                status = (
+                    "idle"
+                    if here is None
+                    else "running"
+                    if here.run is not None
+                    else "queued"
+                    if here.waiting
+                    else "idle"
+                )
                 status = "paused" if status == "idle" and info.state == "paused" else status
             await self.announce(SessionUpdated(session=info))
             await self.activity.publish(StatusChanged(session_id=session_id, status=status))
