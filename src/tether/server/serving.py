@@ -5,6 +5,7 @@ events went out, and the store is closed."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 from collections.abc import Callable
@@ -36,6 +37,14 @@ class TetherServer(uvicorn.Server):
         )
         super().__init__(config)
         self.app = app
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        # What the process holds once it is up (its modules, the app, the store's caches) lives as long as
+        # it does: out of the collector's sight. Every full collection walked all of it with the whole server
+        # stopped: 60-80 ms each, five in five seconds of fifty runs (bench/server.py); 20-50 ms without it.
+        gc.collect()
+        gc.freeze()
 
     async def shutdown(self, sockets: Any = None) -> None:
         state: ServerState | None = getattr(self.app.state, "tether", None)
