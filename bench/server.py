@@ -401,16 +401,23 @@ class Poster:
     theirs: under load, httpx's own awaits in this busy process (200 streams) were a third of the first-event
     figure before the request reached the server."""
 
+    IDLE = 2.0
+    """Seconds a connection is kept unused before a new one is opened instead (uvicorn closes one idle for 5)."""
+
     def __init__(self, base_url: str) -> None:
         self.host, self.port = host_port(base_url)
-        self.conns: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self.conns: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = {}
 
     async def post(self, session: str, text: str) -> tuple[int, dict[str, Any]]:
-        conn = self.conns.get(session)
+        conn = self.conns.pop(session, None)
+        if conn is not None and time.monotonic() - conn[2] > self.IDLE:
+            conn[1].close()
+            conn = None
         if conn is None:
-            conn = self.conns[session] = await asyncio.open_connection(self.host, self.port)
-            conn[1].get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader, writer = conn
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            reader, writer, _ = conn
         body = json.dumps({"prompt": text}).encode()
         writer.write(
             f"POST /sessions/{session}/prompt HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
@@ -430,12 +437,8 @@ class Poster:
         if length is None:
             raise BenchError(f"POST prompt: no Content-Length in {head[:300]!r}")
         answer = await reader.readexactly(length)
+        self.conns[session] = (reader, writer, time.monotonic())
         return status, json.loads(answer)
-
-    async def close(self) -> None:
-        for _, writer in self.conns.values():
-            writer.close()
-        self.conns.clear()
 
 
 _POSTERS: dict[str, Poster] = {}
