@@ -401,23 +401,29 @@ class Poster:
     theirs: under load, httpx's own awaits in this busy process (200 streams) were a third of the first-event
     figure before the request reached the server."""
 
-    IDLE = 2.0
+    IDLE = 4.0
     """Seconds a connection is kept unused before a new one is opened instead (uvicorn closes one idle for 5)."""
 
     def __init__(self, base_url: str) -> None:
         self.host, self.port = host_port(base_url)
         self.conns: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = {}
 
-    async def post(self, session: str, text: str) -> tuple[int, dict[str, Any]]:
+    async def ready(self, session: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The session's connection, opened now if it has none (or none it may still use): before the
+        prompt's clock starts, as a client's pool would hold one."""
         conn = self.conns.pop(session, None)
-        if conn is not None and time.monotonic() - conn[2] > self.IDLE:
+        if conn is not None and time.monotonic() - conn[2] <= self.IDLE:
+            return conn[0], conn[1]
+        if conn is not None:
             conn[1].close()
-            conn = None
-        if conn is None:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        else:
-            reader, writer, _ = conn
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return reader, writer
+
+    async def post(
+        self, session: str, text: str, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> tuple[int, dict[str, Any]]:
+        reader, writer = conn
         body = json.dumps({"prompt": text}).encode()
         writer.write(
             f"POST /sessions/{session}/prompt HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
@@ -448,8 +454,9 @@ async def tether_prompt(client: httpx.AsyncClient, session: str, text: str, stre
     """POST the prompt (on the `Poster` of `client`'s server) and wait for its run's end at every stream."""
     poster = _POSTERS.setdefault(str(client.base_url), Poster(str(client.base_url)))
     ends = [s.ends for s in streams]
+    conn = await poster.ready(session)
     t0 = time.time()
-    status, answer = await poster.post(session, text)
+    status, answer = await poster.post(session, text, conn)
     if status != 202:
         raise BenchError(f"POST prompt: {status} {str(answer)[:300]}")
     prompted = Prompted(session, t0, int(answer["after"]), streams)
