@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -815,5 +816,5 @@ async def test_a_cancel_that_comes_while_no_task_drives_the_run_ends_it_when_one
     assert await store.get_lease(session.id) is None
 
 
-async def _all(events: Any) -> list[Any]:
+async def _all(events: AsyncIterator[Event]) -> list[Event]:
     return [e async for e in events]
