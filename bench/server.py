@@ -17,9 +17,10 @@ Figures:
   just before COMMIT. Server and clients are on one machine, so the clocks are the same clock. Live events
   (text deltas, run start/end) are delivered too but have no commit time, so they are not in the sample.
 - `prompt_first_event_p50_ms`, `_p95_ms` (target p50 <= 20): from just before `POST
-  /sessions/{id}/prompt` is sent (a raw keep-alive connection per session: httpx's own awaits in this process,
-  busy with 200 streams, put 5-10 ms before the request even left it) to the first frame of that run at each of
-  the session's clients, under the load above. `prompt_first_event_idle_p50_ms`: the same, one session, one client, nothing else running.
+  /sessions/{id}/prompt` is sent (on a raw keep-alive connection per session: with httpx, the time from there
+  to the server reading the request was 12 ms p50, httpx's own awaits in this process busy with 200 streams
+  and the server's wait for its next poll together) to the first frame of that run at each of the session's
+  clients, under the load above. `prompt_first_event_idle_p50_ms`: the same, one session, one client, nothing else running.
 - `unpaced_*`, `pacing_ratio_*`: the main load again, on a server whose runs do not take turns
   (`SessionManager(pace=False)`; `--no-baseline` skips it), and the ratios paced / unpaced of the
   first-event p50, the commit -> client p99 and the time the runs took (below 1: pacing helps).
@@ -398,8 +399,7 @@ class Prompted:
 
 class Poster:
     """`POST /sessions/{id}/prompt` on a raw keep-alive connection per session, as the event streams read
-    theirs: under load, httpx's own awaits in this busy process (200 streams) were a third of the first-event
-    figure before the request reached the server."""
+    theirs (see the module docstring: httpx's own awaits in this busy process were part of the figure)."""
 
     IDLE = 4.0
     """Seconds a connection is kept unused before a new one is opened instead (uvicorn closes one idle for 5)."""
