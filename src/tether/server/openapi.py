@@ -43,7 +43,14 @@ ERROR_DESCRIPTIONS = {
     502: "The model provider failed (`provider_error` & co.)",
     503: "The store is busy or unavailable (`store_busy`, `store_unavailable`)",
 }
-COMMON_ERRORS = (401, 403, 500, 503)
+COMMON_ERRORS = (400, 401, 403, 500, 503)
+HTTP_LAYER_400 = {
+    "schema": {
+        "type": "string",
+        "description": "A request the HTTP layer cannot parse (a bad character in its line or a header): the server "
+        "answers it itself, in plain text, before any route sees it",
+    }
+}
 
 
 @dataclass
@@ -148,6 +155,8 @@ def build_openapi(app: FastAPI, routes: Routes, *, extra_types: tuple[Any, ...] 
             if status in answers:  # an error that may also come as another media type (a page for a browser)
                 entry["description"] = answers[status].description
                 entry["content"].update(responses[str(status)]["content"])
+            if status == 400:
+                entry["content"]["text/plain"] = HTTP_LAYER_400
             responses[str(status)] = entry
     spec["components"].setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
     spec["security"] = [{"bearer": []}, {}]
