@@ -362,22 +362,16 @@ class Queueing(ManagerBase):
                     opened = await entry.opening
                     entry.opening = None
                 events: AsyncIterator[Event]
+                if opened is not None and opened.failure is not None:
+                    if opened.events is not None:
+                        await opened.events.aclose()  # type: ignore[attr-defined]
+                    raise opened.failure
                 if opened is not None and opened.launched is not None:
-                    begun, opened, first = opened, None, None
-                    launched = begun.launched
-                    assert launched is not None
-                    if begun.failure is not None:
-                        if begun.events is not None:
-                            await begun.events.aclose()  # type: ignore[attr-defined]
-                        raise begun.failure
-                    events = begun.events if begun.events is not None else launched.events()
-                    if isinstance(begun.first, Done | Error) and begun.first.session_id == entry.session_id:
-                        outcome = begun.first
+                    launched, first = opened.launched, None
+                    events = opened.events if opened.events is not None else launched.events()
+                    if isinstance(opened.first, Done | Error) and opened.first.session_id == entry.session_id:
+                        outcome = opened.first
                 else:
-                    if opened is not None and opened.failure is not None:
-                        failure, opened = opened.failure, None
-                        raise failure
-                    opened = None
                     launched, first = first or await open_run(self.store, handle.plan, info=handle.info), None
                     handle.info = None  # a later run of the session reads it afresh
                     if handle.queued_id is not None:
@@ -460,16 +454,12 @@ class Queueing(ManagerBase):
                 status = await self.status(session_id)
             else:
                 here = self._sessions.get(session_id)
-                status = (
-                    "idle"
-                    if here is None
-                    else "running"
-                    if here.run is not None
-                    else "queued"
-                    if here.waiting
-                    else "idle"
-                )
-                status = "paused" if status == "idle" and info.state == "paused" else status
+                if here is not None and here.run is not None:  # a prompt's task opened the next run already
+                    status = "running"
+                elif here is not None and here.waiting:
+                    status = "queued"
+                else:
+                    status = "paused" if info.state == "paused" else "idle"
             await self.announce(SessionUpdated(session=info))
             await self.activity.publish(StatusChanged(session_id=session_id, status=status))
         except TetherError:  # deleted meanwhile, or a store that fails: the feed is a courtesy
