@@ -517,3 +517,16 @@ def test_a_path_with_a_nul_byte_is_decided_on_as_written(ws: Path) -> None:
     assert decide(Rules(), "read", ws, path="~\x00/.ssh/id_rsa") == "allow"  # inside the workspace, as written
     assert bash(rules(allow=["bash(cat *)"]), "cat <notes\x00 >out.txt", ws) == "allow"
     assert bash(rules(allow=["bash(cat *)"]), "cat <notes\x00 >/etc/x", ws) == "ask"
+
+
+def test_rules_parsed_once_are_the_same_rules_and_a_bad_one_fails_every_time() -> None:
+    first = parse_rules(["bash(git status*)", "read"], "allow", "here")
+    again = parse_rules(("bash(git status*)", "read"), "allow", "here")
+    assert first == again and first is not again  # a list of its own for each caller
+    assert parse_rules(["read"], "deny", "here")[0].action == "deny"  # the action is part of what is kept
+    assert parse_rules(["read"], "allow", "there")[0].source == "there"
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="the pattern in the parentheses is empty"):
+            parse_rules(["bash()"], "allow", "here")
+    with pytest.raises(InvalidInput):
+        parse_rules([42], "allow", "here")  # type: ignore[list-item]

@@ -129,16 +129,18 @@ def spec_from_config(name: str, table: McpServerConfig, source: str) -> ServerSp
     )
 
 
-def read_mcp_json(path: Path) -> dict[str, McpServerConfig]:
+def read_mcp_json(path: Path, raw: bytes | None = None) -> dict[str, McpServerConfig]:
     """The servers of a Claude Code ``.mcp.json`` (``{"mcpServers": {NAME: {command, args, env} | {type:
     "http", url, headers}}}``), as ``[mcp.NAME]`` tables. None there: empty. A file that is not that shape is
-    a `ConfigError` naming it and the server, as is an entry of a kind tether does not speak (``sse``)."""
-    try:
-        raw = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    a `ConfigError` naming it and the server, as is an entry of a kind tether does not speak (``sse``).
+    `raw`: the file's bytes, already read."""
+    if raw is None:
+        try:
+            raw = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from exc
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -21,7 +21,7 @@ from ..context.budget import ContextSettings
 from ..errors import ConfigError, InvalidInput
 from ..paths import config_path
 from ..tools.sandbox import Sandbox, SandboxPolicy
-from . import audit
+from . import audit, filecache
 from .rules import Rules, layered
 from .trust import ConfirmProject, accept, accept_rules, pending_change, withheld
 
@@ -60,13 +60,19 @@ def project_config_path(workspace: str | os.PathLike[str]) -> Path:
 def load_project_permissions(workspace: str | os.PathLike[str]) -> PermissionsConfig | None:
     """The ``[permissions]`` of the workspace's ``.tether/config.toml``, or None without one. A project file
     holds nothing else (providers, models and keys are the user's), and cannot turn approvals off
-    (``mode = "bypass"`` is the user's to choose): either is a `ConfigError` naming the file."""
+    (``mode = "bypass"`` is the user's to choose): either is a `ConfigError` naming the file. Read again only
+    when the file changed (`filecache`): every run's start asks."""
     path = project_config_path(workspace)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
+        return filecache.parsed(path, _project_permissions)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+
+
+def _project_permissions(path: Path, raw: bytes) -> PermissionsConfig:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from exc
     config = parse_config(text, source=str(path))
     empty = Config()

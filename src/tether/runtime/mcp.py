@@ -32,7 +32,7 @@ from ..paths import config_path
 from ..redaction import config_secrets
 from ..tools.deferred import DEFAULT_SHARE, ToolSearchTool, defer
 from ..tools.sandbox import Sandbox
-from . import audit
+from . import audit, filecache
 from .configuration import project_config_path, run_sandbox, write_config
 
 if TYPE_CHECKING:
@@ -90,20 +90,36 @@ def configured_servers(
 
 
 def _workspace_tables(workspace: Path) -> list[tuple[str, McpServerConfig, str]]:
+    """The servers of the workspace's ``.mcp.json`` and ``.tether/config.toml`` (each file read again only
+    when it changed: every run's start asks)."""
     out: list[tuple[str, McpServerConfig, str]] = []
     path = workspace / MCP_JSON
-    for name, table in read_mcp_json(path).items():
+    try:
+        servers = filecache.parsed(path, _mcp_json)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    for name, table in (servers or {}).items():
         out.append((name, table, str(path)))
     project = project_config_path(workspace)
     try:
-        text = project.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return out
-    except (OSError, UnicodeDecodeError) as exc:
+        tables = filecache.parsed(project, _project_servers)
+    except OSError as exc:
         raise ConfigError(f"{project}: cannot read config: {exc}") from exc
-    for name, table in parse_config(text, source=str(project)).mcp.items():
+    for name, table in (tables or {}).items():
         out.append((name, table, str(project)))
     return out
+
+
+def _mcp_json(path: Path, raw: bytes) -> dict[str, McpServerConfig]:
+    return read_mcp_json(path, raw)
+
+
+def _project_servers(path: Path, raw: bytes) -> dict[str, McpServerConfig]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+    return dict(parse_config(text, source=str(path)).mcp)
 
 
 def open_mcp(config: Config, workspace: str | os.PathLike[str] | None) -> McpManager | None:

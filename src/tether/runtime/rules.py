@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -69,7 +69,17 @@ def parse_rule(text: str, action: Action, source: str = "") -> Rule:
 
 
 def parse_rules(texts: Iterable[str], action: Action, source: str) -> list[Rule]:
-    return [parse_rule(text, action, source) for text in texts]
+    texts = tuple(texts)
+    if all(type(text) is str for text in texts):
+        return list(_parsed(texts, action, source))
+    return [parse_rule(text, action, source) for text in texts]  # what is not a string fails there
+
+
+@lru_cache(maxsize=1024)
+def _parsed(texts: tuple[str, ...], action: Action, source: str) -> tuple[Rule, ...]:
+    """The rules of `texts`, parsed once: every run's start parses the same few layers again (a rule is
+    frozen, so the same ones serve every run)."""
+    return tuple(parse_rule(text, action, source) for text in texts)
 
 
 def check_mode(mode: str, source: str = "") -> Mode:
@@ -177,6 +187,9 @@ class Rules:
     unconfined: str | None = None
     """Why no sandbox can confine commands here, when one was asked for: every ``bash`` call then asks a
     person, in every mode (rather than run with the user's full reach unseen)."""
+    _workspaces: dict[Path, Path] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The workspaces decided in, made canonical once for these rules (a run's: each of its tool calls
+    is decided in the same one)."""
 
     def adding(self, rules: Iterable[Rule]) -> Rules:
         return replace(self, rules=(*self.rules, *rules))
@@ -207,10 +220,18 @@ class Rules:
             return own
         return strictest(own, self.ceiling.decide(tool, arguments, read_only=read_only, workspace=workspace))
 
+    def _canonical(self, workspace: Path) -> Path:
+        canonical = self._workspaces.get(workspace)
+        if canonical is None:
+            if len(self._workspaces) >= 16:
+                self._workspaces.clear()
+            canonical = self._workspaces[workspace] = workspace.expanduser().resolve()
+        return canonical
+
     def _decide(self, tool: str, arguments: Any, *, read_only: bool, workspace: Path) -> Permission:
         if self.mode == "plan" and not (read_only or tool in HARMLESS_TOOLS):
             return Permission(False, f"plan mode runs read-only tools only, and {tool} is not one")
-        workspace = workspace.expanduser().resolve()
+        workspace = self._canonical(workspace)
         decided = [
             self._decide_check(check, workspace) for check in self._checks(tool, arguments, read_only, workspace)
         ]
@@ -329,7 +350,7 @@ class Rules:
         """The rules that would allow this call from now on (what "always" saves): for a command, one per
         part that is not allowed already, as narrow as a command and its subcommand (``bash(git push*)``);
         for a file, its path; for another tool, the tool."""
-        workspace = workspace.expanduser().resolve()
+        workspace = self._canonical(workspace)
         out: list[str] = []
         for check in self._checks(tool, arguments, read_only, workspace):
             if self._decide_check(check, workspace).action == "allow":

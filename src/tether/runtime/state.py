@@ -159,6 +159,8 @@ class RunState:
     secrets: SecretPolicy = field(init=False)
     rules: Rules | None = field(init=False)
     """The run's rules with the session's own (those an "always, in this session" added)."""
+    _workspace: tuple[str, Path] | None = field(default=None, init=False, repr=False)
+    """The session's directory and its canonical path, resolved once per run (`tool_context`)."""
 
     def __post_init__(self) -> None:
         # read once, as the run starts: the secrets of the environment tether runs in, and those that the
@@ -181,8 +183,12 @@ class RunState:
         return stored
 
     def tool_context(self) -> ToolContext:
+        directory = self.session.info.directory or "."
+        if self._workspace is None or self._workspace[0] != directory:
+            self._workspace = (directory, Path(directory).expanduser().resolve())
         return ToolContext(
-            workspace=Path(self.session.info.directory or "."),
+            workspace=self._workspace[1],
+            canonical=True,
             session_id=self.session_id,
             store=self.session.store,
             confine_to_workspace=self.options.confine_to_workspace,

@@ -92,8 +92,13 @@ class ToolContext:
     """Where the commands of the call run (`sandbox`); None: unconfined, as a program that runs its own tools
     chose (a run's options give one by default)."""
 
+    canonical: bool = field(default=False, repr=False)
+    """`workspace` is canonical already (a run resolves its workspace once, not at every call's context)."""
+
     def __post_init__(self) -> None:
-        self.workspace = Path(self.workspace).expanduser().resolve()
+        if not self.canonical:
+            self.workspace = Path(self.workspace).expanduser().resolve()
+            self.canonical = True
 
     def resolve(self, value: str) -> Path:
         """A path argument as a canonical absolute path (relative paths are taken from the workspace).
