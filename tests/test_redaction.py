@@ -3,6 +3,8 @@ that takes known secret values out of text, bytes and journal entry bodies."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tether.config import parse_config
@@ -185,3 +187,22 @@ def test_a_command_gets_an_allow_list_so_secrets_under_unknown_names_stay_out() 
     assert more.child_environment(env)["MY_TOOL_HOME"] == "/opt/tool"
     assert more.child_environment(env)["SENTRY_DSN"] == env["SENTRY_DSN"]
     assert "GITHUB_PAT" not in more.child_environment(env)
+
+
+def test_the_environment_s_secrets_follow_a_change_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's own environment is looked at once per version of it: a variable set or changed since
+    the last run's start is seen by the next."""
+    policy = SecretPolicy(names=frozenset({"MY_SERVICE_KEY"}))
+    monkeypatch.delenv("MY_SERVICE_KEY", raising=False)
+    assert "sk-first-value-123456" not in policy.redactor(os.environ).labels
+    monkeypatch.setenv("MY_SERVICE_KEY", "sk-first-value-123456")
+    first = policy.redactor(os.environ)
+    assert "MY_SERVICE_KEY" in first.labels
+    assert first.text("key sk-first-value-123456") == "key [redacted:MY_SERVICE_KEY]"
+    monkeypatch.setenv("MY_SERVICE_KEY", "sk-second-value-654321")
+    second = policy.redactor(os.environ)
+    assert second.text("sk-second-value-654321 sk-first-value-123456") == (
+        "[redacted:MY_SERVICE_KEY] sk-first-value-123456"
+    )
+    # a mapping other than the process's environment is read as given
+    assert policy.redactor({"MY_SERVICE_KEY": "sk-third-value-000000"}).labels == ["MY_SERVICE_KEY"]

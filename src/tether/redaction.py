@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -145,8 +146,19 @@ class SecretPolicy:
     def redactor(self, env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> Redactor:
         """A `Redactor` for the values of every secret in `env` (allowed ones too: a command may use a key,
         the journal still must not keep it), plus `extra` (label: value, such as `config_secrets`)."""
-        found = {name: value for name, value in env.items() if self.is_secret(name, value)}
+        if env is os.environ:  # every run's start: the same few dozen variables, mostly
+            found = dict(_environment_secrets(self, frozenset(os.environ._data.items())))  # type: ignore[attr-defined]
+        else:
+            found = {name: value for name, value in env.items() if self.is_secret(name, value)}
         return Redactor({**found, **(extra or {})})
+
+
+@functools.lru_cache(maxsize=8)
+def _environment_secrets(policy: SecretPolicy, raw: frozenset[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
+    """The secrets of the process's environment (its raw bytes, which are what changes when it changes) under
+    `policy`: read once per environment rather than at every run's start (a tenth of a millisecond or more)."""
+    pairs = ((os.fsdecode(name), os.fsdecode(value)) for name, value in raw)  # as `os.environ` decodes them
+    return tuple(sorted((name, value) for name, value in pairs if policy.is_secret(name, value)))
 
 
 def config_secrets(config: Config) -> dict[str, str]:
