@@ -143,6 +143,60 @@ async def test_turns_follow_the_length_of_the_passes() -> None:
     assert pacer.turns == 8
 
 
+async def test_a_run_s_opening_goes_before_the_runs_that_wait_and_after_earlier_openings() -> None:
+    """A prompt that arrives while runs wait for turns is opened in the next pass, not after all of them;
+    openings among themselves keep their order."""
+    pacer = fixed(1)
+    went: list[str] = []
+
+    async def turn(name: str, first: bool = False) -> None:
+        await pacer.turn(first=first)
+        went.append(name)
+
+    with Passes():
+        tasks = [asyncio.create_task(turn(f"run {i}")) for i in range(4)]
+        # in the same pass: run 0 takes the pass's one turn, runs 1-3 wait, then both openings
+        tasks += [asyncio.create_task(turn(f"open {i}", first=True)) for i in range(2)]
+        await asyncio.gather(*tasks)
+    assert went == ["run 0", "open 0", "open 1", "run 1", "run 2", "run 3"]
+    assert pacer.waiting == 0
+
+
+async def test_an_opening_waits_one_pass_at_most_behind_runs_that_took_the_turns() -> None:
+    pacer = fixed(2)
+    went: list[str] = []
+
+    async def turn(name: str, first: bool = False) -> None:
+        await pacer.turn(first=first)
+        went.append(name)
+
+    with Passes() as passes:
+        runs = [asyncio.create_task(turn(f"run {i}")) for i in range(3)]
+        await asyncio.sleep(0)  # runs 0 and 1 went; run 2 waits (both turns of this pass are taken)
+        start = passes.n
+        await turn("open", first=True)  # let go in the next pass, before run 2
+        assert passes.n - start <= 2
+        await asyncio.gather(*runs)
+    assert went == ["run 0", "run 1", "open", "run 2"]
+
+
+async def test_a_pass_far_over_its_budget_cuts_the_turns_in_proportion() -> None:
+    """After a quiet spell the turns may be many; a burst whose pass takes ten times the budget must not be
+    let go that many at a time for as many passes again."""
+    now = 0.0
+    pacer = Pacer(budget=0.002, turns=32, max_turns=32, clock=lambda: now)
+
+    async def run() -> None:
+        nonlocal now
+        for _ in range(4):
+            await pacer.turn()
+            now += 0.002  # each stretch takes the whole budget: 32 of them, a pass of 64 ms
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(run() for _ in range(64)))
+    assert pacer.turns <= 2  # one fewer a pass, it would still be over 20
+
+
 def test_a_pacer_needs_a_budget_and_a_turn() -> None:
     with pytest.raises(ValueError):
         Pacer(budget=0)
@@ -226,19 +280,21 @@ async def test_a_pacer_shared_by_two_loops_at_once_strands_no_run() -> None:
 
 
 class StopsAt(Pacer):
-    """A pacer whose `at`-th turn never comes (a run cancelled while it waits there)."""
+    """A pacer whose `at`-th turn of a run's own work never comes (a run cancelled while it waits there); the
+    turns of runs' openings are not counted."""
 
     def __init__(self, at: int) -> None:
         super().__init__()
         self.at, self.asked = at, 0
         self.reached = asyncio.Event()
 
-    async def turn(self) -> None:
-        self.asked += 1
-        if self.asked == self.at:
-            self.reached.set()
-            await asyncio.Event().wait()
-        await super().turn()
+    async def turn(self, *, first: bool = False) -> None:
+        if not first:
+            self.asked += 1
+            if self.asked == self.at:
+                self.reached.set()
+                await asyncio.Event().wait()
+        await super().turn(first=first)
 
 
 async def test_a_run_cancelled_while_it_waits_after_an_answer_keeps_the_answer_whole(
@@ -249,7 +305,8 @@ async def test_a_run_cancelled_while_it_waits_after_an_answer_keeps_the_answer_w
     usage = Usage(input_tokens=120, output_tokens=7)
     provider = ScriptedProvider([ScriptedResponse(message="all done here", usage=usage)])
     m = manager(store, tmp_path, provider)
-    pacer = m.pacer = StopsAt(3)  # 1: the step, 2: the answer's first part, 3: after the answer
+    # 1: after the run's opening, 2: the step, 3: the answer's first part, 4: after the answer
+    pacer = m.pacer = StopsAt(4)
     handle = await m.start(None, "finish up")
     await asyncio.wait_for(pacer.reached.wait(), 5)
     assert await m.cancel(handle.session_id)

@@ -308,6 +308,9 @@ class AgentRun:
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:
+            # the run's opening (the prompt's task, up to the event above) is done; what it binds and journals
+            # next is a stretch of its own, after the runs that waited before it
+            await self._pace()
             # A run killed while the model streamed left what it had saved of the answer: journal it first.
             await recover_stream(state)
             for warning in await bind_project(state):  # AGENTS.md, skills, memory notes: read fresh each run

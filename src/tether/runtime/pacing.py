@@ -36,6 +36,8 @@ class _Turns:
 
     def __init__(self) -> None:
         self.given = 0
+        self.openings: deque[asyncio.Future[None]] = deque()
+        """Runs' openings waiting for a turn: they go before `waiting`."""
         self.waiting: deque[asyncio.Future[None]] = deque()
         self.pass_due = False
         self.last_pass: float | None = None
@@ -69,23 +71,27 @@ class Pacer:
     @property
     def waiting(self) -> int:
         """Runs waiting for a turn now, on every loop."""
-        return sum(1 for state in list(self._loops.values()) for f in state.waiting if not f.done())
+        return sum(1 for state in list(self._loops.values()) for f in (*state.openings, *state.waiting) if not f.done())
 
-    async def turn(self) -> None:
-        """Wait, if the loop is busy with other runs, for this run's turn to go on."""
+    async def turn(self, *, first: bool = False) -> None:
+        """Wait, if the loop is busy with other runs, for this run's turn to go on. `first`: a run's opening
+        (a prompt just received, whose first event its followers wait for), which goes before every run
+        waiting for a turn, after the openings that came before it."""
         loop = asyncio.get_running_loop()
         state = self._loops.get(loop)
         if state is None:
             state = self._loops[loop] = _Turns()
-        waiting = state.waiting
-        while waiting and waiting[0].done():  # cancelled while they waited
+        openings, waiting = state.openings, state.waiting
+        while openings and openings[0].done():  # cancelled while they waited
+            openings.popleft()
+        while waiting and waiting[0].done():
             waiting.popleft()
-        if not waiting and state.given < self.turns:
+        if not openings and (first or not waiting) and state.given < self.turns:
             state.given += 1
             self._next_pass_soon(loop, state)
             return
         future: asyncio.Future[None] = loop.create_future()
-        waiting.append(future)
+        (openings if first else waiting).append(future)
         self.waited += 1
         self._next_pass_soon(loop, state)
         try:
@@ -101,22 +107,24 @@ class Pacer:
             loop.call_soon(self._pass, loop, state)
 
     def _pass(self, loop: asyncio.AbstractEventLoop, state: _Turns) -> None:
-        """Once per pass of the loop while runs ask: a new count, and the next waiting runs let go."""
+        """Once per pass of the loop while runs ask: a new count, and the next waiting runs let go (the
+        openings first)."""
         state.pass_due = False
         now = self.clock()
-        if state.waiting and state.last_pass is not None:
+        if (state.waiting or state.openings) and state.last_pass is not None:
             took = now - state.last_pass
-            if took > self.budget:
-                self.turns = max(1, self.turns - 1)
+            if took > self.budget:  # in proportion: a burst after a quiet spell is not let go 32 at a time
+                self.turns = max(1, min(self.turns - 1, int(self.turns * self.budget / took)))
             elif took < self.budget / 2:
                 self.turns = min(self.max_turns, self.turns + 1)
         state.given = 0
-        while state.waiting and state.given < self.turns:
-            future = state.waiting.popleft()
-            if not future.done():
-                future.set_result(None)
-                state.given += 1
-        if state.waiting or state.given:
+        for queue in (state.openings, state.waiting):
+            while queue and state.given < self.turns:
+                future = queue.popleft()
+                if not future.done():
+                    future.set_result(None)
+                    state.given += 1
+        if state.waiting or state.openings or state.given:
             state.last_pass = now
             self._next_pass_soon(loop, state)
         else:

@@ -73,6 +73,9 @@ class Queueing(ManagerBase):
         handle, whose `after` is the event number to follow the session from to see this prompt's run.
         Unless the defaults or `fields` name an `approver`, a call that must be asked about waits for
         `answer`."""
+        pacer = self.defaults.pacer or self.pacer
+        if pacer is not None:  # a burst of prompts takes turns too: each one's first event out before the next
+            await pacer.turn(first=True)
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
         settings = queued.wire_settings(fields) if prompt is not None and not steer else None
@@ -171,17 +174,24 @@ class Queueing(ManagerBase):
             opened.launched = launched
             handle.info = None  # a later run of the session reads it afresh
             entry.run = launched.run
-            await self.activity.publish(StatusChanged(session_id=entry.session_id, status="running"))
             launched.run.open_now = True
             events = launched.events()
+            running = StatusChanged(session_id=entry.session_id, status="running")
             try:
                 first = await anext(events)
             except WouldWait:  # the generator is done: the worker begins the run again, and waits
+                await self.activity.publish(running)
                 return
+            except Exception:
+                await self.activity.publish(running)
+                raise
             finally:
                 launched.run.open_now = False
             opened.events, opened.first = events, first
             self._publish(entry, first)
+            # the feed says so after the run's first event, which its followers wait for (the feed's record is a
+            # store write)
+            await self.activity.publish(running)
         except Exception as exc:  # the worker reports it as the run's end (`_run_waiting`)
             opened.failure = exc
         except asyncio.CancelledError:  # the request went away halfway: the worker ends the run
