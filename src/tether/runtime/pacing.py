@@ -6,8 +6,14 @@ or more in every pass: a request that needs five passes (read it, route it, star
 stream) then waits a quarter of a second behind work that could have waited. A `Pacer` shared by those runs
 gives at most `turns` of them a turn per pass, in the order they asked; the others wait off the loop's ready
 list, so a pass stays short and what is not a run (a request, a stream, a timer) is served in each one.
-`turns` follows the passes: one fewer after a pass longer than `budget`, one more after one under half of it,
-so the same pacer fits a fast machine and a slow one, and work that is not a run's is counted too.
+`turns` follows the passes: fewer after a pass longer than `budget` (in proportion, at least one), one more
+after one under half of it, so the same pacer fits a fast machine and a slow one, and work that is not a
+run's is counted too.
+
+A run's opening (a prompt's route, up to the run's first event) asks too, with a quota of its own: a burst of
+prompts (a round of them sent together, or sent as a round of runs ends together) is opened `turns` a pass,
+so that the first events of the first ones go out in the next pass rather than after the whole burst; a
+prompt that comes alone is opened at once, whatever the runs that wait.
 
 A run asks for a turn where a stretch of its own work begins (a step, the handling of a model's answer),
 never while it waits on anything, so a turn is not held and nothing can wait on a run that waits for one.
@@ -36,8 +42,10 @@ class _Turns:
 
     def __init__(self) -> None:
         self.given = 0
+        self.opened = 0
+        """Openings let go in this pass: up to `turns` of them, beside the runs' turns."""
         self.openings: deque[asyncio.Future[None]] = deque()
-        """Runs' openings waiting for a turn: they go before `waiting`."""
+        """Runs' openings waiting for a turn (more came in a pass than its turns)."""
         self.waiting: deque[asyncio.Future[None]] = deque()
         self.pass_due = False
         self.last_pass: float | None = None
@@ -75,8 +83,9 @@ class Pacer:
 
     async def turn(self, *, first: bool = False) -> None:
         """Wait, if the loop is busy with other runs, for this run's turn to go on. `first`: a run's opening
-        (a prompt just received, whose first event its followers wait for), which goes before every run
-        waiting for a turn, after the openings that came before it."""
+        (a prompt just received, whose first event its followers wait for): up to `turns` of them go in each
+        pass whatever the runs took, and those past that wait their turn in the order they came, let go
+        before the runs that wait."""
         loop = asyncio.get_running_loop()
         state = self._loops.get(loop)
         if state is None:
@@ -86,7 +95,12 @@ class Pacer:
             openings.popleft()
         while waiting and waiting[0].done():
             waiting.popleft()
-        if not openings and (first or not waiting) and state.given < self.turns:
+        if first:
+            if not openings and state.opened < self.turns:  # a quota of its own: runs that wait do not hold it
+                state.opened += 1
+                self._next_pass_soon(loop, state)
+                return
+        elif not waiting and state.given < self.turns:
             state.given += 1
             self._next_pass_soon(loop, state)
             return
@@ -117,14 +131,18 @@ class Pacer:
                 self.turns = max(1, min(self.turns - 1, int(self.turns * self.budget / took)))
             elif took < self.budget / 2:
                 self.turns = min(self.max_turns, self.turns + 1)
-        state.given = 0
-        for queue in (state.openings, state.waiting):
-            while queue and state.given < self.turns:
-                future = queue.popleft()
-                if not future.done():
-                    future.set_result(None)
-                    state.given += 1
-        if state.waiting or state.openings or state.given:
+        state.given = state.opened = 0
+        while state.openings and state.opened < self.turns:
+            future = state.openings.popleft()
+            if not future.done():
+                future.set_result(None)
+                state.opened += 1
+        while state.waiting and state.given < self.turns:
+            future = state.waiting.popleft()
+            if not future.done():
+                future.set_result(None)
+                state.given += 1
+        if state.waiting or state.openings or state.given or state.opened:
             state.last_pass = now
             self._next_pass_soon(loop, state)
         else:

@@ -6,13 +6,15 @@ it says its length). A browser may show the token as the cookie `POST /auth/sess
 cannot send a header); the Host and Origin checks hold for it all the same, and a request that changes
 something on the cookie's strength must carry an Origin (browsers send one with each) or the `X-Tether-Client`
 header (a program's). Each refusal is a typed error body, as every route's errors are. A streamed answer gets a
-turn of the event loop after each chunk, so that a client that went away stops its stream at once."""
+turn of the event loop between chunks written in the same pass, so that a client that went away stops its
+stream at once."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
+import weakref
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -35,6 +37,32 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CLIENT_HEADER = "x-tether-client"
 """A header a program may send with the cookie instead of an `Origin` (no cross-site form or simple request
 can carry a custom header)."""
+
+
+class _Passes:
+    """The passes of each event loop, counted only while someone asks: `now()` is the number of the pass it
+    is asked in (a callback scheduled for the next pass moves it on)."""
+
+    def __init__(self) -> None:
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
+
+    def now(self) -> int:
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = [0, 0]  # the pass's number, whether its end is scheduled
+        if not state[1]:
+            state[1] = 1
+            loop.call_soon(self._next, state)
+        return state[0]
+
+    @staticmethod
+    def _next(state: list[int]) -> None:
+        state[0] += 1
+        state[1] = 0
+
+
+_PASSES = _Passes()
 
 COOKIE = "tether_session"
 """The web page's cookie: `cookie_value` of the token (HttpOnly, SameSite=Strict; set by `POST /auth/session`)."""
@@ -130,14 +158,21 @@ class Guard:
                     raise HTTPException(413, f"the body may hold {limit} bytes at most")
             return message
 
+        last_pass = -1
+
         async def paced_send(message: Message) -> None:
             # a streamed body (an event stream's replay, an export) is written a chunk at a time, each write
             # returning at once while the socket takes it: without a turn of the event loop between them, a
             # client that went away is noticed only after the whole replay went into the closed socket (and
-            # asyncio logged each write). One turn per chunk lets the server see the loss and stop.
+            # asyncio logged each write). So a chunk that follows another in the same pass waits for the next
+            # one, which lets the server see the loss and stop; a live stream, whose chunks come a pass or more
+            # apart, never waits (a turn after every chunk was a task step per event per client).
+            nonlocal last_pass
+            if message["type"] == "http.response.body":
+                if _PASSES.now() == last_pass:
+                    await asyncio.sleep(0)
+                last_pass = _PASSES.now()
             await send(message)
-            if message["type"] == "http.response.body" and message.get("more_body"):
-                await asyncio.sleep(0)
 
         await self.app(scope, counted_receive, paced_send)
 
