@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..config import Config
 from ..errors import SessionBusy
-from ..events import Done, Error, Event
+from ..events import Done, Error, Event, live_number
 from ..messages import Message
 from ..store.protocols import Store
 from ..store.records import SessionInfo
@@ -232,3 +232,20 @@ class ManagerBase:
         async def _busy(self, session_id: str) -> SessionBusy | None: ...  # watching.py
 
         async def announce(self, activity: Activity) -> Activity: ...  # watching.py
+
+    def _finish(self, entry: _Session, handle: RunHandle, outcome: Done | Error | None) -> None:
+        if entry.waiting and entry.waiting[0] is handle:
+            entry.waiting.popleft()
+        elif handle in entry.waiting:
+            entry.waiting.remove(handle)
+        if not handle._done.done():
+            handle._done.set_result(
+                outcome or Error(session_id=entry.session_id, n=entry.last_n, code="internal", message="no result")
+            )
+
+    @staticmethod
+    def _position(entry: _Session, info: SessionInfo) -> int:
+        if not entry.last_n:  # a session this manager does not follow (or has let go of): where it stands,
+            # after its last entry's durable events and before the live ones of the run to come
+            entry.last_n = live_number(info.last_seq, 0) - 1
+        return entry.last_n
