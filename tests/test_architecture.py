@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from tether.runtime.manager import SessionManager
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "tether"
 DOC = ROOT / "ARCHITECTURE.md"
@@ -87,3 +89,17 @@ def test_the_checks_catch_what_they_are_for() -> None:
     assert unnamed(names, spans) == ["cli/memory.py", "runtime/memory.py"]  # a bare name two modules have
     odd = {"runtime/gone.py", "pacing.py", "test_layers.py", "RunRequest", "a b"}
     assert missing(spans | odd, names, {"test_layers.py"}) == ["DESIGN.md", "pacing.py", "runtime/gone.py"]
+
+
+MANAGER_ROOMS = ("manager.py", "manager_base.py", "queueing.py", "peers.py", "following.py", "asking.py", "watching.py")
+"""`SessionManager` and its rooms by job (ARCHITECTURE.md, Many sessions)."""
+
+
+def test_no_room_of_the_session_manager_is_over_400_lines() -> None:
+    """The manager was split into rooms by job; a room that grows past 400 lines is two jobs again."""
+    sizes = {name: len((SRC / "runtime" / name).read_text(encoding="utf-8").splitlines()) for name in MANAGER_ROOMS}
+    assert all(size <= 400 for size in sizes.values()), sizes
+    rooms = {
+        c.__module__.rsplit(".", 1)[-1] + ".py" for c in SessionManager.__mro__ if c.__module__.startswith("tether.")
+    }
+    assert rooms <= set(MANAGER_ROOMS), rooms - set(MANAGER_ROOMS)  # a new room is counted here too
