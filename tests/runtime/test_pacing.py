@@ -186,6 +186,28 @@ async def test_an_opening_goes_at_once_though_runs_took_the_pass_s_turns() -> No
     assert pacer.waited == 3
 
 
+async def test_while_openings_wait_the_runs_go_one_a_pass() -> None:
+    """A burst of prompts is opened ahead of the runs; the runs still go on, one a pass, meanwhile."""
+    pacer = fixed(3)
+    went: list[tuple[str, int]] = []
+
+    async def turn(name: str, first: bool = False) -> None:
+        await pacer.turn(first=first)
+        went.append((name, passes.n))
+
+    with Passes() as passes:
+        tasks = [asyncio.create_task(turn(f"run {i}")) for i in range(6)]
+        tasks += [asyncio.create_task(turn(f"open {i}", first=True)) for i in range(9)]
+        await asyncio.gather(*tasks)
+    by_pass: dict[int, list[str]] = {}
+    for name, n in went:
+        by_pass.setdefault(n, []).append(name)
+    passes_in_order = [by_pass[n] for n in sorted(by_pass)]
+    assert passes_in_order[0] == ["run 0", "run 1", "run 2", "open 0", "open 1", "open 2"]
+    assert passes_in_order[1] == ["open 3", "open 4", "open 5", "run 3"]  # openings still wait: one run
+    assert passes_in_order[2] == ["open 6", "open 7", "open 8", "run 4", "run 5"]  # none wait now: the turns
+
+
 async def test_a_pass_far_over_its_budget_cuts_the_turns_in_proportion() -> None:
     """After a quiet spell the turns may be many; a burst whose pass takes ten times the budget must not be
     let go that many at a time for as many passes again."""

@@ -137,7 +137,8 @@ class Pacer:
             if not future.done():
                 future.set_result(None)
                 state.opened += 1
-        while state.waiting and state.given < self.turns:
+        turns = 1 if state.openings else self.turns  # a burst of prompts first; the runs do not stop meanwhile
+        while state.waiting and state.given < turns:
             future = state.waiting.popleft()
             if not future.done():
                 future.set_result(None)
