@@ -428,6 +428,11 @@ class Poster:
             raise BenchError(f"GET /health on a new connection: {status}")
         return reader, writer
 
+    async def open(self, session: str) -> None:
+        """Have the session's connection ready (opened and used once) before its prompts."""
+        reader, writer = await self.ready(session)
+        self.conns[session] = (reader, writer, time.monotonic())
+
     async def post(
         self, session: str, text: str, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     ) -> tuple[int, dict[str, Any]]:
@@ -685,6 +690,8 @@ async def load_phase(
             await stream.connected.wait()
             if stream.error is not None:
                 raise BenchError(f"an event stream failed: {stream.error!r}")
+    poster = _POSTERS.setdefault(str(client.base_url), Poster(str(client.base_url)))
+    await asyncio.gather(*(poster.open(s) for s in sessions))  # as a client's pool would hold them
     await asyncio.sleep(0.5)
     load0 = load()
     prompts: list[Prompted] = []

@@ -39,9 +39,9 @@ class Passes:
             asyncio.get_running_loop().call_soon(self._tick)
 
 
-def fixed(turns: int, clock: Callable[[], float] | None = None) -> Pacer:
-    """A pacer whose turns per pass do not change."""
-    return Pacer(turns=turns, max_turns=turns, **({"clock": clock} if clock else {}))
+def fixed(turns: int, clock: Callable[[], float] | None = None, *, openings: int | None = None) -> Pacer:
+    """A pacer whose turns per pass do not change (and as many openings a pass, unless said)."""
+    return Pacer(turns=turns, max_turns=turns, openings=openings or turns, **({"clock": clock} if clock else {}))
 
 
 async def test_a_turn_is_given_at_once_while_few_ask() -> None:
@@ -225,7 +225,26 @@ async def test_a_pass_far_over_its_budget_cuts_the_turns_in_proportion() -> None
     assert pacer.turns <= 2  # one fewer a pass, it would still be over 20
 
 
+async def test_openings_go_several_a_pass_however_few_the_runs_turns() -> None:
+    pacer = fixed(1, openings=3)
+    went: list[tuple[str, int]] = []
+
+    async def turn(name: str) -> None:
+        await pacer.turn(first=True)
+        went.append((name, passes.n))
+
+    with Passes() as passes:
+        await asyncio.gather(*(turn(f"open {i}") for i in range(7)))
+    per_pass: dict[int, int] = {}
+    for _, n in went:
+        per_pass[n] = per_pass.get(n, 0) + 1
+    assert [name for name, _ in went] == [f"open {i}" for i in range(7)]
+    assert sorted(per_pass.values(), reverse=True) == [3, 3, 1]
+
+
 def test_a_pacer_needs_a_budget_and_a_turn() -> None:
+    with pytest.raises(ValueError):
+        Pacer(openings=0)
     with pytest.raises(ValueError):
         Pacer(budget=0)
     with pytest.raises(ValueError):
