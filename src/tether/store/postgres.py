@@ -3,12 +3,13 @@
 
 Opening migrates the schema (`pgschema.migrate`, under an advisory lock: two nodes may start at once) on a
 connection of its own; the work then goes through an `AsyncConnectionPool` of autocommit connections, one per
-event loop. An append is one statement, so one round trip and one transaction: the session row's UPDATE
-checks the expected seq and bumps the counters, and the entries are inserted from its RETURNING, with their
-search terms; `synchronous_commit` is left as the server has it (on: a commit is acknowledged after its WAL
-is flushed). A write runs to its end even when the task awaiting it is cancelled. A connection lost
-mid-operation is `StoreConnectionLost` (the write was committed whole or not at all); the pool drops a
-connection the server closed before it hands it out again, so the next operation works.
+event loop, the connection of its last operation kept aside for the next (`_Loop`). An append is one
+statement, so one round trip and one transaction: the session row's UPDATE checks the expected seq and bumps
+the counters, and the entries are inserted from its RETURNING, with their search terms; `synchronous_commit`
+is left as the server has it (on: a commit is acknowledged after its WAL is flushed). A write runs to its end
+even when the task awaiting it is cancelled. A connection lost mid-operation is `StoreConnectionLost` (the
+write was committed whole or not at all); the pool drops a connection the server closed before it hands it out
+again, so the next operation works.
 
 PostgreSQL text cannot hold NUL: text columns (title, directory...) are stored with NUL and SOH escaped
 (`_esc`), which keeps equality (a directory filter) exact; JSON columns are text too (msgspec escapes NUL
@@ -266,31 +267,53 @@ def _where(url: str) -> str:
         return "the PostgreSQL server"
 
 
-def _check_idle(conn: Any) -> Awaitable[None]:
-    """The pool's check of a connection it hands out, without a round trip: an idle connection has nothing
-    to read, unless the server closed it (a restart, `pg_terminate_backend`): then it is dropped."""
+def _ensure_idle(conn: Any) -> None:
+    """Raise unless `conn` is an idle connection still open, without a round trip: an idle connection has
+    nothing to read, unless the server closed it (a restart, `pg_terminate_backend`)."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    pgconn = conn.pgconn
+    for _ in range(3):
+        try:
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        except (OSError, ValueError) as e:
+            raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
+        if not readable:
+            return
+        # The server's goodbye, then the end of the stream (which stays readable), or a notification:
+        # read what came; a connection that is still readable after that is at its end.
+        pgconn.consume_input()
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the server closed the connection")
+        while pgconn.notifies() is not None:
+            pass
+    raise psycopg.OperationalError("the server closed the connection")
 
-    async def check() -> None:
-        if conn.closed:
-            raise psycopg.OperationalError("the connection is closed")
-        pgconn = conn.pgconn
-        for _ in range(3):
-            try:
-                readable, _, _ = select.select([pgconn.socket], [], [], 0)
-            except (OSError, ValueError) as e:
-                raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
-            if not readable:
-                return
-            # The server's goodbye, then the end of the stream (which stays readable), or a notification:
-            # read what came; a connection that is still readable after that is at its end.
-            pgconn.consume_input()
-            if pgconn.status != psycopg.pq.ConnStatus.OK:
-                raise psycopg.OperationalError("the server closed the connection")
-            while pgconn.notifies() is not None:
-                pass
-        raise psycopg.OperationalError("the server closed the connection")
 
-    return check()
+async def _check_idle(conn: Any) -> None:
+    """The pool's check of a connection it hands out (`_ensure_idle`): a closed one is dropped."""
+    _ensure_idle(conn)
+
+
+_SPARE_FOR = 60.0
+"""How long (seconds) a connection may go from one operation to the next without going back to the pool
+(`_Loop`): then the pool's own upkeep (its checks, the connections' lifetime) reaches it again."""
+
+
+class _Loop:
+    """An event loop's pool, and the connection its last operation used, kept aside for the next one: the
+    common case of one operation at a time takes no trip through the pool (a lock, its bookkeeping, and a
+    round robin over its idle connections: each operation on another backend) and runs on a warm
+    connection. `waiting` counts the operations waiting for the pool: a connection is never kept aside while
+    one waits (with `max_size` 1 that one would wait for the connection kept aside)."""
+
+    __slots__ = ("pool", "since", "spare", "waiting")
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.pool = pool
+        self.spare: Any = None
+        self.since = 0.0
+        self.waiting = 0
 
 
 class PostgresStore:
@@ -324,9 +347,7 @@ class PostgresStore:
         self._sizes = (min_size, max_size)
         self._timeout = timeout
         self._connect_timeout = connect_timeout
-        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._migrate()
@@ -378,13 +399,13 @@ class PostgresStore:
             )
         return StoreUnavailable(f"PostgreSQL at {self.where} failed to {doing} it: {text}")
 
-    async def _pool(self) -> AsyncConnectionPool[Any]:
+    async def _loop(self) -> _Loop:
         if self._closed:
             raise StoreClosed("the store is closed")
         loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            pool = AsyncConnectionPool(
+        here = self._loops.get(loop)
+        if here is None:
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.url,
                 min_size=self._sizes[0],
                 max_size=self._sizes[1],
@@ -394,17 +415,54 @@ class PostgresStore:
                 open=False,
                 name=f"tether {self.where}",
             )
-            self._pools[loop] = pool
+            here = self._loops[loop] = _Loop(pool)
             await pool.open(wait=False)
-        return pool
+        return here
+
+    async def _connection(self, here: _Loop) -> tuple[Any, float]:
+        """A connection for one operation, and when it left the pool: the one kept aside when it is still
+        open and idle, or the pool's (which checks it the same way)."""
+        conn, since = here.spare, here.since
+        if conn is not None:
+            here.spare = None
+            try:
+                _ensure_idle(conn)
+                return conn, since
+            except psycopg.OperationalError:
+                await conn.close()
+                await here.pool.putconn(conn)  # closed: the pool opens another in its place
+        here.waiting += 1
+        try:
+            conn = await here.pool.getconn()
+        finally:
+            here.waiting -= 1
+        return conn, time.monotonic()
+
+    async def _give_back(self, here: _Loop, conn: Any, since: float) -> None:
+        """Keep `conn` aside for the next operation when it is idle and nothing waits for the pool; else
+        back to the pool (which brings it back to idle, or replaces it)."""
+        if (
+            here.spare is None
+            and not here.waiting
+            and not self._closed
+            and not conn.closed
+            and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            and time.monotonic() - since < _SPARE_FOR
+        ):
+            here.spare, here.since = conn, since
+        else:
+            await here.pool.putconn(conn)
 
     async def _run(self, fn: Callable[[Any], Awaitable[R]], doing: str) -> R:
-        """`fn(connection)` on a connection of the pool; a failure of the server or of the connection as a
-        `StoreError`. Reads only: see `_write`."""
-        pool = await self._pool()
+        """`fn(connection)` on a connection of this loop (`_Loop`); a failure of the server or of the
+        connection as a `StoreError`. Reads only: see `_write`."""
+        here = await self._loop()
         try:
-            async with pool.connection() as conn:
+            conn, since = await self._connection(here)
+            try:
                 return await fn(conn)
+            finally:
+                await self._give_back(here, conn, since)
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
             if self._closed:
                 raise StoreClosed("the store is closed") from None
@@ -461,12 +519,19 @@ class PostgresStore:
         if under_way:  # writes still under way finish first
             await asyncio.gather(*under_way, return_exceptions=True)
         self._closed = True
-        for loop, pool in list(self._pools.items()):
+        for loop, here in list(self._loops.items()):
             if loop is running:
-                await pool.close()
+                await self._close_loop(here)
             elif not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(), loop)
-        self._pools.clear()
+                asyncio.run_coroutine_threadsafe(self._close_loop(here), loop)
+        self._loops.clear()
+
+    @staticmethod
+    async def _close_loop(here: _Loop) -> None:
+        spare, here.spare = here.spare, None
+        if spare is not None:
+            await here.pool.putconn(spare)
+        await here.pool.close()
 
     # --- sessions ----------------------------------------------------------------------------------
 
