@@ -457,3 +457,28 @@ async def test_an_audited_append_that_conflicts_seals_nothing(postgres_url: str)
         records = [r async for r in _audit_walk(store)]
         assert [r.seq for r in records] == list(range(1, len(records) + 1)) and len(records) == head[0] + 2  # type: ignore[index]
         assert (await verify(_audit_walk(store), await store.audit_head())).ok
+
+
+async def test_every_kind_of_append_marks_its_session_in_the_change_cursor(postgres_url: str) -> None:
+    """An append marks its session itself (`pgschema._V7`: the trigger skips updates that move `entry_count`),
+    by each of its statements: one entry, several, with audit records sealed in it, and with a revert (its
+    own transaction); a rename still marks it through the trigger."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        position = (await store.changed_sessions(0)).position
+        record = draft("tool.call", at=1.0, session_id=sid, actor="rule allow", detail={"tool": "bash"})
+        writes = [
+            lambda: store.append(sid, [Message.user("one")]),
+            lambda: store.append(sid, [Message.user("two"), Message.user("three")]),
+            lambda: store.append(sid, [Message.user("four")], audit=[record]),
+            lambda: store.append(sid, [Message.user("five"), Revert(to_seq=1)]),
+            lambda: store.update_session(sid, title="renamed"),
+        ]
+        for write in writes:
+            await write()
+            page = await store.changed_sessions(position)
+            assert [s.id for s in page.sessions] == [sid], "a write that no reader after it would see"
+            position = page.position
+            assert not (await store.changed_sessions(position)).sessions
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT count(*) FROM session_changes").fetchone() == (1,)

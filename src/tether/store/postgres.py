@@ -163,25 +163,32 @@ ins AS (
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
         CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
 """
+_APPEND_MARK = """),
+marked AS (
+    INSERT INTO session_changes (session_id, xid) SELECT %(sid)s, pg_current_xact_id() FROM s
+    ON CONFLICT (session_id) DO UPDATE SET xid = EXCLUDED.xid WHERE session_changes.xid <> EXCLUDED.xid
+)
+SELECT base, at FROM s
+"""
+"""The append's mark in the sessions' change cursor, as the trigger of the other writes makes it (`pgschema._V7`)."""
 _APPEND_SQL = (
     _APPEND_HEAD
     + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
         %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
-)
-SELECT base, at FROM s
 """
+    + _APPEND_MARK
 )
 _APPEND_ONE_SQL = (
     _APPEND_HEAD
     + """    FROM s, (VALUES (%(kind)s::text, %(payload)s::text, %(time)s::float8, %(role)s::int2, %(doc)s::text, 1))
         AS t(kind, payload, at, role, doc, ord)
-)
-SELECT base, at FROM s
 """
+    + _APPEND_MARK
 )
-"""The append, one statement. The session's `updated_at` moves only when that changes the listing's order
-or a second passed (an index write less on most appends: the row's update stays HOT); when another session
-is newer by a clock a little ahead, it goes just above it (as in `SqliteStore.append`)."""
+"""The append, one statement, its session marked in the change cursor too. The session's `updated_at` moves only
+when that changes the listing's order or a second passed (an index write less on most appends: the row's update
+stays HOT); when another session is newer by a clock a little ahead, it goes just above it (as in
+`SqliteStore.append`)."""
 _POSITION_SQL = "SELECT entry_count FROM sessions WHERE id = %s"
 _INSERT_ENTRIES_SQL = """
 INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
