@@ -492,16 +492,32 @@ class PostgresStore:
 
     async def _write(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
         """Run a write to its end even when the awaiting task is cancelled (the caller stops waiting; the
-        write commits or fails on its own), as SqliteStore's writes do."""
-        task = asyncio.ensure_future(self._run(fn, doing))
+        write commits or fails on its own), as SqliteStore's writes do: in a task of its own, which hands
+        its outcome to the future the caller awaits (`asyncio.shield` without its relay through the task's
+        done callback: one turn of the event loop less per write)."""
+        outcome: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        task = asyncio.get_running_loop().create_task(self._settle(outcome, fn, doing))
         self._tasks.add(task)
-        task.add_done_callback(self._settled)
-        return await asyncio.shield(task)
+        task.add_done_callback(self._tasks.discard)
+        return await outcome
 
-    def _settled(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a caller that stopped waiting has no one else to raise it to
+    async def _settle(self, outcome: asyncio.Future[R], fn: Callable[[Any], Awaitable[R]], doing: str) -> None:
+        """`_run(fn)`, its result or its error set on `outcome`, unless the caller stopped waiting (then
+        there is no one to give it to)."""
+        try:
+            result = await self._run(fn, doing)
+        except asyncio.CancelledError:  # the loop is shutting down
+            outcome.cancel()
+            raise
+        except BaseException as e:
+            if not outcome.done():
+                outcome.set_exception(e)
+                outcome.exception()  # retrieved: a caller cancelled just after it was set never raises it
+            if not isinstance(e, Exception):
+                raise
+        else:
+            if not outcome.done():
+                outcome.set_result(result)
 
     async def _tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
         """`fn(connection)` in one transaction (committed when it returns, rolled back when it raises)."""
