@@ -302,6 +302,17 @@ async def _check_idle(conn: Any) -> None:
     _ensure_idle(conn)
 
 
+def _cursor(conn: Any) -> Any:
+    """The cursor kept on `conn` for the append's statement: a connection is one operation's at a time, and a
+    cursor that lives on keeps the dumpers it looked up for its parameters' types (`conn.execute` makes a new
+    cursor, and looks them up again, each time). Only there: a cursor holds its last result until its next
+    statement, and an append's is one row, where a read's may be a long session."""
+    cur = getattr(conn, "_tether_cursor", None)
+    if cur is None or cur.closed:
+        cur = conn._tether_cursor = conn.cursor()
+    return cur
+
+
 _SPARE_FOR = 60.0
 """How long (seconds) a connection may go from one operation to the next without going back to the pool
 (`_Loop`): then the pool's own upkeep (its checks, the connections' lifetime) reaches it again."""
@@ -776,7 +787,7 @@ class PostgresStore:
 
         async def statement(conn: Any) -> tuple[int, float]:
             params["now"] = time.time()
-            row = await (await conn.execute(sql, params)).fetchone()
+            row = await (await _cursor(conn).execute(sql, params)).fetchone()
             if row is None:  # no such session, or another writer moved it past expect_seq: nothing written
                 at = await (await conn.execute(_POSITION_SQL, (session_id,))).fetchone()
                 if at is None:
