@@ -127,6 +127,37 @@ async def test_the_pool_recovers_when_the_server_ends_its_connections(postgres_u
             assert (await store.get_session(info.id)).entry_count == round_ + 1
 
 
+async def test_operations_at_once_share_a_pool_of_one_connection(postgres_url: str) -> None:
+    """The connection kept aside between operations (`_Loop`) is never kept while another operation waits
+    for the pool: with one connection, operations at once take turns instead of waiting out the timeout."""
+    async with PostgresStore(postgres_url, min_size=1, max_size=1, timeout=3) as store:
+        sids = [(await store.create_session()).id for _ in range(4)]
+        started = time.monotonic()
+        for round_ in range(3):
+            await asyncio.gather(
+                *(store.append(sid, [Message.user(f"m{round_}")], expect_seq=round_ + 1) for sid in sids),
+                *(store.get_session(sid) for sid in sids),
+            )
+        assert time.monotonic() - started < 3
+        assert [(await store.get_session(sid)).entry_count for sid in sids] == [3] * 4
+
+
+async def test_the_connection_kept_between_operations_is_one_backend(postgres_url: str) -> None:
+    """One operation at a time runs on the same connection (not each on the next of the pool's), and a
+    connection the server ended meanwhile is replaced before it is used."""
+    async with PostgresStore(postgres_url, min_size=2, max_size=4) as store:
+        sid = (await store.create_session()).id
+        await asyncio.gather(*(store.get_session(sid) for _ in range(4)))  # the pool holds several
+        pids = set()
+        for _ in range(6):
+            pids.add((await store._read("SELECT pg_backend_pid()"))[0][0])
+        assert len(pids) == 1
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pids.pop(),))
+        await store.append(sid, [Message.user("after")], expect_seq=1)
+        assert (await store.get_session(sid)).entry_count == 1
+
+
 async def test_a_connection_lost_mid_append_is_typed_and_writes_nothing(
     postgres_url: str, postgres_server: str
 ) -> None:
@@ -426,3 +457,28 @@ async def test_an_audited_append_that_conflicts_seals_nothing(postgres_url: str)
         records = [r async for r in _audit_walk(store)]
         assert [r.seq for r in records] == list(range(1, len(records) + 1)) and len(records) == head[0] + 2  # type: ignore[index]
         assert (await verify(_audit_walk(store), await store.audit_head())).ok
+
+
+async def test_every_kind_of_append_marks_its_session_in_the_change_cursor(postgres_url: str) -> None:
+    """An append marks its session itself (`pgschema._V7`: the trigger skips updates that move `entry_count`),
+    by each of its statements: one entry, several, with audit records sealed in it, and with a revert (its
+    own transaction); a rename still marks it through the trigger."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        position = (await store.changed_sessions(0)).position
+        record = draft("tool.call", at=1.0, session_id=sid, actor="rule allow", detail={"tool": "bash"})
+        writes = [
+            lambda: store.append(sid, [Message.user("one")]),
+            lambda: store.append(sid, [Message.user("two"), Message.user("three")]),
+            lambda: store.append(sid, [Message.user("four")], audit=[record]),
+            lambda: store.append(sid, [Message.user("five"), Revert(to_seq=1)]),
+            lambda: store.update_session(sid, title="renamed"),
+        ]
+        for write in writes:
+            await write()
+            page = await store.changed_sessions(position)
+            assert [s.id for s in page.sessions] == [sid], "a write that no reader after it would see"
+            position = page.position
+            assert not (await store.changed_sessions(position)).sessions
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT count(*) FROM session_changes").fetchone() == (1,)

@@ -169,3 +169,22 @@ def test_a_document_adds_each_hyphenated_word_joined() -> None:
     assert document("a state-of-the-art e-mail client") == "a state-of-the-art e-mail client stateoftheart email"
     assert document("no hyphen here") == "no hyphen here"
     assert document("2023-10-13 and --help and a-1") == "2023-10-13 and --help and a-1"  # words of letters only
+
+
+def test_ascii_text_takes_a_shorter_way_to_the_same_tokens_and_documents() -> None:
+    """`tokens` and `document` have a fast path for ASCII text: it finds what the Unicode patterns find there."""
+    import random
+    import unicodedata
+
+    from tether.store import searchtext
+
+    rng = random.Random(27)
+    alphabet = "aZk9-_ .,'/\\\t\n()Q0-x-y"  # ASCII only: letters, digits, hyphens, separators
+    samples = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    samples += ["a-b", "-a-b-", "a--b", "a-b1", "1a-b", "A-B_c-d", "x-y-z w-", "e-mail's e-Mail", "_a-b_", "a-b-"]
+    for text in samples:
+        assert text.isascii()
+        slow = searchtext._TOKEN.findall(unicodedata.normalize("NFKD", text.lower()))
+        assert tokens(text) == slow, text
+        joined = [w.replace("-", "") for w in searchtext._HYPHENATED.findall(text)]
+        assert document(text) == (text + " " + " ".join(joined) if joined and "-" in text else text), text

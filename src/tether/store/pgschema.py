@@ -293,6 +293,19 @@ CREATE INDEX prompt_queue_session ON prompt_queue (session_id, id);
 session."""
 
 
+_V7 = """
+DROP TRIGGER sessions_changed ON sessions;
+CREATE TRIGGER sessions_changed AFTER INSERT OR DELETE ON sessions
+    FOR EACH ROW EXECUTE FUNCTION tether_session_changed();
+CREATE TRIGGER sessions_changed_update AFTER UPDATE ON sessions
+    FOR EACH ROW WHEN (OLD.entry_count = NEW.entry_count) EXECUTE FUNCTION tether_session_changed();
+"""
+"""Migration 7: an append marks its session in `session_changes` itself, in its own statement
+(`postgres._APPEND_MARK`), and the trigger of `_V3` is left to the other writes of a session's row (its
+creation, deletion, and updates that do not move `entry_count`, which only an append moves): a plpgsql call
+less on the append path. A node of an older tether that is still running when a newer one migrates (a rolling
+upgrade) appends without marking; its sessions are marked again by their next write from a newer node."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
     (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
@@ -300,6 +313,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (4, _V4),  # recall's turn keys, vectors and facts as tables
     (5, _V5),  # the audit trail sealed on the server
     (6, _V6),  # the durable prompt queue (SqliteStore's schema 11)
+    (7, _V7),  # an append marks the change cursor in its own statement, the trigger the other writes
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

@@ -3,12 +3,13 @@
 
 Opening migrates the schema (`pgschema.migrate`, under an advisory lock: two nodes may start at once) on a
 connection of its own; the work then goes through an `AsyncConnectionPool` of autocommit connections, one per
-event loop. An append is one statement, so one round trip and one transaction: the session row's UPDATE
-checks the expected seq and bumps the counters, and the entries are inserted from its RETURNING, with their
-search terms; `synchronous_commit` is left as the server has it (on: a commit is acknowledged after its WAL
-is flushed). A write runs to its end even when the task awaiting it is cancelled. A connection lost
-mid-operation is `StoreConnectionLost` (the write was committed whole or not at all); the pool drops a
-connection the server closed before it hands it out again, so the next operation works.
+event loop, the connection of its last operation kept aside for the next (`_Loop`). An append is one
+statement, so one round trip and one transaction: the session row's UPDATE checks the expected seq and bumps
+the counters, and the entries are inserted from its RETURNING, with their search terms; `synchronous_commit`
+is left as the server has it (on: a commit is acknowledged after its WAL is flushed). A write runs to its end
+even when the task awaiting it is cancelled. A connection lost mid-operation is `StoreConnectionLost` (the
+write was committed whole or not at all); the pool drops a connection the server closed before it hands it out
+again, so the next operation works.
 
 PostgreSQL text cannot hold NUL: text columns (title, directory...) are stored with NUL and SOH escaped
 (`_esc`), which keeps equality (a directory filter) exact; JSON columns are text too (msgspec escapes NUL
@@ -162,25 +163,32 @@ ins AS (
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
         CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
 """
+_APPEND_MARK = """),
+marked AS (
+    INSERT INTO session_changes (session_id, xid) SELECT %(sid)s, pg_current_xact_id() FROM s
+    ON CONFLICT (session_id) DO UPDATE SET xid = EXCLUDED.xid WHERE session_changes.xid <> EXCLUDED.xid
+)
+SELECT base, at FROM s
+"""
+"""The append's mark in the sessions' change cursor, as the trigger of the other writes makes it (`pgschema._V7`)."""
 _APPEND_SQL = (
     _APPEND_HEAD
     + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
         %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
-)
-SELECT base, at FROM s
 """
+    + _APPEND_MARK
 )
 _APPEND_ONE_SQL = (
     _APPEND_HEAD
     + """    FROM s, (VALUES (%(kind)s::text, %(payload)s::text, %(time)s::float8, %(role)s::int2, %(doc)s::text, 1))
         AS t(kind, payload, at, role, doc, ord)
-)
-SELECT base, at FROM s
 """
+    + _APPEND_MARK
 )
-"""The append, one statement. The session's `updated_at` moves only when that changes the listing's order
-or a second passed (an index write less on most appends: the row's update stays HOT); when another session
-is newer by a clock a little ahead, it goes just above it (as in `SqliteStore.append`)."""
+"""The append, one statement, its session marked in the change cursor too. The session's `updated_at` moves only
+when that changes the listing's order or a second passed (an index write less on most appends: the row's update
+stays HOT); when another session is newer by a clock a little ahead, it goes just above it (as in
+`SqliteStore.append`)."""
 _POSITION_SQL = "SELECT entry_count FROM sessions WHERE id = %s"
 _INSERT_ENTRIES_SQL = """
 INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
@@ -266,31 +274,64 @@ def _where(url: str) -> str:
         return "the PostgreSQL server"
 
 
-def _check_idle(conn: Any) -> Awaitable[None]:
-    """The pool's check of a connection it hands out, without a round trip: an idle connection has nothing
-    to read, unless the server closed it (a restart, `pg_terminate_backend`): then it is dropped."""
+def _ensure_idle(conn: Any) -> None:
+    """Raise unless `conn` is an idle connection still open, without a round trip: an idle connection has
+    nothing to read, unless the server closed it (a restart, `pg_terminate_backend`)."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    pgconn = conn.pgconn
+    for _ in range(3):
+        try:
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        except (OSError, ValueError) as e:
+            raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
+        if not readable:
+            return
+        # The server's goodbye, then the end of the stream (which stays readable), or a notification:
+        # read what came; a connection that is still readable after that is at its end.
+        pgconn.consume_input()
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the server closed the connection")
+        while pgconn.notifies() is not None:
+            pass
+    raise psycopg.OperationalError("the server closed the connection")
 
-    async def check() -> None:
-        if conn.closed:
-            raise psycopg.OperationalError("the connection is closed")
-        pgconn = conn.pgconn
-        for _ in range(3):
-            try:
-                readable, _, _ = select.select([pgconn.socket], [], [], 0)
-            except (OSError, ValueError) as e:
-                raise psycopg.OperationalError(f"the connection's socket failed: {e}") from e
-            if not readable:
-                return
-            # The server's goodbye, then the end of the stream (which stays readable), or a notification:
-            # read what came; a connection that is still readable after that is at its end.
-            pgconn.consume_input()
-            if pgconn.status != psycopg.pq.ConnStatus.OK:
-                raise psycopg.OperationalError("the server closed the connection")
-            while pgconn.notifies() is not None:
-                pass
-        raise psycopg.OperationalError("the server closed the connection")
 
-    return check()
+async def _check_idle(conn: Any) -> None:
+    """The pool's check of a connection it hands out (`_ensure_idle`): a closed one is dropped."""
+    _ensure_idle(conn)
+
+
+def _cursor(conn: Any) -> Any:
+    """The cursor kept on `conn` for the append's statement: a connection is one operation's at a time, and a
+    cursor that lives on keeps the dumpers it looked up for its parameters' types (`conn.execute` makes a new
+    cursor, and looks them up again, each time). Only there: a cursor holds its last result until its next
+    statement, and an append's is one row, where a read's may be a long session."""
+    cur = getattr(conn, "_tether_cursor", None)
+    if cur is None or cur.closed:
+        cur = conn._tether_cursor = conn.cursor()
+    return cur
+
+
+_SPARE_FOR = 60.0
+"""How long (seconds) a connection may go from one operation to the next without going back to the pool
+(`_Loop`): then the pool's own upkeep (its checks, the connections' lifetime) reaches it again."""
+
+
+class _Loop:
+    """An event loop's pool, and the connection its last operation used, kept aside for the next one: the
+    common case of one operation at a time takes no trip through the pool (a lock, its bookkeeping, and a
+    round robin over its idle connections: each operation on another backend) and runs on a warm
+    connection. `waiting` counts the operations waiting for the pool: a connection is never kept aside while
+    one waits (with `max_size` 1 that one would wait for the connection kept aside)."""
+
+    __slots__ = ("pool", "since", "spare", "waiting")
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.pool = pool
+        self.spare: Any = None
+        self.since = 0.0
+        self.waiting = 0
 
 
 class PostgresStore:
@@ -324,9 +365,7 @@ class PostgresStore:
         self._sizes = (min_size, max_size)
         self._timeout = timeout
         self._connect_timeout = connect_timeout
-        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._migrate()
@@ -378,13 +417,13 @@ class PostgresStore:
             )
         return StoreUnavailable(f"PostgreSQL at {self.where} failed to {doing} it: {text}")
 
-    async def _pool(self) -> AsyncConnectionPool[Any]:
+    async def _loop(self) -> _Loop:
         if self._closed:
             raise StoreClosed("the store is closed")
         loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            pool = AsyncConnectionPool(
+        here = self._loops.get(loop)
+        if here is None:
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.url,
                 min_size=self._sizes[0],
                 max_size=self._sizes[1],
@@ -394,17 +433,54 @@ class PostgresStore:
                 open=False,
                 name=f"tether {self.where}",
             )
-            self._pools[loop] = pool
+            here = self._loops[loop] = _Loop(pool)
             await pool.open(wait=False)
-        return pool
+        return here
+
+    async def _connection(self, here: _Loop) -> tuple[Any, float]:
+        """A connection for one operation, and when it left the pool: the one kept aside when it is still
+        open and idle, or the pool's (which checks it the same way)."""
+        conn, since = here.spare, here.since
+        if conn is not None:
+            here.spare = None
+            try:
+                _ensure_idle(conn)
+                return conn, since
+            except psycopg.OperationalError:
+                await conn.close()
+                await here.pool.putconn(conn)  # closed: the pool opens another in its place
+        here.waiting += 1
+        try:
+            conn = await here.pool.getconn()
+        finally:
+            here.waiting -= 1
+        return conn, time.monotonic()
+
+    async def _give_back(self, here: _Loop, conn: Any, since: float) -> None:
+        """Keep `conn` aside for the next operation when it is idle and nothing waits for the pool; else
+        back to the pool (which brings it back to idle, or replaces it)."""
+        if (
+            here.spare is None
+            and not here.waiting
+            and not self._closed
+            and not conn.closed
+            and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            and time.monotonic() - since < _SPARE_FOR
+        ):
+            here.spare, here.since = conn, since
+        else:
+            await here.pool.putconn(conn)
 
     async def _run(self, fn: Callable[[Any], Awaitable[R]], doing: str) -> R:
-        """`fn(connection)` on a connection of the pool; a failure of the server or of the connection as a
-        `StoreError`. Reads only: see `_write`."""
-        pool = await self._pool()
+        """`fn(connection)` on a connection of this loop (`_Loop`); a failure of the server or of the
+        connection as a `StoreError`. Reads only: see `_write`."""
+        here = await self._loop()
         try:
-            async with pool.connection() as conn:
+            conn, since = await self._connection(here)
+            try:
                 return await fn(conn)
+            finally:
+                await self._give_back(here, conn, since)
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
             if self._closed:
                 raise StoreClosed("the store is closed") from None
@@ -427,16 +503,32 @@ class PostgresStore:
 
     async def _write(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
         """Run a write to its end even when the awaiting task is cancelled (the caller stops waiting; the
-        write commits or fails on its own), as SqliteStore's writes do."""
-        task = asyncio.ensure_future(self._run(fn, doing))
+        write commits or fails on its own), as SqliteStore's writes do: in a task of its own, which hands
+        its outcome to the future the caller awaits (`asyncio.shield` without its relay through the task's
+        done callback: one turn of the event loop less per write)."""
+        outcome: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        task = asyncio.get_running_loop().create_task(self._settle(outcome, fn, doing))
         self._tasks.add(task)
-        task.add_done_callback(self._settled)
-        return await asyncio.shield(task)
+        task.add_done_callback(self._tasks.discard)
+        return await outcome
 
-    def _settled(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a caller that stopped waiting has no one else to raise it to
+    async def _settle(self, outcome: asyncio.Future[R], fn: Callable[[Any], Awaitable[R]], doing: str) -> None:
+        """`_run(fn)`, its result or its error set on `outcome`, unless the caller stopped waiting (then
+        there is no one to give it to)."""
+        try:
+            result = await self._run(fn, doing)
+        except asyncio.CancelledError:  # the loop is shutting down
+            outcome.cancel()
+            raise
+        except BaseException as e:
+            if not outcome.done():
+                outcome.set_exception(e)
+                outcome.exception()  # retrieved: a caller cancelled just after it was set never raises it
+            if not isinstance(e, Exception):
+                raise
+        else:
+            if not outcome.done():
+                outcome.set_result(result)
 
     async def _tx(self, fn: Callable[[Any], Awaitable[R]], doing: str = "write to") -> R:
         """`fn(connection)` in one transaction (committed when it returns, rolled back when it raises)."""
@@ -461,12 +553,19 @@ class PostgresStore:
         if under_way:  # writes still under way finish first
             await asyncio.gather(*under_way, return_exceptions=True)
         self._closed = True
-        for loop, pool in list(self._pools.items()):
+        for loop, here in list(self._loops.items()):
             if loop is running:
-                await pool.close()
+                await self._close_loop(here)
             elif not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(), loop)
-        self._pools.clear()
+                asyncio.run_coroutine_threadsafe(self._close_loop(here), loop)
+        self._loops.clear()
+
+    @staticmethod
+    async def _close_loop(here: _Loop) -> None:
+        spare, here.spare = here.spare, None
+        if spare is not None:
+            await here.pool.putconn(spare)
+        await here.pool.close()
 
     # --- sessions ----------------------------------------------------------------------------------
 
@@ -688,7 +787,7 @@ class PostgresStore:
 
         async def statement(conn: Any) -> tuple[int, float]:
             params["now"] = time.time()
-            row = await (await conn.execute(sql, params)).fetchone()
+            row = await (await _cursor(conn).execute(sql, params)).fetchone()
             if row is None:  # no such session, or another writer moved it past expect_seq: nothing written
                 at = await (await conn.execute(_POSITION_SQL, (session_id,))).fetchone()
                 if at is None:

@@ -56,6 +56,8 @@ def indexed_text(body: EntryBody) -> str | None:
 
 
 _HYPHENATED = re.compile(r"\b[^\W\d_]+(?:-[^\W\d_]+)+\b")
+_HYPHENATED_ASCII = re.compile(r"\b[A-Za-z]+(?:-[A-Za-z]+)+\b", re.ASCII)
+"""`_HYPHENATED` for ASCII text (the same matches there, found faster: an append indexes every message)."""
 
 
 def document(text: str) -> str:
@@ -64,18 +66,24 @@ def document(text: str) -> str:
     "de-stress" is the phrase "de stress", which the text has)."""
     if "-" not in text:
         return text
-    joined = [word.replace("-", "") for word in _HYPHENATED.findall(text)]
+    pattern = _HYPHENATED_ASCII if text.isascii() else _HYPHENATED
+    joined = [word.replace("-", "") for word in pattern.findall(text)]
     return text + " " + " ".join(joined) if joined else text
 
 
 # --- tokens -------------------------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"[^\W_]+")
+_TOKEN_ASCII = re.compile(r"[a-z0-9]+")
+"""`_TOKEN` for lower-case ASCII text."""
 
 
 def tokens(text: str) -> list[str]:
     """The terms of `text` before stemming, as FTS5's ``unicode61`` makes them: runs of letters and digits
-    (anything else separates, ``_`` included), case-folded, diacritics removed."""
+    (anything else separates, ``_`` included), case-folded, diacritics removed. ASCII text (most of it) takes
+    a shorter way to the same terms: NFKD leaves it as it is, and its letters and digits are ``[a-z0-9]``."""
+    if text.isascii():
+        return _TOKEN_ASCII.findall(text.lower())
     folded = unicodedata.normalize("NFKD", text.lower())
     if not folded.isascii():
         folded = "".join(c for c in folded if not unicodedata.combining(c))
