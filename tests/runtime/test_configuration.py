@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tether.config import Config, parse_config
-from tether.errors import ConfigError
+from tether.errors import ConfigError, InvalidInput
 from tether.paths import config_path
-from tether.runtime.configuration import context_settings, load_config
+from tether.runtime.configuration import context_settings, load_config, permission_rules
 
 
 def test_missing_file_is_an_empty_config(tmp_path: Path) -> None:
@@ -45,3 +45,22 @@ def test_the_context_section_becomes_the_engine_settings() -> None:
 def test_a_bad_context_setting_is_a_config_error_naming_the_file(text: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"\[context\] in .*cfg\.toml"):
         context_settings(parse_config(text), source=str(tmp_path / "cfg.toml"))
+
+
+def test_the_rules_of_the_same_layers_are_built_once_and_a_bad_flag_fails_each_time(tmp_path: Path) -> None:
+    config = parse_config('[permissions]\nallow = ["read"]\ndeny = ["bash(rm *)"]\n')
+    first = permission_rules(config, tmp_path, allow=["bash(git status*)"])
+    again = permission_rules(config, tmp_path, allow=["bash(git status*)"])
+    assert first is again  # the same layers: built once
+    assert permission_rules(config, tmp_path, allow=["bash(ls*)"]) is not first
+    assert permission_rules(config, tmp_path, mode="plan").mode == "plan"
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="--allow"):
+            permission_rules(config, tmp_path, allow=["bash()"])
+    with pytest.raises(InvalidInput, match="--allow"):
+        permission_rules(config, tmp_path, allow=[{"not": "a rule"}])  # type: ignore[list-item]
+    # a workspace's file, once there, counts (read again since it changed)
+    (tmp_path / ".tether").mkdir()
+    (tmp_path / ".tether" / "config.toml").write_text('[permissions]\ndeny = ["write"]\n')
+    with_project = permission_rules(config, tmp_path, allow=["bash(git status*)"])
+    assert any(r.tool == "write" and r.action == "deny" for r in with_project.rules)

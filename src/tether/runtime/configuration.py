@@ -5,6 +5,7 @@ and passes what it found down; nothing below the runtime reads configuration."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -54,6 +55,11 @@ def context_settings(config: Config, *, source: str | None = None) -> ContextSet
 
 
 def project_config_path(workspace: str | os.PathLike[str]) -> Path:
+    return _project_config_path(os.fspath(workspace))
+
+
+@functools.lru_cache(maxsize=256)
+def _project_config_path(workspace: str) -> Path:
     return Path(workspace) / PROJECT_CONFIG
 
 
@@ -132,13 +138,32 @@ def permission_rules(
         layers.append((f"{table} in {config_path()}", f"{table} in {config_path()}", agent[1], ConfigError))
     for action, given in (("allow", allow), ("ask", ask), ("deny", deny)):
         layers.append(("the run's flags", f"--{action}", {action: given}, InvalidInput))
+    chosen = mode or (project.mode if project is not None else None) or user.mode or "default"
+    key = tuple(
+        (source, where, tuple((action, tuple(texts)) for action, texts in rule_lists(lists).items()), error)
+        for source, where, lists, error in layers
+    )
+    try:
+        hash(key)
+    except TypeError:  # a rule that is not a string (a program's flags): it fails in the build, uncached
+        return _layered_rules.__wrapped__(key, chosen)
+    return _layered_rules(key, chosen)
+
+
+_Layers = tuple[tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...], type[Exception]], ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _layered_rules(layers: _Layers, chosen: str) -> Rules:
+    """The rules of `layers` (each: where its rules were written, as a rule's source; as an error names it;
+    its rules by action; the error's type) in the mode `chosen`; built once for the same layers (every run's
+    start asks, with the same few). What raises is not kept."""
     rules = Rules(mode="default")
     for source, where, lists, error in layers:
         try:
-            rules = rules.adding(layered([(source, rule_lists(lists))]).rules)
+            rules = rules.adding(layered([(source, dict(lists))]).rules)
         except InvalidInput as exc:
             raise error(f"{where}: {exc}") from None
-    chosen = mode or (project.mode if project is not None else None) or user.mode or "default"
     try:
         return layered([], chosen).adding(rules.rules)
     except InvalidInput as exc:
