@@ -20,6 +20,7 @@ from tether.context.tokens import (
     REQUEST_OVERHEAD,
     TOOL_CALL_OVERHEAD,
     BpeCounter,
+    HeuristicCounter,
     TokenCache,
     bpe_counter,
     count_message,
@@ -333,3 +334,34 @@ def test_tokens_over_counts_a_text_of_few_characters_and_many_bytes() -> None:
     counter = Recorded()
     text = "总结" * 40  # 80 characters, 240 bytes: a byte-level vocabulary spends 240 tokens on it
     assert tokens_over(text, 100, counter) and counter.counted == [80]
+
+
+class _ValueCounter:
+    """A counter that compares by value and so has no hash (a provider's own may be such)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ValueCounter)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_tools_counted_again_give_the_same_tokens_and_a_changed_tool_its_own() -> None:
+    counter = HeuristicCounter()
+    spec = ToolSpec(name="grep", description="search files", parameters={"type": "object", "properties": {}})
+    first = count_tools([spec], counter)
+    assert count_tools([spec], counter) == first
+    wider = ToolSpec(name="grep", description="search files for a pattern, by line", parameters=spec.parameters)
+    assert count_tools([wider], counter) > first  # a new description: counted anew
+    deeper = ToolSpec(
+        name="grep",
+        description=spec.description,
+        parameters={"type": "object", "properties": {"pattern": {"type": "string"}}},
+    )
+    assert count_tools([deeper], counter) > first  # a new schema too
+    odd = _ValueCounter()
+    assert count_tools([spec], odd) == tokens.TOOLS_OVERHEAD + tokens.TOOL_SPEC_OVERHEAD + 1 + 2 + odd.count(
+        '{"type":"object","properties":{}}'
+    )

@@ -349,9 +349,28 @@ def count_tools(tools: Sequence[ToolSpec], counter: TokenCounter | None = None) 
     c = counter or get_counter()
     total = TOOLS_OVERHEAD
     for tool in tools:
-        schema = msgspec.json.encode(tool.parameters).decode()
-        total += TOOL_SPEC_OVERHEAD + c.count(tool.name) + c.count(tool.description) + c.count(schema)
+        total += TOOL_SPEC_OVERHEAD + _tool_tokens(c, tool)
     return total
+
+
+_TOOL_TOKENS: dict[tuple[Any, str, str, bytes], int] = {}
+"""Tokens of a tool's definition by counter: a run counts its tools at every step, the same ones."""
+TOOL_TOKENS_KEPT = 4096
+
+
+def _tool_tokens(c: TokenCounter, tool: ToolSpec) -> int:
+    schema = msgspec.json.encode(tool.parameters)
+    key = (c, tool.name, tool.description, schema)
+    try:
+        kept = _TOOL_TOKENS.get(key)
+    except TypeError:  # a counter that cannot be a key (it compares by value but has no hash)
+        return c.count(tool.name) + c.count(tool.description) + c.count(schema.decode())
+    if kept is None:
+        kept = c.count(tool.name) + c.count(tool.description) + c.count(schema.decode())
+        if len(_TOOL_TOKENS) >= TOOL_TOKENS_KEPT:
+            _TOOL_TOKENS.clear()
+        _TOOL_TOKENS[key] = kept
+    return kept
 
 
 def count_fixed(system: str | None, tools: Sequence[ToolSpec], counter: TokenCounter | None = None) -> int:
