@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -251,6 +252,24 @@ def test_context_makes_the_workspace_canonical(tmp_path: Path) -> None:
     assert ctx.resolve("a/b.txt") == real.resolve() / "a" / "b.txt"
     assert ctx.display(real.resolve() / "a" / "b.txt") == "a/b.txt"
     assert ctx.display(real.resolve()) == "."
+
+
+def test_a_context_copied_for_a_call_keeps_its_canonical_workspace_and_a_new_one_is_resolved(
+    tmp_path: Path,
+) -> None:
+    real, other = tmp_path / "real", tmp_path / "other"
+    real.mkdir()
+    other.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "other-link").symlink_to(other)
+    ctx = ToolContext(workspace=tmp_path / "link", session_id="s", store=MemoryStore())
+    call = dataclasses.replace(ctx, call_id="c1")
+    assert call.workspace is ctx.workspace  # the same path: not resolved again
+    moved = dataclasses.replace(ctx, workspace=tmp_path / "other-link")
+    assert moved.workspace == other.resolve()  # another workspace: resolved, though the copy said canonical
+    # a path given as canonical that is not the workspace given is resolved all the same
+    odd = ToolContext(workspace=tmp_path / "link", session_id="s", store=MemoryStore(), canonical=other)
+    assert odd.workspace == real.resolve()
 
 
 def test_context_refuses_paths_that_escape(tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ class RunState:
             self._workspace = (directory, Path(directory).expanduser().resolve())
         return ToolContext(
             workspace=self._workspace[1],
-            canonical=True,
+            canonical=self._workspace[1],
             session_id=self.session_id,
             store=self.session.store,
             confine_to_workspace=self.options.confine_to_workspace,

@@ -92,13 +92,14 @@ class ToolContext:
     """Where the commands of the call run (`sandbox`); None: unconfined, as a program that runs its own tools
     chose (a run's options give one by default)."""
 
-    canonical: bool = field(default=False, repr=False)
-    """`workspace` is canonical already (a run resolves its workspace once, not at every call's context)."""
+    canonical: Path | None = field(default=None, repr=False, compare=False)
+    """The workspace as it was made canonical: when `workspace` is that very path, it is not resolved again
+    (a run resolves its workspace once, not at every call's context; `dataclasses.replace` with another
+    workspace resolves that one)."""
 
     def __post_init__(self) -> None:
-        if not self.canonical:
-            self.workspace = Path(self.workspace).expanduser().resolve()
-            self.canonical = True
+        if self.canonical is None or self.canonical is not self.workspace:
+            self.workspace = self.canonical = Path(self.workspace).expanduser().resolve()
 
     def resolve(self, value: str) -> Path:
         """A path argument as a canonical absolute path (relative paths are taken from the workspace).
