@@ -27,20 +27,8 @@ def _user_data_dir(xdg_data_home: str | None, home: str | None) -> Path:
 
 def config_path() -> Path:
     """`TETHER_CONFIG` if set, else `config.toml` under `tether_home()`."""
-    environ = os.environ
-    return _config_path(
-        environ.get("TETHER_CONFIG"), environ.get("TETHER_HOME"), environ.get("XDG_DATA_HOME"), environ.get("HOME")
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _config_path(config: str | None, home: str | None, xdg_data_home: str | None, user_home: str | None) -> Path:
-    """`config_path()` for the variables it reads (asked several times at every run's start)."""
-    if config:
-        return Path(config)
-    if home:
-        return Path(home).expanduser() / "config.toml"
-    return _user_data_dir(xdg_data_home, user_home) / "config.toml"
+    env = os.environ.get("TETHER_CONFIG")
+    return Path(env) if env else tether_home() / "config.toml"
 
 
 def default_store_url() -> str:
