@@ -26,7 +26,8 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.messages import Entry, Message, Revert
-from tether.store import open_store
+from tether.store import open_store, pgschema
+from tether.store import postgres as postgres_module
 from tether.store.audit import AuditRecord, draft, verify
 from tether.store.pgschema import SCHEMA_VERSION
 from tether.store.postgres import PostgresStore
@@ -482,3 +483,141 @@ async def test_every_kind_of_append_marks_its_session_in_the_change_cursor(postg
             assert not (await store.changed_sessions(position)).sessions
         with psycopg.connect(postgres_url) as conn:
             assert conn.execute("SELECT count(*) FROM session_changes").fetchone() == (1,)
+
+
+async def test_appended_messages_wait_for_their_terms_and_a_search_makes_them_first(postgres_url: str) -> None:
+    """An append writes no search terms (`pgschema._V8`): its messages wait, counted by `search_backlog`, and a
+    search indexes them before it runs, so it finds every committed append, including another store's."""
+    async with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        sid = (await store.create_session(directory="/w")).id
+        await store.append(sid, [Message.user("ocelot one"), Revert(to_seq=0), Message.assistant("ocelot two")])
+        await other.append(sid, [Message.user("ocelot three")])
+        assert await store.search_backlog() == 3  # the messages, not the revert
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT seq FROM search_queue ORDER BY seq").fetchall() == [(1,), (3,), (4,)]
+            assert conn.execute("SELECT count(*) FROM entry_terms").fetchone() == (0,)
+        hits = await other.search("ocelot", include_reverted=True)
+        assert sorted(h.seq for h in hits) == [1, 3, 4]
+        assert await store.search_backlog() == 0
+        with psycopg.connect(postgres_url) as conn:  # the revert has no terms, and never waited for any
+            rows = conn.execute("SELECT seq, role FROM entry_terms ORDER BY seq").fetchall()
+            assert rows == [(1, 1), (3, 2), (4, 1)]
+            assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+
+
+async def test_a_store_flushes_its_appends_in_the_background_every_so_many(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `INDEX_EVERY` indexed entries a store appends, a flush of its own indexes them (without keeping
+    the append waiting), so the backlog a search meets stays small."""
+    monkeypatch.setattr(postgres_module, "INDEX_EVERY", 8)
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        for i in range(7):
+            await store.append(sid, [Message.user(f"word{i}")])
+        assert store._indexing is None and await store.search_backlog() == 7
+        await store.append(sid, [Message.user("word7")])
+        assert store._indexing is not None
+        await store._indexing
+        assert await store.search_backlog() == 0
+        assert [h.seq for h in await store.search("word3")] == [4]
+
+
+async def test_searches_that_flush_at_once_from_several_stores_each_see_every_append(postgres_url: str) -> None:
+    """Four stores (four pools, as four processes) append and search at the same time: the flushes lock the
+    rows they index in one order (no deadlock), and a search waits for a flush under way on another store
+    rather than miss its rows."""
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    try:
+        sid = (await stores[0].create_session()).id
+
+        async def work(k: int) -> None:
+            for i in range(30):
+                (entry,) = await stores[k].append(sid, [Message.user(f"tag{k}x{i} common")])
+                hits = await stores[(k + 1) % 4].search(f"tag{k}x{i}")
+                assert [h.seq for h in hits] == [entry.seq], f"store {k}'s append {i} was not found"
+
+        await asyncio.gather(*(work(k) for k in range(4)))
+        assert await stores[0].search_backlog() == 0
+        assert len(await stores[1].search("common", limit=200)) == 120
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_damaged_row_never_waits_for_terms_forever(postgres_url: str) -> None:
+    """A queued message whose payload is not an entry any more is taken off the queue with no terms: it matches
+    no search and is no longer in the backlog; reading it still reports it."""
+    seen: list[CorruptEntry] = []
+    async with PostgresStore(postgres_url, on_corrupt=seen.append) as store:
+        sid = (await store.create_session()).id
+        await store.append(sid, [Message.user("alpha"), Message.user("beta")])
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            raw.execute("UPDATE entries SET payload = 'torn {' WHERE session_id = %s AND seq = 1", (sid,))
+        assert [h.seq for h in await store.search("beta")] == [2]
+        assert await store.search("alpha") == [] and await store.search_backlog() == 0
+        assert _texts(await store.read(sid)) == ["beta"] and [r.seq for r in seen] == [1]
+
+
+async def test_backfill_reports_sessions_done_and_left(postgres_url: str) -> None:
+    """`backfill_search` indexes what waits, a batch per transaction, and says how many sessions it finished,
+    how many still wait and how many entries are left."""
+    async with PostgresStore(postgres_url) as store:
+        sids = [(await store.create_session()).id for _ in range(3)]
+        for n, sid in enumerate(sids):
+            await store.append(sid, [Message.user(f"m{n}x{i}") for i in range(4)])
+        steps = [p async for p in store.backfill_search(batch=5)]
+        assert [(p.entries_indexed, p.backlog, p.sessions_left) for p in steps] == [(5, 7, 2), (10, 2, 1), (12, 0, 0)]
+        assert [p.sessions_done for p in steps] == [1, 2, 3]
+        assert [p async for p in store.backfill_search()] == []
+
+
+async def test_a_fork_and_a_delete_keep_the_queue_and_the_terms_in_step(postgres_url: str) -> None:
+    """A fork copies its messages' place in the search index as it is at that moment (terms made, or still
+    queued); deleting a session takes its queued messages and its terms with it."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        await store.append(sid, [Message.user("lynx early")])
+        assert [h.seq for h in await store.search("lynx")] == [1]  # indexed by the search
+        await store.append(sid, [Message.user("lynx late"), Message.user("beyond the fork")])
+        fork = await store.fork(sid, 2)
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT seq FROM entry_terms WHERE session_id = %s", (fork.id,)).fetchall() == [(1,)]
+            assert conn.execute("SELECT seq FROM search_queue WHERE session_id = %s", (fork.id,)).fetchall() == [(2,)]
+        hits = await store.search("lynx")
+        assert sorted((h.session_id == fork.id, h.seq) for h in hits) == [(False, 1), (False, 2), (True, 1), (True, 2)]
+        assert await store.search("beyond", session_id=fork.id) == []
+        await store.append(sid, [Message.user("queued then deleted")])
+        await store.delete_session(sid)
+        with psycopg.connect(postgres_url) as conn:
+            for table in ("entry_terms", "search_queue"):
+                assert conn.execute(f"SELECT count(*) FROM {table} WHERE session_id = %s", (sid,)).fetchone() == (0,)
+        assert [h.session_id for h in await store.search("lynx")] == [fork.id, fork.id]
+
+
+def test_migration_8_moves_the_terms_out_of_the_entries(postgres_url: str) -> None:
+    """A database at migration 7 (terms in `entries`) is brought to 8: every message's terms are in
+    `entry_terms` with its role and time, nothing is queued, and its search finds what it found before."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert pgschema.migrate(conn, known=7) == (0, 7)
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, entry_count, message_count) VALUES ('ses_a', 1, 1, 2, 1)"
+        )
+        conn.execute(
+            "INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms) VALUES"
+            " ('ses_a', 1, 'message', 5.0, %s, 1, to_tsvector('tether_search', 'zebra crossing')),"
+            " ('ses_a', 2, 'title', 6.0, '{}', NULL, NULL)",
+            ('{"kind":"message","role":"user","parts":[{"kind":"text","text":"zebra crossing"}]}',),
+        )
+        assert pgschema.migrate(conn) == (7, SCHEMA_VERSION)
+        assert conn.execute("SELECT session_id, seq, role, created_at FROM entry_terms").fetchall() == [
+            ("ses_a", 1, 1, 5.0)
+        ]
+        assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+    store = PostgresStore(postgres_url)
+
+    async def check() -> None:
+        async with store:
+            assert [(h.session_id, h.seq) for h in await store.search("zebra")] == [("ses_a", 1)]
+
+    asyncio.run(check())

@@ -306,6 +306,33 @@ creation, deletion, and updates that do not move `entry_count`, which only an ap
 less on the append path. A node of an older tether that is still running when a newer one migrates (a rolling
 upgrade) appends without marking; its sessions are marked again by their next write from a newer node."""
 
+_V8 = """
+CREATE TABLE entry_terms (
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    role smallint NOT NULL,
+    created_at double precision NOT NULL,
+    terms tsvector NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
+    SELECT session_id, seq, role, created_at, terms FROM entries WHERE terms IS NOT NULL AND role IS NOT NULL;
+CREATE INDEX entry_terms_terms ON entry_terms USING gin (terms);
+DROP INDEX entries_terms;
+ALTER TABLE entries DROP COLUMN terms;
+CREATE TABLE search_queue (
+    session_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"""
+"""Migration 8: search terms move out of `entries` into `entry_terms` (with the role and time that searches
+filter on), and an append no longer makes them (`to_tsvector` and the GIN insert were a third of its time on
+the server): it queues its messages in `search_queue`, and a flush (`postgres._index_pending`), which every
+search makes first, takes them off the queue and inserts their terms. Every entry's terms made before are
+moved over, so nothing waits after the migration. A node of an older tether still running during a rolling
+upgrade fails its appends (the column is gone) until it is upgraded too."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
     (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
@@ -314,6 +341,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (5, _V5),  # the audit trail sealed on the server
     (6, _V6),  # the durable prompt queue (SqliteStore's schema 11)
     (7, _V7),  # an append marks the change cursor in its own statement, the trigger the other writes
+    (8, _V8),  # search terms in a table of their own, made by a flush after the append from its queue
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

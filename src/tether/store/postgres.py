@@ -5,7 +5,8 @@ Opening migrates the schema (`pgschema.migrate`, under an advisory lock: two nod
 connection of its own; the work then goes through an `AsyncConnectionPool` of autocommit connections, one per
 event loop, the connection of its last operation kept aside for the next (`_Loop`). An append is one
 statement, so one round trip and one transaction: the session row's UPDATE checks the expected seq and bumps
-the counters, and the entries are inserted from its RETURNING, with their search terms; `synchronous_commit`
+the counters, and the entries are inserted from its RETURNING (their search terms are made by a flush after
+it, which every search makes first: `_index_pending`); `synchronous_commit`
 is left as the server has it (on: a commit is acknowledged after its WAL is flushed). A write runs to its end
 even when the task awaiting it is cancelled. A connection lost mid-operation is `StoreConnectionLost` (the
 write was committed whole or not at all); the pool drops a connection the server closed before it hands it out
@@ -39,6 +40,7 @@ from ..errors import (
     StoreBusy,
     StoreClosed,
     StoreConnectionLost,
+    StoreError,
     StoreFull,
     StorePermission,
     StoreUnavailable,
@@ -159,11 +161,12 @@ s AS (
     RETURNING entry_count - %(n)s AS base, greatest(%(now)s, updated_at) AS at
 ),
 ins AS (
-    INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
-    SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role,
-        CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
+    INSERT INTO entries (session_id, seq, kind, created_at, payload, role)
+    SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role
 """
-_APPEND_MARK = """),
+_APPEND_MARK = """    RETURNING seq, role
+),
+queued AS (INSERT INTO search_queue (session_id, seq) SELECT %(sid)s, seq FROM ins WHERE role IS NOT NULL),
 marked AS (
     INSERT INTO session_changes (session_id, xid) SELECT %(sid)s, pg_current_xact_id() FROM s
     ON CONFLICT (session_id) DO UPDATE SET xid = EXCLUDED.xid WHERE session_changes.xid <> EXCLUDED.xid
@@ -173,30 +176,65 @@ SELECT base, at FROM s
 """The append's mark in the sessions' change cursor, as the trigger of the other writes makes it (`pgschema._V7`)."""
 _APPEND_SQL = (
     _APPEND_HEAD
-    + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
-        %(docs)b::text[]) WITH ORDINALITY AS t(kind, payload, at, role, doc, ord)
+    + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[])
+        WITH ORDINALITY AS t(kind, payload, at, role, ord)
 """
     + _APPEND_MARK
 )
 _APPEND_ONE_SQL = (
     _APPEND_HEAD
-    + """    FROM s, (VALUES (%(kind)s::text, %(payload)s::text, %(time)s::float8, %(role)s::int2, %(doc)s::text, 1))
-        AS t(kind, payload, at, role, doc, ord)
+    + """    FROM s, (VALUES (%(kind)s::text, %(payload)s::text, %(time)s::float8, %(role)s::int2, 1))
+        AS t(kind, payload, at, role, ord)
 """
     + _APPEND_MARK
 )
 """The append, one statement, its session marked in the change cursor too. The session's `updated_at` moves only
 when that changes the listing's order or a second passed (an index write less on most appends: the row's update
 stays HOT); when another session is newer by a clock a little ahead, it goes just above it (as in
-`SqliteStore.append`)."""
+`SqliteStore.append`). A message's search terms are not made here: it waits in `search_queue` for the next
+flush (`_DEQUEUE_SQL`), which every search makes first."""
 _POSITION_SQL = "SELECT entry_count FROM sessions WHERE id = %s"
 _INSERT_ENTRIES_SQL = """
-INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)
-SELECT %(sid)s, t.seq, t.kind, t.at, t.payload, t.role,
-    CASE WHEN t.doc IS NULL THEN NULL ELSE to_tsvector('tether_search', t.doc) END
-FROM unnest(%(seqs)b::int8[], %(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[],
-    %(docs)b::text[]) AS t(seq, kind, payload, at, role, doc)
+WITH t AS (
+    SELECT * FROM unnest(%(seqs)b::int8[], %(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[],
+        %(roles)b::int2[], %(docs)b::text[]) AS t(seq, kind, payload, at, role, doc)
+),
+ins AS (
+    INSERT INTO entries (session_id, seq, kind, created_at, payload, role)
+    SELECT %(sid)s, seq, kind, at, payload, role FROM t
+)
+INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
+SELECT %(sid)s, seq, role, at, to_tsvector('tether_search', doc) FROM t WHERE doc IS NOT NULL
 """
+"""An import's entries, and their search terms made at once (a bulk write: no queue)."""
+_ANY_QUEUED_SQL = "SELECT 1 FROM search_queue LIMIT 1"
+_DEQUEUE_SQL = """
+WITH q AS (
+    DELETE FROM search_queue WHERE (session_id, seq) IN (
+        SELECT session_id, seq FROM search_queue ORDER BY session_id, seq LIMIT %s FOR UPDATE
+    ) RETURNING session_id, seq
+)
+SELECT q.session_id, q.seq, e.role, e.created_at, e.payload FROM q JOIN entries e USING (session_id, seq)
+"""
+"""A flush's batch, taken off the queue under lock: a flush that meets rows another one holds waits for its
+commit, and then leaves them (they are gone), so a search that flushed sees every append committed before it
+began. Rows are locked in the key's order: two flushes never hold each other's."""
+_INDEX_SQL = (
+    "INSERT INTO entry_terms (session_id, seq, role, created_at, terms)"
+    " SELECT sid, seq, role, at, to_tsvector('tether_search', doc)"
+    " FROM unnest(%s::text[], %s::int8[], %s::int2[], %s::float8[], %s::text[]) AS t(sid, seq, role, at, doc)"
+    " ON CONFLICT DO NOTHING"
+)
+"""The terms of a flush's batch. A queued message never has terms yet (a flush moves it from one table to the
+other in one transaction, a fork copies both in one snapshot), so a conflict is not expected; were one ever
+there, the row would stay queued and fail every flush: it is kept as it is instead."""
+INDEX_EVERY = 256
+"""Indexed entries a store appends before it flushes them in the background (a search flushes the rest)."""
+INDEX_BATCH = 256
+"""Entries a flush indexes per transaction: the client makes their words (`_doc`) between two round trips."""
+SEARCH_INDEX = 8_000
+"""The most entries a search indexes before it runs (as SqliteStore's `SEARCH_FLUSH`): more than that waits in
+the backlog for `backfill_search` (after a bulk load), while every later search indexes a share."""
 _LEASE_COLS = "l.holder, l.pid, l.host, l.since, l.expires_at, l.request"
 _LEASE_SQL = f"SELECT {_LEASE_COLS} FROM sessions s LEFT JOIN leases l ON l.session_id = s.id WHERE s.id = %s"
 _LEASE_TAKE_FREE_SQL = (
@@ -235,6 +273,17 @@ def _doc(body: EntryBody) -> tuple[int | None, str | None]:
     if text is None:
         return None, None
     return ROLES[body.role], " ".join(tokens(document(text)))  # type: ignore[union-attr]
+
+
+def _appended(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[int | None]]:
+    """(kinds, payloads, role numbers) of an append's bodies: the role marks what the search index will hold
+    (queued in `search_queue`), whose words are made by the next flush (`_index_batch`), not here."""
+    kinds, payloads, roles = [], [], []
+    for body in bodies:
+        kinds.append(kind_of(body))
+        payloads.append(encode_body(body).decode())
+        roles.append(None if indexed_text(body) is None else ROLES[body.role])  # type: ignore[union-attr]
+    return kinds, payloads, roles
 
 
 def _encoded(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[int | None], list[str | None]]:
@@ -368,6 +417,8 @@ class PostgresStore:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._unindexed = 0  # entries this store appended for the search index since its last flush
+        self._indexing: asyncio.Task[None] | None = None  # the flush those appends started, while it runs
         self._migrate()
 
     # --- opening, the pool, errors ---------------------------------------------------------------------
@@ -685,7 +736,9 @@ class PostgresStore:
         ids = [r[0] for r in await cur.fetchall()]
         if not ids:
             raise SessionNotFound(session_id)
-        for table in ("entries", "leases", "shares", "streams"):
+        # the queue before the terms: a flush under way on those rows is waited for by the first, so that the
+        # second (a statement of its own, with a newer snapshot) sees the terms it wrote
+        for table in ("entries", "search_queue", "entry_terms", "leases", "shares", "streams"):
             await conn.execute(f"DELETE FROM {table} WHERE session_id = ANY(%s)", (ids,))
         await conn.execute("DELETE FROM sessions WHERE id = ANY(%s)", (ids,))
         return ids
@@ -754,7 +807,7 @@ class PostgresStore:
         if not n:
             raise InvalidInput("append needs at least one entry")
         times = check_created_at(created_at, n)
-        kinds, payloads, roles, docs = _encoded(bodies)  # bad input fails here, before any round trip
+        kinds, payloads, roles = _appended(bodies)  # bad input fails here, before any round trip
         messages, t_in, t_out, cost = message_counters(bodies)
         explicit_title: str | None = None
         has_revert = False
@@ -779,11 +832,11 @@ class PostgresStore:
         if n == 1:  # the common case, with no arrays to build: a third less time on the client
             sql = _APPEND_ONE_SQL
             params.update(kind=kinds[0], payload=payloads[0], time=times[0] if times else None)
-            params.update(role=roles[0], doc=docs[0])
+            params.update(role=roles[0])
         else:
             sql = _APPEND_SQL
             params.update(kinds=kinds, payloads=payloads, times=times if times is not None else [None] * n)
-            params.update(roles=roles, docs=docs)
+            params.update(roles=roles)
 
         async def statement(conn: Any) -> tuple[int, float]:
             params["now"] = time.time()
@@ -817,6 +870,9 @@ class PostgresStore:
             first, now = await self._tx(tx, "append to")
         else:
             first, now = await self._write(statement, "append to")
+        self._unindexed += n - roles.count(None)
+        if self._unindexed >= INDEX_EVERY and self._indexing is None:
+            self._index_later()
         return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
 
     def _decode_rows(self, session_id: str, rows: list[Any]) -> list[Entry]:
@@ -924,11 +980,16 @@ class PostgresStore:
             )
             if await cur.fetchone() is None:
                 raise InvalidInput(f"session {fork_id} already exists")
-            await conn.execute(
-                "INSERT INTO entries (session_id, seq, kind, created_at, payload, role, terms)"
-                " SELECT %s, seq, kind, created_at, payload, role, terms FROM entries"
-                " WHERE session_id = %s AND seq <= %s",
-                (fork_id, session_id, at),
+            await conn.execute(  # one statement, one snapshot: each copied message is queued or has its terms
+                "WITH e AS (INSERT INTO entries (session_id, seq, kind, created_at, payload, role)"
+                " SELECT %(fork)s, seq, kind, created_at, payload, role FROM entries"
+                " WHERE session_id = %(sid)s AND seq <= %(at)s),"
+                " q AS (INSERT INTO search_queue (session_id, seq) SELECT %(fork)s, seq FROM search_queue"
+                " WHERE session_id = %(sid)s AND seq <= %(at)s)"
+                " INSERT INTO entry_terms (session_id, seq, role, created_at, terms)"
+                " SELECT %(fork)s, seq, role, created_at, terms FROM entry_terms"
+                " WHERE session_id = %(sid)s AND seq <= %(at)s",
+                {"fork": fork_id, "sid": session_id, "at": at},
             )
             await self._audit(conn, _forked(fork_id, session_id, at, now))
             return await self._get_row(conn, fork_id)
@@ -1001,8 +1062,70 @@ class PostgresStore:
         return await self._tx(tx)
 
     # --- search ------------------------------------------------------------------------------------
-    # Each message's words are stemmed into `entries.terms` (a GIN index) by the append that writes it:
-    # nothing is ever behind, so there is no backlog to fill. Ranking is PostgreSQL's `ts_rank`.
+    # Each message's words are stemmed into `entry_terms` (a GIN index; `pgschema._V8`) by a flush after its
+    # append, not by the append (a third of its time on the server): the append queues it (`search_queue`),
+    # and a flush takes a batch off the queue and writes their terms, insert-only, beside the journal (an
+    # UPDATE of the entries' rows cost half as much again as the append had). The flushes: one in the
+    # background every `INDEX_EVERY` messages a store appends, and the one each search makes first, so a
+    # search sees every committed append. An import writes its entries' terms itself. Ranking is `ts_rank`.
+
+    def _index_later(self) -> None:
+        """Flush this store's appends in a task of their own: the append that started it is not kept waiting,
+        and a flush that fails leaves its rows for the next one (a search's, or a later append's)."""
+        self._unindexed = 0
+        task = asyncio.get_running_loop().create_task(self._index_quietly(INDEX_EVERY * 2))
+        self._indexing = task
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if self._indexing is t:
+                self._indexing = None
+
+        task.add_done_callback(done)
+
+    async def _index_quietly(self, limit: int) -> None:
+        try:
+            await self._index_pending(limit)
+        except StoreError:
+            pass  # the rows wait, durably, for the next flush
+
+    async def _index_pending(self, limit: int) -> tuple[int, set[str]]:
+        """Make the search terms of up to `limit` entries that wait for them, `INDEX_BATCH` per transaction.
+        Returns the entries indexed and their sessions."""
+        count, sessions = 0, set()
+        while count < limit:
+            batch = min(INDEX_BATCH, limit - count)
+
+            async def tx(conn: Any, n: int = batch) -> tuple[int, set[str]]:
+                return await self._index_batch(conn, n)
+
+            got, ids = await self._tx(tx, "index the search terms of")
+            count += got
+            sessions |= ids
+            if got < batch:
+                break
+        return count, sessions
+
+    async def _index_batch(self, conn: Any, n: int) -> tuple[int, set[str]]:
+        rows = await (await conn.execute(_DEQUEUE_SQL, (n,))).fetchall()
+        if not rows:
+            return 0, set()
+        sids, seqs, roles, times, docs = [], [], [], [], []
+        for sid, seq, role, at, payload in rows:
+            try:
+                doc = _doc(decode_body(payload))[1]
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+                continue  # reading it reports the damage (`on_corrupt`); the index holds nothing of it
+            if doc is not None:
+                sids.append(sid)
+                seqs.append(seq)
+                roles.append(role)
+                times.append(at)
+                docs.append(doc)
+        if sids:
+            await conn.execute(_INDEX_SQL, (sids, seqs, roles, times, docs))
+        return len(rows), {r[0] for r in rows}
 
     async def search(
         self,
@@ -1022,6 +1145,8 @@ class PostgresStore:
         if tsquery is None:
             return []
         stems = [t for term in terms for t in term.tokens]
+        if await self._read(_ANY_QUEUED_SQL):
+            await self._index_pending(SEARCH_INDEX)
         where = ["e.terms @@ q.q"]
         params: list[Any] = [tsquery]
         if session_id is not None:
@@ -1041,7 +1166,7 @@ class PostgresStore:
             params.append(until)
         sql = (
             "WITH q AS (SELECT to_tsquery('tether_search', %s) AS q),"
-            " hits AS MATERIALIZED (SELECT e.session_id, e.seq, ts_rank(e.terms, q.q) AS rank FROM entries e, q"
+            " hits AS MATERIALIZED (SELECT e.session_id, e.seq, ts_rank(e.terms, q.q) AS rank FROM entry_terms e, q"
             f" WHERE {' AND '.join(where)} ORDER BY rank DESC, e.session_id, e.seq LIMIT %s)"
             " SELECT h.session_id, h.seq, h.rank, s.title, s.directory, e.created_at, e.payload FROM hits h"
             " JOIN sessions s ON s.id = h.session_id JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq"
@@ -1106,16 +1231,25 @@ class PostgresStore:
         return (await self._reverts_of([session_id])).get(session_id, [])
 
     async def search_backlog(self) -> int:
-        if self._closed:
-            raise StoreClosed("the store is closed")
-        return 0  # indexed by the append itself: never behind
+        return int((await self._read("SELECT count(*) FROM search_queue"))[0][0])
 
     async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
-        if self._closed:
-            raise StoreClosed("the store is closed")
         check_limit(batch)
-        return
-        yield  # an async generator that yields nothing
+        done = indexed = 0
+        while True:
+            got, sessions = await self._index_pending(batch)
+            if not got:
+                return
+            indexed += got
+            (row,) = await self._read(
+                "SELECT count(*), count(DISTINCT session_id), count(DISTINCT session_id) FILTER"
+                " (WHERE session_id = ANY(%s)) FROM search_queue",
+                (sorted(sessions),),
+            )
+            done += len(sessions) - int(row[2])
+            yield BackfillProgress(
+                sessions_done=done, sessions_left=int(row[1]), entries_indexed=indexed, backlog=int(row[0])
+            )
 
     # --- the sessions' change cursor ----------------------------------------------------------------
 
