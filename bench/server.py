@@ -52,6 +52,12 @@ latencies are up to 1 ms high). It has no per-session stream: each session gets 
 and its clients follow `/event?directory=...`, which carries that directory's events only. Its work per
 prompt is the stub's (one model call answering text), not tether's ten steps. See the rows it prints.
 
+`--workers N`: only the main load (CPU-bound: the model answers at once), on `tether serve --workers 1` and
+then `--workers N`: `workers_throughput_ratio` (the time on 1 over the time on N) and the N workers' first
+event, with each load's server CPU seconds and this process's (the clients'). The clients share the machine:
+`workers_throughput_bound` is the most the ratio can be here, the 1-worker time over the N workers' CPU and
+the clients' spread over every core.
+
     python bench/server.py [--sessions 50] [--clients 200] [--rounds 3] [--opencode PATH] [--quick] [--dir DIR]
 
 Last line: JSON with every figure, the load average at the start and end, and the sizes.
@@ -615,6 +621,14 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
     f = report.figures
     ratio = f["workers1_runs_s"] / f[f"workers{args.workers}_runs_s"]
     report.row(f"runs' throughput, {args.workers} workers / 1", "workers_throughput_ratio", ratio, "x", digits=2)
+    # The clients run on this machine too: the N workers' load cannot take less time than its CPU (theirs and
+    # the clients') spread over every core, so this is the most the ratio can be here, at these costs.
+    cpus = os.cpu_count() or 1
+    need = f[f"workers{args.workers}_runs_server_cpu_s"] + f[f"workers{args.workers}_runs_client_cpu_s"]
+    report.row(
+        f"   the most this machine allows: 1 worker's time / ({args.workers} workers' CPU + the clients' on {cpus} cores)",
+        "workers_throughput_bound", f["workers1_runs_s"] / (need / cpus), "x", digits=2,
+    )  # fmt: skip
 
 
 async def tether_section(report: Report, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
@@ -701,10 +715,10 @@ async def load_phase(
         for _ in range(args.rounds):
             prompts.append(await tether_prompt(client, s, WORK, streams[s]))
 
-    c0, w0 = server.cpu_s(), time.perf_counter()
+    c0, w0, m0 = server.cpu_s(), time.perf_counter(), time.process_time()
     with LoopLag() as lag:
         await asyncio.gather(*(session_work(s) for s in sessions))
-    wall, cpu = time.perf_counter() - w0, server.cpu_s() - c0
+    wall, cpu, mine = time.perf_counter() - w0, server.cpu_s() - c0, time.process_time() - m0
     frames = sum(st.count for g in streams.values() for st in g)
     report.row("the runs took", f"{prefix}runs_s", wall, "s", digits=2)
     report.note(
@@ -754,6 +768,8 @@ async def load_phase(
         digits=2,
     )
     report.row("server CPU during the runs", f"{prefix}runs_server_cpu_pct", cpu / wall * 100, "% core")
+    report.row("server CPU seconds for the runs", f"{prefix}runs_server_cpu_s", cpu, "s", digits=2)
+    report.row("the clients' CPU seconds (this process)", f"{prefix}runs_client_cpu_s", mine, "s", digits=2)
     report.row("frames delivered per second", f"{prefix}frames_per_s", frames / wall, "/s", digits=0)
     return streams
 
