@@ -224,7 +224,7 @@ class TetherAppend(Contender):
         t0 = time.perf_counter_ns()
         await store.append(sid, [message], expect_seq=i + 1)
         took = time.perf_counter_ns() - t0
-        flush = store._indexing  # a flush of the search terms this append started, in the background
+        flush = store._indexing()  # a flush of the search terms this append started, in the background
         if flush is not None and flush is not self.flush:
             self.flush, started = flush, time.perf_counter_ns()
             self.flushes += 1
@@ -233,8 +233,9 @@ class TetherAppend(Contender):
 
     async def settle(self) -> None:
         """A flush still running is awaited here, so that it never runs beside another contender's steps."""
-        if self.store._indexing is not None:
-            await self.store._indexing
+        flush = self.store._indexing()
+        if flush is not None:
+            await flush
 
     async def close(self) -> None:
         if self.store is not None:

@@ -515,10 +515,11 @@ async def test_a_store_flushes_its_appends_in_the_background_every_so_many(
         sid = (await store.create_session()).id
         for i in range(7):
             await store.append(sid, [Message.user(f"word{i}")])
-        assert store._indexing is None and await store.search_backlog() == 7
+        assert store._indexing() is None and await store.search_backlog() == 7
         await store.append(sid, [Message.user("word7")])
-        assert store._indexing is not None
-        await store._indexing
+        flush = store._indexing()
+        assert flush is not None
+        await flush
         assert await store.search_backlog() == 0
         assert [h.seq for h in await store.search("word3")] == [4]
 
@@ -621,3 +622,70 @@ def test_migration_8_moves_the_terms_out_of_the_entries(postgres_url: str) -> No
             assert [(h.session_id, h.seq) for h in await store.search("zebra")] == [("ses_a", 1)]
 
     asyncio.run(check())
+
+
+async def test_a_flush_and_a_delete_that_meet_on_the_queue_both_finish(postgres_url: str) -> None:
+    """A flush and a delete of the session lock its queued rows in the same (key) order, whatever order the
+    table holds them in: with a third transaction holding a row in the middle, the flush takes the rows before
+    it and waits, the delete waits behind the flush, and once the row is let go both finish (no deadlock),
+    leaving nothing of the session."""
+    async with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        sid = (await store.create_session()).id
+        await store.append(sid, [Message.user(f"heron {i}") for i in range(10)])
+        with psycopg.connect(postgres_url, autocommit=True) as raw:  # the queue's rows stored out of key order
+            raw.execute("DELETE FROM search_queue")
+            raw.execute("INSERT INTO search_queue SELECT %s, n FROM generate_series(10, 1, -1) n", (sid,))
+            raw.execute("ANALYZE search_queue")
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM search_queue WHERE session_id = %s AND seq = 7 FOR UPDATE", (sid,))
+            flush = asyncio.ensure_future(store._index_pending(100))
+            await asyncio.sleep(0.3)
+            delete = asyncio.ensure_future(other.delete_session(sid))
+            await asyncio.sleep(0.3)
+            assert not flush.done() and not delete.done()
+            holder.rollback()
+        await asyncio.wait_for(asyncio.gather(flush, delete), 30)
+        with psycopg.connect(postgres_url) as conn:
+            for table in ("entries", "search_queue", "entry_terms"):
+                assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+
+
+async def test_rows_an_older_tether_left_do_not_stop_a_flush_or_an_import(postgres_url: str) -> None:
+    """An older node's delete leaves queued keys with no entry and terms of a session that is gone: a search's
+    flush takes the keys off without stopping short of the appends behind them, and an import of that session
+    id writes its terms over the old ones."""
+    async with PostgresStore(postgres_url) as store:
+        info = await store.create_session()
+        await store.append(info.id, [Message.user("osprey one"), Message.user("osprey two")])
+        assert len(await store.search("osprey")) == 2
+        info = await store.get_session(info.id)
+        entries = await store.read(info.id)
+        with psycopg.connect(postgres_url, autocommit=True) as raw:  # what an older tether's delete leaves
+            raw.execute("DELETE FROM entries WHERE session_id = %s", (info.id,))
+            raw.execute("DELETE FROM sessions WHERE id = %s", (info.id,))
+            raw.execute(
+                "INSERT INTO search_queue SELECT 'ses_gone', n FROM generate_series(1, %s) n",
+                (postgres_module.INDEX_BATCH + 5,),
+            )
+        other = (await store.create_session()).id
+        await store.append(other, [Message.user("osprey three")])
+        assert [h.session_id for h in await store.search("osprey")] == [other]
+        assert await store.search_backlog() == 0
+        await store.import_session(info, entries)
+        assert sorted(h.seq for h in await store.search("osprey", session_id=info.id)) == [1, 2]
+
+
+async def test_a_search_that_cannot_index_still_answers_from_what_is_indexed(postgres_url: str) -> None:
+    """On a database that has become read-only (a hot standby, a read-only role), a search cannot take the
+    queue's messages: it answers from the terms already there, and says why in the log."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        await store.append(sid, [Message.user("grebe indexed")])
+        assert len(await store.search("grebe")) == 1
+        await store.append(sid, [Message.user("grebe waiting")])
+    with psycopg.connect(postgres_url, autocommit=True) as raw:
+        name = raw.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        raw.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    async with PostgresStore(postgres_url) as reader:
+        assert [h.seq for h in await reader.search("grebe")] == [1]
+        assert await reader.search_backlog() == 1

@@ -307,6 +307,7 @@ less on the append path. A node of an older tether that is still running when a 
 upgrade) appends without marking; its sessions are marked again by their next write from a newer node."""
 
 _V8 = """
+LOCK TABLE entries IN SHARE MODE;
 CREATE TABLE entry_terms (
     session_id text COLLATE "C" NOT NULL,
     seq bigint NOT NULL,
@@ -330,8 +331,12 @@ CREATE TABLE search_queue (
 filter on), and an append no longer makes them (`to_tsvector` and the GIN insert were a third of its time on
 the server): it queues its messages in `search_queue`, and a flush (`postgres._index_pending`), which every
 search makes first, takes them off the queue and inserts their terms. Every entry's terms made before are
-moved over, so nothing waits after the migration. A node of an older tether still running during a rolling
-upgrade fails its appends (the column is gone) until it is upgraded too."""
+copied over first, under a lock that lets reads go on and holds writers back until the migration commits (an
+append of an older node between the copy and the drop would otherwise lose its terms), so nothing waits after
+it. The copy and the GIN index take time on a large database, in the one transaction that other nodes opening
+the store wait for; the dropped column's space comes back only when the table is rewritten (`VACUUM FULL
+entries`). Stop older tether nodes first: their appends, searches, forks and imports name the column that is
+gone (what an older node's delete leaves behind in the new tables is overwritten or dropped by the new code)."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import select
 import time
@@ -139,6 +140,8 @@ def _unesc(value: str | None) -> str | None:
 
 # --- SQL -----------------------------------------------------------------------------------------------------
 
+log = logging.getLogger("tether.store")
+
 _SESSION_COLS = (
     "id, created_at, updated_at, title, directory, parent_id, forked_from, forked_at, agent, model, state, "
     "system_prompt, entry_count, message_count, input_tokens, output_tokens, cost_pico, metadata"
@@ -192,7 +195,7 @@ _APPEND_ONE_SQL = (
 when that changes the listing's order or a second passed (an index write less on most appends: the row's update
 stays HOT); when another session is newer by a clock a little ahead, it goes just above it (as in
 `SqliteStore.append`). A message's search terms are not made here: it waits in `search_queue` for the next
-flush (`_DEQUEUE_SQL`), which every search makes first."""
+flush (`_INDEX_SQL`), which every search makes first."""
 _POSITION_SQL = "SELECT entry_count FROM sessions WHERE id = %s"
 _INSERT_ENTRIES_SQL = """
 WITH t AS (
@@ -205,33 +208,51 @@ ins AS (
 )
 INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
 SELECT %(sid)s, seq, role, at, to_tsvector('tether_search', doc) FROM t WHERE doc IS NOT NULL
+ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,
+    terms = excluded.terms
 """
 """An import's entries, and their search terms made at once (a bulk write: no queue)."""
 _ANY_QUEUED_SQL = "SELECT 1 FROM search_queue LIMIT 1"
-_DEQUEUE_SQL = """
-WITH q AS (
-    DELETE FROM search_queue WHERE (session_id, seq) IN (
-        SELECT session_id, seq FROM search_queue ORDER BY session_id, seq LIMIT %s FOR UPDATE
-    ) RETURNING session_id, seq
+_QUEUED_SQL = (
+    "SELECT q.session_id, q.seq, e.role, e.created_at, e.payload FROM search_queue q"
+    " LEFT JOIN entries e USING (session_id, seq) ORDER BY q.session_id, q.seq LIMIT %s"
 )
-SELECT q.session_id, q.seq, e.role, e.created_at, e.payload FROM q JOIN entries e USING (session_id, seq)
+"""The head of the queue, read without locks: the words of a batch are made on the client with no transaction
+open (no row of the queue is held across a round trip or while this process works)."""
+_INDEX_SQL = """
+WITH k AS MATERIALIZED (
+    SELECT q.session_id, q.seq FROM search_queue q
+    JOIN unnest(%(ksids)s::text[], %(kseqs)s::int8[]) AS k(sid, seq) ON q.session_id = k.sid AND q.seq = k.seq
+    ORDER BY q.session_id, q.seq FOR UPDATE OF q
+),
+d AS (
+    DELETE FROM search_queue q USING k WHERE q.session_id = k.session_id AND q.seq = k.seq
+    RETURNING q.session_id, q.seq
+)
+INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
+SELECT t.sid, t.seq, t.role, t.at, to_tsvector('tether_search', t.doc) FROM d
+JOIN unnest(%(sids)s::text[], %(seqs)s::int8[], %(roles)s::int2[], %(times)s::float8[], %(docs)s::text[])
+    AS t(sid, seq, role, at, doc) ON d.session_id = t.sid AND d.seq = t.seq
+ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,
+    terms = excluded.terms
 """
-"""A flush's batch, taken off the queue under lock: a flush that meets rows another one holds waits for its
-commit, and then leaves them (they are gone), so a search that flushed sees every append committed before it
-began. Rows are locked in the key's order: two flushes never hold each other's."""
-_INDEX_SQL = (
-    "INSERT INTO entry_terms (session_id, seq, role, created_at, terms)"
-    " SELECT sid, seq, role, at, to_tsvector('tether_search', doc)"
-    " FROM unnest(%s::text[], %s::int8[], %s::int2[], %s::float8[], %s::text[]) AS t(sid, seq, role, at, doc)"
-    " ON CONFLICT DO NOTHING"
+"""A batch taken off the queue and its terms written, one statement (its own transaction): the rows are locked
+in key order (as `_delete_tree` locks a session's: neither waits for the other in a circle), and those that
+another flush took meanwhile are waited for and then left out (`d`), so a search that flushed sees the terms of
+every append committed before it began, made by it or by that other flush. A key without words (no entry
+any more, a payload that does not decode) leaves the queue with no terms. A row with terms already (left by
+an older tether's delete) takes the new ones."""
+_TERMS_CONFLICT = (
+    " ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,"
+    " terms = excluded.terms"
 )
-"""The terms of a flush's batch. A queued message never has terms yet (a flush moves it from one table to the
-other in one transaction, a fork copies both in one snapshot), so a conflict is not expected; were one ever
-there, the row would stay queued and fail every flush: it is kept as it is instead."""
+"""How an import or a fork writes terms over rows left for the same keys (by an older tether's delete)."""
 INDEX_EVERY = 256
 """Indexed entries a store appends before it flushes them in the background (a search flushes the rest)."""
-INDEX_BATCH = 256
-"""Entries a flush indexes per transaction: the client makes their words (`_doc`) between two round trips."""
+INDEX_BATCH = 64
+"""Entries a flush indexes per transaction: the client makes their words (`_doc`, 40-60 µs a message here)
+between two round trips, holding the event loop for that long: a few milliseconds, not the tens a batch of
+hundreds would take from the runs and streams beside it."""
 SEARCH_INDEX = 8_000
 """The most entries a search indexes before it runs (as SqliteStore's `SEARCH_FLUSH`): more than that waits in
 the backlog for `backfill_search` (after a bulk load), while every later search indexes a share."""
@@ -295,6 +316,26 @@ def _encoded(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[in
         roles.append(role)
         docs.append(doc)
     return kinds, payloads, roles, docs
+
+
+def _index_params(rows: Sequence[Any]) -> dict[str, Any]:
+    """The parameters of `_INDEX_SQL` for queued rows (session id, seq, role, created_at, payload): every key,
+    and the words of those with any (none for an entry gone, or a payload that does not decode: reading it
+    reports the damage, `on_corrupt`)."""
+    params: dict[str, list[Any]] = {k: [] for k in ("ksids", "kseqs", "sids", "seqs", "roles", "times", "docs")}
+    for sid, seq, role, at, payload in rows:
+        params["ksids"].append(sid)
+        params["kseqs"].append(seq)
+        if payload is None:
+            continue
+        try:
+            doc = _doc(decode_body(payload))[1]
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+            continue
+        if doc is not None:
+            for key, value in (("sids", sid), ("seqs", seq), ("roles", role), ("times", at), ("docs", doc)):
+                params[key].append(value)
+    return params
 
 
 def _audit_params(drafts: Sequence[AuditDraft]) -> dict[str, Any]:
@@ -374,13 +415,14 @@ class _Loop:
     connection. `waiting` counts the operations waiting for the pool: a connection is never kept aside while
     one waits (with `max_size` 1 that one would wait for the connection kept aside)."""
 
-    __slots__ = ("pool", "since", "spare", "waiting")
+    __slots__ = ("indexing", "pool", "since", "spare", "waiting")
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self.pool = pool
         self.spare: Any = None
         self.since = 0.0
         self.waiting = 0
+        self.indexing: asyncio.Task[None] | None = None  # the background flush of the search terms, while it runs
 
 
 class PostgresStore:
@@ -417,8 +459,7 @@ class PostgresStore:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._unindexed = 0  # entries this store appended for the search index since its last flush
-        self._indexing: asyncio.Task[None] | None = None  # the flush those appends started, while it runs
+        self._unindexed = 0  # messages this store appended for the search index since it last flushed them
         self._migrate()
 
     # --- opening, the pool, errors ---------------------------------------------------------------------
@@ -736,9 +777,15 @@ class PostgresStore:
         ids = [r[0] for r in await cur.fetchall()]
         if not ids:
             raise SessionNotFound(session_id)
-        # the queue before the terms: a flush under way on those rows is waited for by the first, so that the
-        # second (a statement of its own, with a newer snapshot) sees the terms it wrote
-        for table in ("entries", "search_queue", "entry_terms", "leases", "shares", "streams"):
+        await conn.execute("DELETE FROM entries WHERE session_id = ANY(%s)", (ids,))
+        # The queue before the terms, its rows locked in key order as a flush locks them (no deadlock): a flush
+        # under way on them is waited for, and the next statement (a newer snapshot) sees the terms it wrote.
+        await conn.execute(
+            "DELETE FROM search_queue WHERE (session_id, seq) IN (SELECT session_id, seq FROM search_queue"
+            " WHERE session_id = ANY(%s) ORDER BY session_id, seq FOR UPDATE)",
+            (ids,),
+        )
+        for table in ("entry_terms", "leases", "shares", "streams"):
             await conn.execute(f"DELETE FROM {table} WHERE session_id = ANY(%s)", (ids,))
         await conn.execute("DELETE FROM sessions WHERE id = ANY(%s)", (ids,))
         return ids
@@ -871,7 +918,7 @@ class PostgresStore:
         else:
             first, now = await self._write(statement, "append to")
         self._unindexed += n - roles.count(None)
-        if self._unindexed >= INDEX_EVERY and self._indexing is None:
+        if self._unindexed >= INDEX_EVERY:
             self._index_later()
         return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
 
@@ -985,10 +1032,10 @@ class PostgresStore:
                 " SELECT %(fork)s, seq, kind, created_at, payload, role FROM entries"
                 " WHERE session_id = %(sid)s AND seq <= %(at)s),"
                 " q AS (INSERT INTO search_queue (session_id, seq) SELECT %(fork)s, seq FROM search_queue"
-                " WHERE session_id = %(sid)s AND seq <= %(at)s)"
+                " WHERE session_id = %(sid)s AND seq <= %(at)s ON CONFLICT DO NOTHING)"
                 " INSERT INTO entry_terms (session_id, seq, role, created_at, terms)"
                 " SELECT %(fork)s, seq, role, created_at, terms FROM entry_terms"
-                " WHERE session_id = %(sid)s AND seq <= %(at)s",
+                " WHERE session_id = %(sid)s AND seq <= %(at)s" + _TERMS_CONFLICT,
                 {"fork": fork_id, "sid": session_id, "at": at},
             )
             await self._audit(conn, _forked(fork_id, session_id, at, now))
@@ -1070,62 +1117,55 @@ class PostgresStore:
     # search sees every committed append. An import writes its entries' terms itself. Ranking is `ts_rank`.
 
     def _index_later(self) -> None:
-        """Flush this store's appends in a task of their own: the append that started it is not kept waiting,
-        and a flush that fails leaves its rows for the next one (a search's, or a later append's)."""
+        """Flush this store's appends in a task of their own, one at a time per event loop: the append that
+        started it is not kept waiting, and a flush that fails leaves its rows for the next one (a search's, or
+        a later append's)."""
+        here = self._loops.get(asyncio.get_running_loop())
+        if here is None or here.indexing is not None:
+            return
         self._unindexed = 0
-        task = asyncio.get_running_loop().create_task(self._index_quietly(INDEX_EVERY * 2))
-        self._indexing = task
+        task = here.indexing = asyncio.get_running_loop().create_task(self._index_quietly(INDEX_EVERY * 2))
         self._tasks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
             self._tasks.discard(t)
-            if self._indexing is t:
-                self._indexing = None
+            if here.indexing is t:
+                here.indexing = None
 
         task.add_done_callback(done)
+
+    def _indexing(self) -> asyncio.Task[None] | None:
+        """The background flush under way on this event loop, if any."""
+        here = self._loops.get(asyncio.get_running_loop())
+        return None if here is None else here.indexing
 
     async def _index_quietly(self, limit: int) -> None:
         try:
             await self._index_pending(limit)
-        except StoreError:
-            pass  # the rows wait, durably, for the next flush
+        except StoreClosed:
+            pass
+        except Exception:  # the rows wait, durably, for the next flush
+            log.warning("a background flush of the search terms of %s failed", self.where, exc_info=True)
 
     async def _index_pending(self, limit: int) -> tuple[int, set[str]]:
-        """Make the search terms of up to `limit` entries that wait for them, `INDEX_BATCH` per transaction.
-        Returns the entries indexed and their sessions."""
+        """Make the search terms of up to `limit` queued messages, `INDEX_BATCH` at a time (`_INDEX_SQL`).
+        Returns the queued messages taken and their sessions."""
         count, sessions = 0, set()
         while count < limit:
             batch = min(INDEX_BATCH, limit - count)
+            rows = await self._read(_QUEUED_SQL, (batch,))
+            if rows:
+                params = _index_params(rows)
 
-            async def tx(conn: Any, n: int = batch) -> tuple[int, set[str]]:
-                return await self._index_batch(conn, n)
+                async def write(conn: Any, p: dict[str, Any] = params) -> None:
+                    await conn.execute(_INDEX_SQL, p)
 
-            got, ids = await self._tx(tx, "index the search terms of")
-            count += got
-            sessions |= ids
-            if got < batch:
+                await self._write(write, "index the search terms of")
+            count += len(rows)
+            sessions |= {r[0] for r in rows}
+            if len(rows) < batch:
                 break
         return count, sessions
-
-    async def _index_batch(self, conn: Any, n: int) -> tuple[int, set[str]]:
-        rows = await (await conn.execute(_DEQUEUE_SQL, (n,))).fetchall()
-        if not rows:
-            return 0, set()
-        sids, seqs, roles, times, docs = [], [], [], [], []
-        for sid, seq, role, at, payload in rows:
-            try:
-                doc = _doc(decode_body(payload))[1]
-            except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
-                continue  # reading it reports the damage (`on_corrupt`); the index holds nothing of it
-            if doc is not None:
-                sids.append(sid)
-                seqs.append(seq)
-                roles.append(role)
-                times.append(at)
-                docs.append(doc)
-        if sids:
-            await conn.execute(_INDEX_SQL, (sids, seqs, roles, times, docs))
-        return len(rows), {r[0] for r in rows}
 
     async def search(
         self,
@@ -1146,7 +1186,12 @@ class PostgresStore:
             return []
         stems = [t for term in terms for t in term.tokens]
         if await self._read(_ANY_QUEUED_SQL):
-            await self._index_pending(SEARCH_INDEX)
+            try:
+                await self._index_pending(SEARCH_INDEX)
+            except StoreClosed:
+                raise
+            except StoreError as e:  # a read-only role, a hot standby, a lock held too long: search what is there
+                log.warning("searching %s without its latest messages, which it could not index: %s", self.where, e)
         where = ["e.terms @@ q.q"]
         params: list[Any] = [tsquery]
         if session_id is not None:
