@@ -197,7 +197,14 @@ stays HOT); when another session is newer by a clock a little ahead, it goes jus
 `SqliteStore.append`). A message's search terms are not made here: it waits in `search_queue` for the next
 flush (`_INDEX_SQL`), which every search makes first."""
 _POSITION_SQL = "SELECT entry_count FROM sessions WHERE id = %s"
-_INSERT_ENTRIES_SQL = """
+_TERMS_CONFLICT = (
+    " ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,"
+    " terms = excluded.terms"
+)
+"""How terms are written over a row already there for the same key (left by an older tether's delete): by an
+import, a fork and a flush alike."""
+_INSERT_ENTRIES_SQL = (
+    """
 WITH t AS (
     SELECT * FROM unnest(%(seqs)b::int8[], %(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[],
         %(roles)b::int2[], %(docs)b::text[]) AS t(seq, kind, payload, at, role, doc)
@@ -208,18 +215,18 @@ ins AS (
 )
 INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
 SELECT %(sid)s, seq, role, at, to_tsvector('tether_search', doc) FROM t WHERE doc IS NOT NULL
-ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,
-    terms = excluded.terms
 """
+    + _TERMS_CONFLICT
+)
 """An import's entries, and their search terms made at once (a bulk write: no queue)."""
-_ANY_QUEUED_SQL = "SELECT 1 FROM search_queue LIMIT 1"
 _QUEUED_SQL = (
     "SELECT q.session_id, q.seq, e.role, e.created_at, e.payload FROM search_queue q"
     " LEFT JOIN entries e USING (session_id, seq) ORDER BY q.session_id, q.seq LIMIT %s"
 )
 """The head of the queue, read without locks: the words of a batch are made on the client with no transaction
 open (no row of the queue is held across a round trip or while this process works)."""
-_INDEX_SQL = """
+_INDEX_SQL = (
+    """
 WITH k AS MATERIALIZED (
     SELECT q.session_id, q.seq FROM search_queue q
     JOIN unnest(%(ksids)s::text[], %(kseqs)s::int8[]) AS k(sid, seq) ON q.session_id = k.sid AND q.seq = k.seq
@@ -233,20 +240,15 @@ INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
 SELECT t.sid, t.seq, t.role, t.at, to_tsvector('tether_search', t.doc) FROM d
 JOIN unnest(%(sids)s::text[], %(seqs)s::int8[], %(roles)s::int2[], %(times)s::float8[], %(docs)s::text[])
     AS t(sid, seq, role, at, doc) ON d.session_id = t.sid AND d.seq = t.seq
-ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,
-    terms = excluded.terms
 """
+    + _TERMS_CONFLICT
+)
 """A batch taken off the queue and its terms written, one statement (its own transaction): the rows are locked
 in key order (as `_delete_tree` locks a session's: neither waits for the other in a circle), and those that
 another flush took meanwhile are waited for and then left out (`d`), so a search that flushed sees the terms of
 every append committed before it began, made by it or by that other flush. A key without words (no entry
 any more, a payload that does not decode) leaves the queue with no terms. A row with terms already (left by
 an older tether's delete) takes the new ones."""
-_TERMS_CONFLICT = (
-    " ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, created_at = excluded.created_at,"
-    " terms = excluded.terms"
-)
-"""How an import or a fork writes terms over rows left for the same keys (by an older tether's delete)."""
 INDEX_EVERY = 256
 """Indexed entries a store appends before it flushes them in the background (a search flushes the rest)."""
 INDEX_BATCH = 64
@@ -308,14 +310,8 @@ def _appended(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[i
 
 
 def _encoded(bodies: Sequence[EntryBody]) -> tuple[list[str], list[str], list[int | None], list[str | None]]:
-    kinds, payloads, roles, docs = [], [], [], []
-    for body in bodies:
-        kinds.append(kind_of(body))
-        payloads.append(encode_body(body).decode())
-        role, doc = _doc(body)
-        roles.append(role)
-        docs.append(doc)
-    return kinds, payloads, roles, docs
+    """`_appended`, and the words of each body the search index holds: an import writes its terms at once."""
+    return (*_appended(bodies), [_doc(body)[1] for body in bodies])
 
 
 def _index_params(rows: Sequence[Any]) -> dict[str, Any]:
@@ -1185,13 +1181,12 @@ class PostgresStore:
         if tsquery is None:
             return []
         stems = [t for term in terms for t in term.tokens]
-        if await self._read(_ANY_QUEUED_SQL):
-            try:
-                await self._index_pending(SEARCH_INDEX)
-            except StoreClosed:
-                raise
-            except StoreError as e:  # a read-only role, a hot standby, a lock held too long: search what is there
-                log.warning("searching %s without its latest messages, which it could not index: %s", self.where, e)
+        try:  # an empty queue costs the one read that finds it empty
+            await self._index_pending(SEARCH_INDEX)
+        except StoreClosed:
+            raise
+        except StoreError as e:  # a read-only role, a hot standby, a lock held too long: search what is there
+            log.warning("searching %s without its latest messages, which it could not index: %s", self.where, e)
         where = ["e.terms @@ q.q"]
         params: list[Any] = [tsquery]
         if session_id is not None:
