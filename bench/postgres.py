@@ -210,7 +210,6 @@ class TetherAppend(Contender):
         self.store: Any = None
         self.sid = ""
         self.flush: Any = None
-        self.flushes = 0
         self.flushed: list[int] = []  # ns each background flush of the search terms took
 
     async def open(self) -> None:
@@ -227,7 +226,6 @@ class TetherAppend(Contender):
         flush = store._indexing()  # a flush of the search terms this append started, in the background
         if flush is not None and flush is not self.flush:
             self.flush, started = flush, time.perf_counter_ns()
-            self.flushes += 1
             flush.add_done_callback(lambda _: self.flushed.append(time.perf_counter_ns() - started))
         return took
 
