@@ -7,6 +7,7 @@ claim of a run whose peer is gone is taken over by the other, which resumes the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,32 @@ async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_on
     assert [e.n for e in there] == [e.n for e in here] and there == here
     assert sum(isinstance(e, TextDelta) for e in there) > 5  # the deltas, which no journal holds
     assert type(there[0]).__name__ == "RunStarted"
+
+
+async def test_a_new_follower_gets_no_event_of_a_run_that_ended_before_it_came(pair: Pair) -> None:
+    # B's relay reader lags (a worker that just started, a busy one): the rows of A's first run are
+    # still unread when a client subscribes at B "from now"; they must not reach it as if they were live
+    mesh = pair.b.mesh
+    assert isinstance(mesh, Mesh)
+    reader = mesh._tasks[0]
+    reader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reader
+    session = await pair.a.store.create_session(directory=str(Path.cwd()))
+    first = await (await pair.a.start(session.id, "one")).result()
+    assert isinstance(first, Done)
+    await asyncio.sleep(0.05)  # its rows posted
+    there: list[Event] = []
+    follower = asyncio.create_task(until_end(pair.b.subscribe(session.id), session.id, there))
+    await asyncio.sleep(0.05)  # subscribed
+    second = await pair.a.start(session.id, "two")
+    outcome = await second.result()
+    assert isinstance(outcome, Done)
+    await asyncio.sleep(0.05)
+    await mesh.sync()  # B reads the relay again (its reader is stopped)
+    await asyncio.wait_for(follower, 10)
+    assert type(there[0]).__name__ == "RunStarted" and there[-1] == outcome
+    assert all(e.n > first.n for e in there)
 
 
 def asks(request: ModelRequest) -> Message | str:

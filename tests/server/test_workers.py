@@ -148,7 +148,7 @@ async def test_a_worker_killed_mid_answer_is_replaced_and_its_run_taken_over(
     assert r.status_code == 202, r.text
     await asyncio.wait_for(asyncio.gather(*(s.task for s in streams if s.task)), 60)
     for s in streams:
-        assert s.types()[-1] == "done" and s.frames == streams[0].frames, (s.frames, streams[0].frames)
+        assert s.types()[-1:] == ["done"] and s.frames == streams[0].frames, (s.warmup, s.frames, streams[0].frames)
 
 
 class _Feed:

@@ -7,12 +7,15 @@ process appended."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from ..errors import TetherError
 from ..events import Done, Error, Event, RunStarted, event_number
 from .journal import replay_events
 from .manager_base import ManagerBase, _Session, _Subscriber
+
+log = logging.getLogger("tether.runtime")
 
 SUBSCRIBER_BATCH = 256
 """The most events `subscribe_batches` gives at once."""
@@ -85,6 +88,13 @@ class Following(ManagerBase):
         entry.subscribers.add(subscriber)
         if entry.watcher is None or entry.watcher.done():
             entry.watcher = asyncio.create_task(self._watch(entry), name=f"tether-watch-{session_id}")
+        if after is None and self.mesh is not None:
+            # "from now" is from what the other processes posted before now: what the relay still holds of
+            # a run that ended elsewhere is read first, and not given to this subscriber as if it were live
+            try:
+                await self.mesh.sync()
+            except TetherError:
+                log.warning("could not read the relay before following session %s", session_id, exc_info=True)
         last = entry.last_n if after is None else after
         try:
             replay = after is not None
