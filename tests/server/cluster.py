@@ -259,13 +259,15 @@ class Stream:
             assert r.status_code == 200
             self.connected.set()
             event_id: int | None = None
+            began = False  # the end of a run that began before this stream came is not one it waits for
             async for line in r.aiter_lines():
                 if line.startswith("id:"):
                     event_id = int(line[3:].strip())
                 elif line.startswith("data:") and event_id is not None:
                     event = json.loads(line[5:])
                     self.frames.append((event_id, event))
-                    if event["type"] in ("done", "error") and event["session_id"] == self.session_id:
+                    began = began or event["type"] == "run_started"
+                    if began and event["type"] in ("done", "error") and event["session_id"] == self.session_id:
                         ended += 1
                         if ended >= self.ends:
                             return
