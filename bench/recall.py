@@ -227,7 +227,7 @@ class MemoStore:
             self._memo[key] = await self._store.list_sessions(**kw)
         return self._memo[key]
 
-    async def search_backlog(self) -> int:
+    async def search_backlog(self, *, before: float | None = None) -> int:
         return 0
 
     def __getattr__(self, name: str) -> Any:

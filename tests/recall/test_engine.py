@@ -222,3 +222,27 @@ async def test_a_named_date_does_not_outrank_an_exact_error_from_another_day(sto
     assert "ImportError" in hits[0].excerpt  # the exact error wins over the day named
     hits = (await recall(store, "what did pytest say on 2024-03-01")).hits
     assert hits[0].excerpt == "ran pytest, all green"  # with nothing else to choose by, the day named decides
+
+
+class _BusyStore:
+    """A store another process appends to while a recall's search runs (after the search's own flush)."""
+
+    def __init__(self, store: Store, other: str) -> None:
+        self._store, self._other = store, other
+
+    async def search(self, *args: object, **kw: object) -> object:
+        hits = await self._store.search(*args, **kw)  # type: ignore[arg-type]
+        await self._store.append(self._other, [Message.user("meanwhile, elsewhere")])
+        return hits
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+async def test_appends_while_a_recall_runs_are_not_called_an_older_backlog(store: Store) -> None:
+    await chat(store, [("user", "the deploy failed on the staging cluster"), ("assistant", "rolled back")])
+    other = await chat(store, [("user", "hello")])
+    busy = _BusyStore(store, other)
+    result = await recall(busy, "deploy staging", keys=False)  # type: ignore[arg-type]
+    assert [h.seq for h in result.hits][:1] == [1]
+    assert result.backlog == 0  # the note would tell the user to backfill for entries a moment old

@@ -222,3 +222,17 @@ async def test_backfill_indexes_what_waits_and_then_has_nothing_to_do(store: Sto
     assert sum(p.entries_indexed for p in steps[-1:]) == (5 if steps else 0)  # SQLite indexes in batches
     assert await store.search_backlog() == 0
     assert [p async for p in store.backfill_search()] == []
+
+
+async def test_a_backlog_before_a_time_leaves_out_what_was_appended_after_it(store: Store) -> None:
+    # what a search that began at `cut` could not find, not the appends that came while it ran
+    info = await store.create_session(directory="/w")
+    await store.append(info.id, [Message.user("first words"), Message.assistant("an answer")])
+    waiting = await store.search_backlog()  # the memory store indexes as it searches: never behind
+    cut = time.time()
+    time.sleep(0.002)
+    await store.append(info.id, [Message.user("later words")])
+    assert await store.search_backlog(before=cut) == waiting
+    assert await store.search_backlog() == (waiting + 1 if waiting else 0)
+    await store.search("words")  # a search indexes what waited
+    assert await store.search_backlog(before=time.time()) == 0

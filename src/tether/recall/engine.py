@@ -133,6 +133,7 @@ async def recall(
     what a recall falls back to when the keys cannot be opened or are far behind. An empty or unsearchable
     query returns no hits."""
     started = time.perf_counter()
+    begun = time.time()  # what was appended after this is not a backlog the note should speak of
     if not isinstance(query, str):
         raise InvalidInput("the query must be a string")
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
@@ -167,7 +168,7 @@ async def recall(
             analyzing.cancel()
         raise
     # the keys read every entry of the scope; the store's search indexed what it could first
-    backlog = 0 if by_keys else await store.search_backlog()
+    backlog = 0 if by_keys else await store.search_backlog(before=begun)
     analysis = await analyzing if analyzing is not None else None
     if analysis is not None and analysis.expansions and tuning.expansion:
         hits = _merge(hits, await search(" ".join(analysis.expansions), **filters), tuning.expansion)

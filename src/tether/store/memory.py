@@ -510,7 +510,7 @@ class MemoryStore:
         self._get(session_id)
         return hidden_spans(self._reverts(session_id))
 
-    async def search_backlog(self) -> int:
+    async def search_backlog(self, *, before: float | None = None) -> int:
         self._check()
         return 0  # indexed as it is searched: never behind
 

@@ -1270,8 +1270,11 @@ class PostgresStore:
         await self._require_session(session_id)
         return (await self._reverts_of([session_id])).get(session_id, [])
 
-    async def search_backlog(self) -> int:
-        return int((await self._read("SELECT count(*) FROM search_queue"))[0][0])
+    async def search_backlog(self, *, before: float | None = None) -> int:
+        if before is None:
+            return int((await self._read("SELECT count(*) FROM search_queue"))[0][0])
+        sql = "SELECT count(*) FROM search_queue q JOIN entries e USING (session_id, seq) WHERE e.created_at < %s"
+        return int((await self._read(sql, (before,)))[0][0])
 
     async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
         check_limit(batch)

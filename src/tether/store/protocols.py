@@ -162,9 +162,11 @@ class SearchIndex(Protocol):
         read from the index, not by reading the history."""
         ...
 
-    async def search_backlog(self) -> int:
+    async def search_backlog(self, *, before: float | None = None) -> int:
         """Entries committed but not in the search index yet: a migrated file's older entries until they are
-        backfilled, and on some backends the latest appends until the next search indexes them."""
+        backfilled, and on some backends the latest appends until the next search indexes them. With `before`
+        (a time), only the entries made before it: after a search that began then, what it could not find
+        (appends that came while it ran are not its backlog)."""
         ...
 
     def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:

@@ -181,6 +181,8 @@ _APPENDED_SQL = (
     " AND NOT EXISTS (SELECT 1 FROM search_pending p WHERE p.session_id = s.id)"
 )
 
+_MADE_BEFORE_SQL = "SELECT count(*) FROM entries WHERE session_id = ? AND seq > ? AND created_at < ?"
+
 
 def _flushed_at(conn: sqlite3.Connection) -> float:
     row = conn.execute("SELECT value FROM search_state WHERE key = 'flushed_at'").fetchone()
@@ -199,12 +201,18 @@ def has_pending(conn: sqlite3.Connection) -> bool:
     return conn.execute(_APPENDED_SQL + " LIMIT 1", (_flushed_at(conn) - SLACK,)).fetchone() is not None
 
 
-def backlog(conn: sqlite3.Connection) -> tuple[int, int]:
-    """(entries, sessions) waiting to be indexed; entries counts non-message entries too."""
+def backlog(conn: sqlite3.Connection, before: float | None = None) -> tuple[int, int]:
+    """(entries, sessions) waiting to be indexed; entries counts non-message entries too. With `before`, of the
+    appends since the last flush only those made before that time (the bulk ranges are older than any search)."""
     row = conn.execute(
         "SELECT coalesce(sum(last_seq - first_seq + 1), 0), count(DISTINCT session_id) FROM search_pending"
     ).fetchone()
     appended = _appended(conn)
+    if before is not None:
+        counted = [
+            (sid, conn.execute(_MADE_BEFORE_SQL, (sid, indexed, before)).fetchone()[0]) for sid, _, indexed in appended
+        ]
+        appended = [(sid, int(n), 0) for sid, n in counted if n]
     return int(row[0]) + sum(count - indexed for _, count, indexed in appended), int(row[1]) + len(appended)
 
 

@@ -999,9 +999,9 @@ class SqliteStore:
         except (_Busy, StoreError):
             pass
 
-    async def search_backlog(self) -> int:
+    async def search_backlog(self, *, before: float | None = None) -> int:
         with self._reading() as conn:
-            return searchindex.backlog(conn)[0]
+            return searchindex.backlog(conn, before)[0]
 
     async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
         check_limit(batch)
