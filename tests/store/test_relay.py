@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tether.store import open_relay
-from tether.store.relay import Orphan, Relay, RelayPost, SqliteRelay, relay_path
+from tether.store.relay import Orphan, Relay, RelayPost, SqliteRelay, Wakeup, relay_path
 from tether.store.sqlite import SqliteStore
 
 
@@ -174,3 +174,43 @@ async def test_a_sqlite_relay_writes_at_once_unless_the_file_is_locked_then_in_o
         assert await a.claimant("s") == a.peer
     finally:
         await a.close()
+
+
+async def test_a_wakeup_resumes_its_reader_in_the_loop_s_next_pass() -> None:
+    wake = Wakeup()
+    order: list[str] = []
+
+    async def reader() -> None:
+        await wake.wait(30)
+        order.append("reader")
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0)  # it waits
+    loop = asyncio.get_running_loop()
+
+    def passing(k: int) -> None:
+        order.append(f"pass {k}")
+        if k < 3:
+            loop.call_soon(passing, k + 1)
+
+    wake.set()  # as the datagram's or the NOTIFY's callback does
+    loop.call_soon(passing, 1)
+    await asyncio.wait_for(task, 5)
+    assert order.index("reader") < order.index("pass 1")
+
+
+async def test_a_wakeup_set_before_the_wait_is_not_lost_and_a_wait_unset_times_out() -> None:
+    wake = Wakeup()
+    wake.set()
+    started = time.monotonic()
+    await wake.wait(30)  # at once: it was set since the last wait
+    assert time.monotonic() - started < 1
+    await wake.wait(0.05)  # unset by the wait before: the timeout ends it
+    assert time.monotonic() - started >= 0.05
+    waiting = asyncio.create_task(wake.wait(30))
+    await asyncio.sleep(0)
+    waiting.cancel()  # a reader stopped while it waits leaves nothing behind
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    wake.set()
+    await asyncio.wait_for(wake.wait(30), 1)

@@ -187,8 +187,8 @@ class Mesh:
             self._flusher = asyncio.get_running_loop().create_task(self._flush(), name="tether-mesh-flush")
 
     async def _flush(self) -> None:
+        # a task's first step runs in the loop's next pass: what the pass that made it published is all here
         while self._out:
-            await asyncio.sleep(0)  # what the rest of this pass of the loop publishes goes in the same write
             rows, self._out = self._out, []
             try:
                 await self.relay.post(rows)

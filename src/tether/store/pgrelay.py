@@ -22,7 +22,7 @@ import psycopg
 
 from ..errors import StoreUnavailable
 from ..ids import new_id
-from .relay import Orphan, Peer, RelayPost, RelayRow, peer_dead
+from .relay import Orphan, Peer, RelayPost, RelayRow, Wakeup, peer_dead
 
 log = logging.getLogger("tether.store")
 
@@ -98,7 +98,7 @@ class PgRelay:
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._woken = asyncio.Event()
+        self._woken = Wakeup()
 
     def _fault(self, e: BaseException, doing: str) -> StoreUnavailable:
         return StoreUnavailable(
@@ -195,9 +195,7 @@ class PgRelay:
         return int(last)
 
     async def wait(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._woken.wait(), timeout)
-        self._woken.clear()
+        await self._woken.wait(timeout)
 
     async def claim_run(self, session_id: str) -> None:
         await self._run(

@@ -198,12 +198,47 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+class Wakeup:
+    """What the relay's one reader waits for (`wait`, with a timeout) and a wake-up sets (`set`, from a callback
+    of the loop): the reader runs in the loop's next pass. (`asyncio.wait_for` on an `asyncio.Event` takes
+    three: its inner task, then its callback, then the waiter; on a busy loop each pass is milliseconds, and a
+    follower on another worker gets every relayed event that much later.)"""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Until set (at once if it was since the last wait) or `timeout` seconds passed; then unset."""
+        if not self._set:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._set = False
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class _Wake(asyncio.DatagramProtocol):
-    def __init__(self, event: asyncio.Event) -> None:
-        self.event = event
+    def __init__(self, wakeup: Wakeup) -> None:
+        self.wakeup = wakeup
 
     def datagram_received(self, data: bytes, addr: object) -> None:
-        self.event.set()
+        self.wakeup.set()
 
 
 def relay_path(store_path: str | os.PathLike[str]) -> Path:
@@ -220,7 +255,7 @@ class SqliteRelay:
         self.host = socket.gethostname()
         self.peer = peer or f"{self.host}:{os.getpid()}:{new_id('peer')}"
         self._conn: sqlite3.Connection | None = None
-        self._woken = asyncio.Event()
+        self._woken = Wakeup()
         self._transport: asyncio.DatagramTransport | None = None
         self._wake_name = ""
         self._sender: socket.socket | None = None
@@ -389,9 +424,7 @@ class SqliteRelay:
         return int(last)
 
     async def wait(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._woken.wait(), timeout)
-        self._woken.clear()
+        await self._woken.wait(timeout)
 
     # --- run claims --------------------------------------------------------------------------------
 
