@@ -135,7 +135,14 @@ async def test_a_worker_killed_mid_answer_is_replaced_and_its_run_taken_over(
         view = call(node.url, "GET", f"/sessions/{sid}").json()
         return view["status"] == "idle" and view["lease"] is None and view["session"]["entry_count"] >= 4
 
-    await until(settled, 60, "the other worker to take the run over")
+    await until(settled, 60, "the answer the run had streamed to be journaled")
+    # a reader's look journals the cut answer as soon as the dead worker's lease is free; the other worker
+    # takes the run over at its next heartbeat, and the session goes on only after that run's end (a stream
+    # that came between would see it)
+    feed = await _feed(node.url, after=0)
+    await until(lambda: feed.statuses(sid)[-2:] == ["running", "idle"] and len(feed.statuses(sid)) >= 3, 60,
+                "the other worker to take the run over")  # fmt: skip
+    feed.stop()
     entries = call(node.url, "GET", f"/sessions/{sid}/entries").json()["entries"]
     messages = [e["body"] for e in entries if e["body"].get("type", "message") == "message"]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
@@ -152,11 +159,13 @@ async def test_a_worker_killed_mid_answer_is_replaced_and_its_run_taken_over(
 
 
 class _Feed:
-    """`GET /events`, followed in a task of its own."""
+    """`GET /events` (from `after` when given), followed in a task of its own."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, after: int | None = None) -> None:
         self.url = url
+        self.after = after
         self.types: list[str] = []
+        self.items: list[dict[str, object]] = []
         self.connected = asyncio.Event()
         self.task = asyncio.create_task(self._read())
 
@@ -164,21 +173,27 @@ class _Feed:
         import json
 
         timeout = httpx2.Timeout(120, connect=10)
+        params = {} if self.after is None else {"after": self.after}
         async with (
             httpx2.AsyncClient(base_url=self.url, timeout=timeout) as client,
-            client.stream("GET", "/events") as r,
+            client.stream("GET", "/events", params=params) as r,
         ):
             self.connected.set()
             async for line in r.aiter_lines():
                 if line.startswith("data:"):
-                    self.types.append(json.loads(line[5:])["type"])
+                    item = json.loads(line[5:])
+                    self.items.append(item)
+                    self.types.append(item["type"])
+
+    def statuses(self, session_id: str) -> list[str]:
+        return [str(i["status"]) for i in self.items if i["type"] == "status_changed" and i["session_id"] == session_id]
 
     def stop(self) -> None:
         self.task.cancel()
 
 
-async def _feed(url: str) -> _Feed:
-    feed = _Feed(url)
+async def _feed(url: str, after: int | None = None) -> _Feed:
+    feed = _Feed(url, after)
     await asyncio.wait_for(feed.connected.wait(), 30)
     return feed
 
