@@ -236,3 +236,43 @@ async def test_without_waiting_a_lease_to_wait_for_raises_would_wait(tmp_path: P
         assert waited.value.busy.holder == "run_elsewhere"
         with pytest.raises(SessionBusy):
             await RunLease(store, sid, "run_here", LeaseTerms(ttl=5)).acquire(wait=False)
+
+
+class _LosesCancels:
+    """A store whose lease reads lose a cancel that comes as they finish, as Python 3.11's `asyncio.wait_for`
+    does (psycopg_pool waits for a connection with it): the reader goes on as if it had not been cancelled."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self.reads = 0
+
+    async def get_lease(self, session_id: str) -> object:
+        self.reads += 1
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            pass  # the connection was handed over as the cancel came: wait_for returns it
+        return await self._store.get_lease(session_id)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+async def test_a_lease_whose_keeper_loses_its_cancel_is_still_given_back(tmp_path: Path) -> None:
+    # the keeper must stop for `release` even when the cancel never reaches it: else the run waits for it
+    # for ever, holding the session "running" with a lease renewed every few seconds (seen in bench/nodes.py)
+    async with SqliteStore(tmp_path / "t.db") as sqlite:
+        store = _LosesCancels(sqlite)
+        sid = (await sqlite.create_session()).id
+        lease = RunLease(store, sid, "run_here", LeaseTerms(ttl=30))  # type: ignore[arg-type]
+        await lease.acquire()
+        lease.watch(lambda _: None, lambda _: None)
+        while not store.reads:  # the keeper is reading the lease
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)  # in the middle of its read
+        releasing = asyncio.ensure_future(lease.release())
+        done, _ = await asyncio.wait({releasing}, timeout=10)  # (it takes a read and a write)
+        if not done:
+            releasing.cancel()
+        assert done, "release() still waits for a keeper that lost its cancel"
+        assert await sqlite.get_lease(sid) is None

@@ -89,6 +89,7 @@ class RunLease:
         self.terms = terms
         self.lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def acquire(self, on_wait: Callable[[SessionBusy], None] | None = None, *, wait: bool = True) -> Lease:
         """Take the session's lease, waiting for it as the terms say; with `wait` False, a lease the terms
@@ -129,8 +130,10 @@ class RunLease:
         seen: LeaseRequest | None = self.lease.request if self.lease is not None else None
         if seen is not None:
             on_request(seen)
-        while True:
+        while not self._stopping:
             await asyncio.sleep(POLL)
+            if self._stopping:
+                return
             try:
                 if time.monotonic() - renewed >= self.terms.ttl / 3:
                     lease: Lease | None = await self.store.renew_lease(self.session_id, self.holder, ttl=self.terms.ttl)
@@ -147,6 +150,8 @@ class RunLease:
             except StoreError:  # a store that fails now and then: the lease lives on until it expires
                 log.warning("could not look at the lease of session %s", self.session_id, exc_info=True)
                 continue
+            if self._stopping:
+                return
             self.lease = lease
             if lease is not None and lease.request is not None and lease.request != seen:
                 seen = lease.request
@@ -154,6 +159,10 @@ class RunLease:
 
     async def release(self) -> None:
         if self._task is not None:
+            # the flag, not only the cancel: on Python 3.11 a cancel that comes as the pool hands the keeper a
+            # connection is lost inside `asyncio.wait_for` (psycopg_pool waits with it), and a keeper that
+            # only a cancel stops would renew the lease for ever while this waits for it
+            self._stopping = True
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
