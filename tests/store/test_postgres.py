@@ -261,6 +261,29 @@ async def test_a_cancelled_append_still_commits_whole(postgres_url: str) -> None
         assert [e.body.text for e in await store.read(info.id)] == ["a", "b"]
 
 
+async def test_a_read_cancelled_while_it_waits_for_the_pool_is_cancelled(postgres_url: str) -> None:
+    """A cancel of an operation that waits for a connection always ends it: never lost in the pool's wait (on
+    Python 3.11 `asyncio.wait_for` loses a cancel that comes as the connection is handed over, and a lease's
+    keeper went on renewing for ever), and the connection that came meanwhile goes back to the pool."""
+    async with PostgresStore(postgres_url, min_size=1, max_size=1, timeout=5) as store:
+        sid = (await store.create_session()).id
+        went_on = 0
+        for i in range(150):
+            holder = asyncio.ensure_future(store._read("SELECT pg_sleep(0.002)"))
+            waiting = asyncio.ensure_future(store.get_session(sid))
+            behind = asyncio.ensure_future(store.get_session(sid))
+            await asyncio.sleep((i % 15) * 0.0003)  # at every moment of the wait and of the handover
+            if waiting.cancel():
+                try:
+                    await waiting
+                    went_on += 1
+                except asyncio.CancelledError:
+                    pass
+            await asyncio.gather(holder, behind)
+        assert went_on == 0, f"{went_on} cancelled reads went on as if not cancelled"
+        assert (await store.get_session(sid)).id == sid  # the one connection is back in the pool
+
+
 async def test_numbers_and_change_ids_hold_across_stores_and_a_pruned_feed(postgres_url: str) -> None:
     """Two stores on one database (as two processes or nodes): reservations continue each other's, change ids
     are shared and increasing, and a change id is never given again after its row is gone."""

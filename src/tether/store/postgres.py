@@ -19,6 +19,7 @@ there, and jsonb would refuse ``\\u0000``)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -538,11 +539,27 @@ class PostgresStore:
                 await conn.close()
                 await here.pool.putconn(conn)  # closed: the pool opens another in its place
         here.waiting += 1
+        # The pool is waited for in a task of its own: psycopg_pool waits with `asyncio.wait_for`, which on
+        # Python 3.11 loses a cancel that comes as it hands a connection over, and the caller would go on as if
+        # it had never been cancelled (a third of the cancels of waiting readers, with a pool of one). A cancel
+        # of the caller ends its wait here for sure; a connection that comes after goes back to the pool.
+        getting = asyncio.ensure_future(here.pool.getconn())
         try:
-            conn = await here.pool.getconn()
+            conn = await asyncio.shield(getting)
+        except asyncio.CancelledError:
+            getting.add_done_callback(functools.partial(self._unwanted, here))
+            raise
         finally:
             here.waiting -= 1
         return conn, time.monotonic()
+
+    def _unwanted(self, here: _Loop, getting: asyncio.Future[Any]) -> None:
+        """A connection the pool gave after its caller stopped waiting: back to the pool."""
+        if getting.cancelled() or getting.exception() is not None:
+            return
+        task = getting.get_loop().create_task(here.pool.putconn(getting.result()))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _give_back(self, here: _Loop, conn: Any, since: float) -> None:
         """Keep `conn` aside for the next operation when it is idle and nothing waits for the pool; else
