@@ -130,7 +130,7 @@ class RunLease:
         seen: LeaseRequest | None = self.lease.request if self.lease is not None else None
         if seen is not None:
             on_request(seen)
-        while not self._stopping:
+        while True:
             await asyncio.sleep(POLL)
             if self._stopping:
                 return

@@ -208,12 +208,14 @@ def backlog(conn: sqlite3.Connection, before: float | None = None) -> tuple[int,
         "SELECT coalesce(sum(last_seq - first_seq + 1), 0), count(DISTINCT session_id) FROM search_pending"
     ).fetchone()
     appended = _appended(conn)
-    if before is not None:
-        counted = [
-            (sid, conn.execute(_MADE_BEFORE_SQL, (sid, indexed, before)).fetchone()[0]) for sid, _, indexed in appended
+    if before is None:
+        waiting = [count - indexed for _, count, indexed in appended]
+    else:
+        waiting = [
+            int(conn.execute(_MADE_BEFORE_SQL, (sid, indexed, before)).fetchone()[0]) for sid, _, indexed in appended
         ]
-        appended = [(sid, int(n), 0) for sid, n in counted if n]
-    return int(row[0]) + sum(count - indexed for _, count, indexed in appended), int(row[1]) + len(appended)
+    waiting = [n for n in waiting if n]
+    return int(row[0]) + sum(waiting), int(row[1]) + len(waiting)
 
 
 def flush(conn: sqlite3.Connection, limit: int) -> tuple[int, int]:
