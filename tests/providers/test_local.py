@@ -16,9 +16,11 @@ from tether.messages import Message, ToolCallPart, ToolResultPart, ToolSpec
 from tether.providers import ModelRequest, StreamDone, TextPartDelta, ToolCallPartReady, complete
 from tether.providers.base import TokenCounting
 from tether.providers.local import (
+    MAX_DEFAULT_THREADS,
     LocalProvider,
     _AnswerStreamer,
     chatml_prompt,
+    default_threads,
     find_model_path,
     loops,
     tool_call_schema,
@@ -131,6 +133,37 @@ async def test_plain_text_answer_streams() -> None:
     assert done.usage.input_tokens > 10 and 0 < done.usage.output_tokens <= 24
     assert done.usage.cost == 0
     assert done.message.provider == "local" and done.message.model == "smollm2-135m"
+
+
+@pytest.mark.parametrize(("usable", "expected"), [(1, 1), (2, 2), (6, 6), (64, MAX_DEFAULT_THREADS)])
+def test_generation_threads_default_to_the_cpus_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch, usable: int, expected: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(usable)), raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: usable * 4)  # not the machine's count: what this process may use
+    assert default_threads() == expected
+
+
+@pytest.mark.local_model
+async def test_the_model_loads_with_the_configured_threads_or_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.providers import local as local_module
+
+    local()  # skips without the `local` extra
+    import llama_cpp
+
+    asked: list[object] = []
+
+    class ThreadsLlama(llama_cpp.Llama):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            asked.append(kwargs.get("n_threads"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp, "Llama", ThreadsLlama)
+    monkeypatch.setattr(local_module, "_models", {})
+    request = ModelRequest(model="smollm2-135m", messages=[Message.user("Hi.")], max_output_tokens=2, temperature=0)
+    await complete(LocalProvider(context_window=2048), request)
+    await complete(LocalProvider(threads=1, context_window=2048), request)
+    assert asked == [default_threads(), 1]
 
 
 @pytest.mark.local_model

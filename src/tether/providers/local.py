@@ -67,8 +67,27 @@ _models: dict[tuple[str, int, int | None], _LoadedModel] = {}
 _models_lock = threading.Lock()
 
 
+MAX_DEFAULT_THREADS = 8
+"""The most threads the model generates with when none are configured: a small model gains little past that,
+and the rest of the machine keeps some room."""
+
+
+def default_threads() -> int:
+    """The threads a generation uses when `[local] threads` is unset: every CPU this process may run on, up
+    to `MAX_DEFAULT_THREADS`. llama-cpp-python's own default is half of `os.cpu_count()`, meant for two
+    hardware threads per core; on a two-CPU machine that is one thread, and tokens come at half the speed
+    (measured on SmolLM2-135M here: 21.8 tokens/s on one thread, 39.8 on two)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(usable, MAX_DEFAULT_THREADS))
+
+
 def _load(path: Path, n_ctx: int, threads: int | None) -> _LoadedModel:
-    """Load a model once per process (per path and context size)."""
+    """Load a model once per process (per path and context size); `threads` None is `default_threads()`."""
+    if threads is None:
+        threads = default_threads()
     key = (str(path), n_ctx, threads)
     with _models_lock:
         loaded = _models.get(key)
