@@ -7,6 +7,7 @@ manager runs, and no server outliving a tether killed with SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -399,3 +400,28 @@ async def test_an_oversized_result_goes_through_the_artifact_spill(tmp_path: Pat
         assert len(whole) == 200_000 and whole.startswith(b"0123456789abcdef")
     finally:
         await manager.close()
+
+
+async def test_a_start_given_up_on_leaves_no_error_unheard() -> None:
+    """A server that fails after its start was given up on (its startup timeout passed): the failure is the
+    start's, already reported; asyncio is not left to log it at exit as an error nobody retrieved."""
+    loop = asyncio.get_running_loop()
+    heard: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: heard.append(context))
+    quitter = ServerSpec(
+        name="quitter",
+        transport="stdio",
+        command=sys.executable,
+        args=("-c", "import time; time.sleep(1)"),
+        startup_timeout=0.2,
+        source="test",
+    )
+    manager = McpManager([quitter])
+    try:
+        problems = await manager.start()
+        assert "did not start within 0.2 s" in (problems["quitter"] or "")
+    finally:
+        await manager.close()
+    gc.collect()
+    await asyncio.sleep(0)
+    assert [c["message"] for c in heard] == []

@@ -206,6 +206,7 @@ class Connection:
             if not ready.done():
                 if isinstance(exc, Exception):
                     ready.set_exception(exc)
+                    ready.exception()  # retrieved: a start that gave up waiting (its timeout) has reported it
                 else:
                     ready.cancel()
             if not isinstance(exc, Exception):
