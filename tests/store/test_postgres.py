@@ -484,9 +484,9 @@ async def test_an_audited_append_that_conflicts_seals_nothing(postgres_url: str)
 
 
 async def test_every_kind_of_append_marks_its_session_in_the_change_cursor(postgres_url: str) -> None:
-    """An append marks its session itself (`pgschema._V7`: the trigger skips updates that move `entry_count`),
-    by each of its statements: one entry, several, with audit records sealed in it, and with a revert (its
-    own transaction); a rename still marks it through the trigger."""
+    """An append marks its session itself (`pgschema._V7`: the trigger skips updates that move `entry_count`;
+    `_V9`: the mark is its queue row), by each of its statements: one entry, several, with audit records sealed
+    in it, and with a revert (its own transaction); a rename still marks it through the trigger."""
     async with PostgresStore(postgres_url) as store:
         sid = (await store.create_session()).id
         position = (await store.changed_sessions(0)).position
@@ -508,6 +508,32 @@ async def test_every_kind_of_append_marks_its_session_in_the_change_cursor(postg
             assert conn.execute("SELECT count(*) FROM session_changes").fetchone() == (1,)
 
 
+async def test_an_appends_mark_waits_in_the_queue_and_the_flush_carries_it_over(postgres_url: str) -> None:
+    """An append leaves `session_changes` alone (`pgschema._V9`): its mark is its queue rows, stamped with its
+    transaction's id, which the flush moves over in the statement that deletes them. A reader that last read
+    before the append sees the session whether it reads before the flush or after it; one that read after the
+    append does not see it again because of the flush."""
+    async with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        sid = (await store.create_session()).id
+        await store.create_session()  # made before the reader's position: never reported
+        start = (await store.changed_sessions(0)).position
+        mark = "SELECT xid::text FROM session_changes WHERE session_id = %s"
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            created = conn.execute(mark, (sid,)).fetchone()
+            await other.append(sid, [Message.user("one"), Message.assistant("two")])
+            assert conn.execute(mark, (sid,)).fetchone() == created
+            queued = conn.execute("SELECT DISTINCT xid::text FROM search_queue WHERE session_id = %s", (sid,))
+            (appended,) = queued.fetchall()  # both rows, one transaction
+            page = await store.changed_sessions(start)
+            assert [(s.id, s.entry_count) for s in page.sessions] == [(sid, 2)]
+            seen = page.position
+            assert [h.seq for h in await store.search("one")] == [1]  # a search flushes first
+            assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+            assert conn.execute(mark, (sid,)).fetchone() == appended
+        assert [s.id for s in (await store.changed_sessions(start)).sessions] == [sid]
+        assert not (await store.changed_sessions(seen)).sessions
+
+
 async def test_appended_messages_wait_for_their_terms_and_a_search_makes_them_first(postgres_url: str) -> None:
     """An append writes no search terms (`pgschema._V8`): its messages wait, counted by `search_backlog`, and a
     search indexes them before it runs, so it finds every committed append, including another store's."""
@@ -517,12 +543,13 @@ async def test_appended_messages_wait_for_their_terms_and_a_search_makes_them_fi
         await other.append(sid, [Message.user("ocelot three")])
         assert await store.search_backlog() == 3  # the messages, not the revert
         with psycopg.connect(postgres_url) as conn:
-            assert conn.execute("SELECT seq FROM search_queue ORDER BY seq").fetchall() == [(1,), (3,), (4,)]
+            # every entry is queued (its row is the append's change mark, `pgschema._V9`); three have words
+            assert conn.execute("SELECT seq FROM search_queue ORDER BY seq").fetchall() == [(1,), (2,), (3,), (4,)]
             assert conn.execute("SELECT count(*) FROM entry_terms").fetchone() == (0,)
         hits = await other.search("ocelot", include_reverted=True)
         assert sorted(h.seq for h in hits) == [1, 3, 4]
         assert await store.search_backlog() == 0
-        with psycopg.connect(postgres_url) as conn:  # the revert has no terms, and never waited for any
+        with psycopg.connect(postgres_url) as conn:  # the revert has no terms: the flush only took its row off
             rows = conn.execute("SELECT seq, role FROM entry_terms ORDER BY seq").fetchall()
             assert rows == [(1, 1), (3, 2), (4, 1)]
             assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)

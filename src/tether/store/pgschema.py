@@ -338,6 +338,19 @@ the store wait for; the dropped column's space comes back only when the table is
 entries`). Stop older tether nodes first: their appends, searches, forks and imports name the column that is
 gone (what an older node's delete leaves behind in the new tables is overwritten or dropped by the new code)."""
 
+_V9 = """
+ALTER TABLE search_queue ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+"""
+"""Migration 9: an append's mark in the sessions' change cursor is the queue row it writes anyway (for every
+entry now, not only for messages with words: the flush drops the others), stamped with the writing
+transaction's id by the column's default; `session_changes` is no longer upserted by the append (an update
+that could not stay HOT, its `xid` being indexed: an eighth of the append's time on the server). The flush that
+takes rows off the queue carries their marks into `session_changes` in the same statement, and the cursor's
+reader reads both tables (`PostgresStore.changed_sessions`; the queue is small, a flush every `INDEX_EVERY`
+appends). Rows already queued take the migration's own id: their sessions are reported once more. A node of
+an older tether reads only `session_changes`, so it learns of a newer node's appends at the next flush: upgrade
+the nodes together (its appends still mark both)."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks
     (2, _V2),  # live event numbers reserved per session, the global change feed (SqliteStore's schema 9)
@@ -347,6 +360,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (6, _V6),  # the durable prompt queue (SqliteStore's schema 11)
     (7, _V7),  # an append marks the change cursor in its own statement, the trigger the other writes
     (8, _V8),  # search terms in a table of their own, made by a flush after the append from its queue
+    (9, _V9),  # the append's change mark is its queue row, carried into session_changes by the flush
 ]
 """(version, SQL) in order; the schema of a store is the last version."""
 

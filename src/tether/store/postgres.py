@@ -168,16 +168,14 @@ ins AS (
     INSERT INTO entries (session_id, seq, kind, created_at, payload, role)
     SELECT %(sid)s, s.base + t.ord, t.kind, coalesce(t.at, s.at), t.payload, t.role
 """
-_APPEND_MARK = """    RETURNING seq, role
+_APPEND_MARK = """    RETURNING seq
 ),
-queued AS (INSERT INTO search_queue (session_id, seq) SELECT %(sid)s, seq FROM ins WHERE role IS NOT NULL),
-marked AS (
-    INSERT INTO session_changes (session_id, xid) SELECT %(sid)s, pg_current_xact_id() FROM s
-    ON CONFLICT (session_id) DO UPDATE SET xid = EXCLUDED.xid WHERE session_changes.xid <> EXCLUDED.xid
-)
+queued AS (INSERT INTO search_queue (session_id, seq) SELECT %(sid)s, seq FROM ins)
 SELECT base, at FROM s
 """
-"""The append's mark in the sessions' change cursor, as the trigger of the other writes makes it (`pgschema._V7`)."""
+"""Every appended entry queued: a message for its search terms, and each row, stamped with the transaction's id
+(`pgschema._V9`), the append's mark in the sessions' change cursor until the flush carries it into
+`session_changes`."""
 _APPEND_SQL = (
     _APPEND_HEAD
     + """    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(times)b::float8[], %(roles)b::int2[])
@@ -192,7 +190,7 @@ _APPEND_ONE_SQL = (
 """
     + _APPEND_MARK
 )
-"""The append, one statement, its session marked in the change cursor too. The session's `updated_at` moves only
+"""The append, one statement, its session marked in the change cursor by its queue rows. The session's `updated_at` moves only
 when that changes the listing's order or a second passed (an index write less on most appends: the row's update
 stays HOT); when another session is newer by a clock a little ahead, it goes just above it (as in
 `SqliteStore.append`). A message's search terms are not made here: it waits in `search_queue` for the next
@@ -235,7 +233,12 @@ WITH k AS MATERIALIZED (
 ),
 d AS (
     DELETE FROM search_queue q USING k WHERE q.session_id = k.session_id AND q.seq = k.seq
-    RETURNING q.session_id, q.seq
+    RETURNING q.session_id, q.seq, q.xid
+),
+marks AS (
+    INSERT INTO session_changes (session_id, xid)
+    SELECT DISTINCT ON (session_id) session_id, xid FROM d ORDER BY session_id, xid DESC
+    ON CONFLICT (session_id) DO UPDATE SET xid = EXCLUDED.xid WHERE session_changes.xid < EXCLUDED.xid
 )
 INSERT INTO entry_terms (session_id, seq, role, created_at, terms)
 SELECT t.sid, t.seq, t.role, t.at, to_tsvector('tether_search', t.doc) FROM d
@@ -456,7 +459,7 @@ class PostgresStore:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._unindexed = 0  # messages this store appended for the search index since it last flushed them
+        self._unindexed = 0  # entries this store queued (for the search index, and as marks) since it last flushed them
         self._migrate()
 
     # --- opening, the pool, errors ---------------------------------------------------------------------
@@ -930,7 +933,7 @@ class PostgresStore:
             first, now = await self._tx(tx, "append to")
         else:
             first, now = await self._write(statement, "append to")
-        self._unindexed += n - roles.count(None)
+        self._unindexed += n  # every entry was queued (`_APPEND_MARK`)
         if self._unindexed >= INDEX_EVERY:
             self._index_later()
         return [Entry(first + i, now if times is None else times[i], body) for i, body in enumerate(bodies)]
@@ -1288,10 +1291,11 @@ class PostgresStore:
         return (await self._reverts_of([session_id])).get(session_id, [])
 
     async def search_backlog(self, *, before: float | None = None) -> int:
+        # the queue holds every appended entry (its change mark); those with words to index have a role
+        sql = "SELECT count(*) FROM search_queue q JOIN entries e USING (session_id, seq) WHERE e.role IS NOT NULL"
         if before is None:
-            return int((await self._read("SELECT count(*) FROM search_queue"))[0][0])
-        sql = "SELECT count(*) FROM search_queue q JOIN entries e USING (session_id, seq) WHERE e.created_at < %s"
-        return int((await self._read(sql, (before,)))[0][0])
+            return int((await self._read(sql))[0][0])
+        return int((await self._read(sql + " AND e.created_at < %s", (before,)))[0][0])
 
     async def backfill_search(self, *, batch: int = 500) -> AsyncIterator[BackfillProgress]:
         check_limit(batch)
@@ -1316,14 +1320,20 @@ class PostgresStore:
     async def changed_sessions(self, after: int = 0, *, limit: int = 1000) -> ChangedSessions:
         """Positions are transaction ids (`pgschema._V3`): every row written by a transaction at or after
         `after` comes back (`limit` is not applied: a position cannot fall inside a transaction), with the
-        oldest transaction still running now as the next position."""
+        oldest transaction still running now as the next position. An append's mark is its queue row until a
+        flush moves it into `session_changes` in the statement that deletes the row (`pgschema._V9`): one
+        snapshot reads both, so a mark is seen in one or the other."""
         check_changed_sessions(after, limit)
         cols = ", ".join(f"s.{c.strip()}" for c in _SESSION_COLS.split(","))
         rows = await self._read(
             f"SELECT c.session_id, c.xid::text::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
-            f" s.id, {cols.partition(', ')[2]} FROM session_changes c LEFT JOIN sessions s ON s.id = c.session_id"
-            " WHERE c.xid >= %s::text::xid8 ORDER BY c.xid, c.session_id",
-            (str(after),),
+            f" s.id, {cols.partition(', ')[2]} FROM ("
+            " SELECT DISTINCT ON (session_id) session_id, xid FROM ("
+            "  SELECT session_id, xid FROM session_changes WHERE xid >= %(after)s::text::xid8"
+            "  UNION ALL SELECT session_id, xid FROM search_queue WHERE xid >= %(after)s::text::xid8"
+            " ) m ORDER BY session_id, xid DESC"
+            ") c LEFT JOIN sessions s ON s.id = c.session_id ORDER BY c.xid, c.session_id",
+            {"after": str(after)},
         )
         if not rows:
             now = await self._read("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
