@@ -17,12 +17,14 @@ from tether.providers import ModelRequest, StreamDone, TextPartDelta, ToolCallPa
 from tether.providers.base import TokenCounting
 from tether.providers.local import (
     MAX_DEFAULT_THREADS,
+    STUTTER_REPEATS,
     LocalProvider,
     _AnswerStreamer,
     chatml_prompt,
     default_threads,
     find_model_path,
     loops,
+    stutters,
     tool_call_schema,
 )
 
@@ -286,3 +288,22 @@ def test_a_repeated_call_is_recognised_so_the_small_model_answers() -> None:
 )
 def test_loops_sees_a_plain_answer_saying_one_sentence_again(text: str, expected: bool) -> None:
     assert loops(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"tool": "task", "arguments": {"tools": [' + '"todo", ' * STUTTER_REPEATS, True),  # seen, to 512 tokens
+        ('{"tool": "task", "arguments": {"tools": [' + '"todo", ' * (STUTTER_REPEATS - 1), False),
+        ("Once upon a time " + "the sea " * STUTTER_REPEATS, True),
+        ('{"tool": "write", "arguments": {"content": "' + "-" * 400, False),  # a rule: one character
+        ("0" * 400, False),
+        ("| a | b |\n" + "|---" * 40, False),  # no letter or digit in what repeats
+        ("[" + "0, " * 40, False),  # one digit: a list of zeros
+        ("The keeper walked the shore and thought of the ships at sea. " * 4, False),  # long: `loops` sees these
+        ("", False),
+    ],
+)
+def test_stutters_sees_one_short_piece_said_over_and_over(text: str, expected: bool) -> None:
+    assert stutters(text) is expected
+    assert stutters("x" * 10_000 + text) is expected  # only the tail is read

@@ -173,6 +173,21 @@ def loops(text: str) -> bool:
     return sentences.count(sentences[-1]) >= LOOP_REPEATS
 
 
+STUTTER_REPEATS = 16
+"""Generation stops when the text ends in one short piece said this many times in a row (`stutters`)."""
+_STUTTER = re.compile(rf"(.{{3,24}}?)\1{{{STUTTER_REPEATS - 1}}}\Z", re.S)
+_STUTTER_TAIL = 24 * STUTTER_REPEATS
+
+
+def stutters(text: str) -> bool:
+    """Whether `text` ends in a piece of 3 to 24 characters (two different letters or digits among them) said
+    `STUTTER_REPEATS` times in a row: `"todo", "todo", ...` in a tool call's arguments, or a word over and over,
+    which a model this small, once it starts, keeps up to the token limit (a minute of tokens here on two CPUs)
+    with nothing new in them. A run of one character (a rule of dashes, zeros) is not a stutter."""
+    match = _STUTTER.search(text[-_STUTTER_TAIL:])
+    return match is not None and len({c for c in match.group(1) if c.isalnum()}) >= 2
+
+
 def repeats_itself(messages: list[Message]) -> bool:
     """Whether the last two assistant turns made the same tool calls (names and arguments)."""
     turns = [m.tool_calls for m in messages if m.role == "assistant"][-2:]
@@ -469,6 +484,8 @@ class LocalProvider:
                     put("text", choice["text"])
                     if grammar is None and _ENDS_SENTENCE.search(choice["text"]) and loops("".join(generated)):
                         break  # finish "stop": the answer is said, the rest would be the same sentence again
+                    if stutters("".join(generated[-_STUTTER_TAIL:])):
+                        break  # finish "stop": a call cut here is shown as the text that came, as at the limit
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
         finally:
