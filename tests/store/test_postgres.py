@@ -674,6 +674,41 @@ def test_migration_8_moves_the_terms_out_of_the_entries(postgres_url: str) -> No
     asyncio.run(check())
 
 
+def test_migration_9_stamps_what_waits_in_the_queue(postgres_url: str) -> None:
+    """A database at migration 8 with a message queued (an older tether's append) is brought to 9: the row
+    takes the migration's transaction id, a reader from before it sees the session, and the flush carries
+    the mark into `session_changes` and indexes the message as before."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert pgschema.migrate(conn, known=8) == (0, 8)
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, entry_count, message_count) VALUES ('ses_a', 1, 1, 1, 1)"
+        )
+        conn.execute(
+            "INSERT INTO entries (session_id, seq, kind, created_at, payload, role) VALUES ('ses_a', 1, 'message',"
+            " 5.0, %s, 1)",
+            ('{"kind":"message","role":"user","parts":[{"kind":"text","text":"zebra crossing"}]}',),
+        )
+        conn.execute("INSERT INTO search_queue (session_id, seq) VALUES ('ses_a', 1)")
+        (position,) = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchall()[0]
+        assert pgschema.migrate(conn) == (8, SCHEMA_VERSION)
+        stamped = conn.execute("SELECT xid::text::bigint FROM search_queue").fetchone()
+        assert stamped is not None and stamped[0] >= position
+    store = PostgresStore(postgres_url)
+
+    async def check() -> None:
+        async with store:
+            assert [s.id for s in (await store.changed_sessions(position)).sessions] == ["ses_a"]
+            assert [(h.session_id, h.seq) for h in await store.search("zebra")] == [("ses_a", 1)]
+            assert [s.id for s in (await store.changed_sessions(position)).sessions] == ["ses_a"]
+
+    asyncio.run(check())
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+        assert conn.execute("SELECT xid::text::bigint FROM session_changes WHERE session_id = 'ses_a'").fetchone() == (
+            stamped[0],
+        )
+
+
 async def test_a_flush_and_a_delete_that_meet_on_the_queue_both_finish(postgres_url: str) -> None:
     """A flush and a delete of the session lock its queued rows in the same (key) order, whatever order the
     table holds them in: with a third transaction holding a row in the middle, the flush takes the rows before
