@@ -25,7 +25,7 @@ from tether.errors import (
     StoreConnectionLost,
     StoreUnavailable,
 )
-from tether.messages import Entry, Message, Revert
+from tether.messages import Entry, Message, Revert, TitleChange
 from tether.store import open_store, pgschema
 from tether.store import postgres as postgres_module
 from tether.store.audit import AuditRecord, draft, verify
@@ -553,6 +553,29 @@ async def test_appended_messages_wait_for_their_terms_and_a_search_makes_them_fi
             rows = conn.execute("SELECT seq, role FROM entry_terms ORDER BY seq").fetchall()
             assert rows == [(1, 1), (3, 2), (4, 1)]
             assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+
+
+async def test_entries_without_words_do_not_use_up_a_searchs_flush(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every entry is queued (its change mark, `pgschema._V9`), but a search's flush counts messages: entries
+    without words ahead of them in the queue are taken off on the way, and the search still finds every
+    committed message; `backfill_search` reports the messages left, as `search_backlog` does."""
+    monkeypatch.setattr(postgres_module, "SEARCH_INDEX", 3)
+    monkeypatch.setattr(postgres_module, "INDEX_BATCH", 4)
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        await store.append(sid, [TitleChange(title=f"title {i}") for i in range(9)])
+        await store.append(sid, [Message.user(f"kestrel {i}") for i in range(3)])
+        assert await store.search_backlog() == 3
+        assert sorted(h.seq for h in await store.search("kestrel")) == [10, 11, 12]
+        assert await store.search_backlog() == 0
+        other = (await store.create_session()).id
+        await store.append(other, [TitleChange(title="t"), Message.user("osprey"), TitleChange(title="u")])
+        steps = [p async for p in store.backfill_search(batch=1)]
+        assert [(p.entries_indexed, p.backlog) for p in steps] == [(1, 0)]
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
 
 
 async def test_a_store_flushes_its_appends_in_the_background_every_so_many(

@@ -347,9 +347,10 @@ transaction's id by the column's default; `session_changes` is no longer upserte
 that could not stay HOT, its `xid` being indexed: an eighth of the append's time on the server). The flush that
 takes rows off the queue carries their marks into `session_changes` in the same statement, and the cursor's
 reader reads both tables (`PostgresStore.changed_sessions`; the queue is small, a flush every `INDEX_EVERY`
-appends). Rows already queued take the migration's own id: their sessions are reported once more. A node of
-an older tether reads only `session_changes`, so it learns of a newer node's appends at the next flush: upgrade
-the nodes together (its appends still mark both)."""
+appends). Rows already queued take the migration's own id: their sessions are reported once more. Stop older
+tether nodes first, as for migration 8: an older node's flush takes rows off the queue without carrying their
+marks over (a newer node's append would go unreported to the cursor's readers), and its reader does not read
+the queue."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (1, _V1),  # sessions, entries (with their search terms), artifacts, leases, shares, streams, audit, sinks

@@ -219,11 +219,12 @@ SELECT %(sid)s, seq, role, at, to_tsvector('tether_search', doc) FROM t WHERE do
 )
 """An import's entries, and their search terms made at once (a bulk write: no queue)."""
 _QUEUED_SQL = (
-    "SELECT q.session_id, q.seq, e.role, e.created_at, e.payload FROM search_queue q"
-    " LEFT JOIN entries e USING (session_id, seq) ORDER BY q.session_id, q.seq LIMIT %s"
+    "SELECT q.session_id, q.seq, e.role, e.created_at, CASE WHEN e.role IS NOT NULL THEN e.payload END"
+    " FROM search_queue q LEFT JOIN entries e USING (session_id, seq) ORDER BY q.session_id, q.seq LIMIT %s"
 )
 """The head of the queue, read without locks: the words of a batch are made on the client with no transaction
-open (no row of the queue is held across a round trip or while this process works)."""
+open (no row of the queue is held across a round trip or while this process works). An entry with no role
+has no words (a tool's output, a title: a change mark only, `pgschema._V9`): its payload is not sent."""
 _INDEX_SQL = (
     """
 WITH k AS MATERIALIZED (
@@ -1165,7 +1166,8 @@ class PostgresStore:
 
     async def _index_pending(self, limit: int) -> tuple[int, set[str]]:
         """Make the search terms of up to `limit` queued messages, `INDEX_BATCH` at a time (`_INDEX_SQL`).
-        Returns the queued messages taken and their sessions."""
+        Returns the queued messages taken and their sessions. Entries without words (change marks only,
+        `pgschema._V9`) are taken off on the way and not counted: a search's limit is of messages."""
         count, sessions = 0, set()
         while count < limit:
             batch = min(INDEX_BATCH, limit - count)
@@ -1177,7 +1179,7 @@ class PostgresStore:
                     await conn.execute(_INDEX_SQL, p)
 
                 await self._write(write, "index the search terms of")
-            count += len(rows)
+            count += sum(1 for r in rows if r[2] is not None)
             sessions |= {r[0] for r in rows}
             if len(rows) < batch:
                 break
@@ -1306,8 +1308,9 @@ class PostgresStore:
                 return
             indexed += got
             (row,) = await self._read(
-                "SELECT count(*), count(DISTINCT session_id), count(DISTINCT session_id) FILTER"
-                " (WHERE session_id = ANY(%s)) FROM search_queue",
+                "SELECT count(*), count(DISTINCT q.session_id), count(DISTINCT q.session_id) FILTER"
+                " (WHERE q.session_id = ANY(%s)) FROM search_queue q JOIN entries e USING (session_id, seq)"
+                " WHERE e.role IS NOT NULL",
                 (sorted(sessions),),
             )
             done += len(sessions) - int(row[2])
