@@ -176,18 +176,22 @@ async def test_a_server_that_cannot_start_is_a_reason_not_an_exception() -> None
 
 
 async def test_a_server_slower_than_its_startup_timeout_fails_to_start() -> None:
-    sleeper = ServerSpec(
-        name="sleepy",
+    assert "did not start within 1 s" in await start_sleeper("sleepy", sleep=60, startup_timeout=1.0)
+
+
+async def start_sleeper(name: str, *, sleep: float, startup_timeout: float) -> str:
+    """Start (and close) a manager of one stdio server that sleeps `sleep` seconds and exits; its problem."""
+    spec = ServerSpec(
+        name=name,
         transport="stdio",
         command=sys.executable,
-        args=("-c", "import time; time.sleep(60)"),
-        startup_timeout=1.0,
+        args=("-c", f"import time; time.sleep({sleep})"),
+        startup_timeout=startup_timeout,
         source="test",
     )
-    manager = McpManager([sleeper])
+    manager = McpManager([spec])
     try:
-        problems = await manager.start()
-        assert "did not start within 1 s" in (problems["sleepy"] or "")
+        return (await manager.start())[name] or ""
     finally:
         await manager.close()
 
@@ -409,20 +413,7 @@ async def test_a_start_given_up_on_leaves_no_error_unheard() -> None:
     loop = asyncio.get_running_loop()
     heard: list[dict[str, object]] = []
     loop.set_exception_handler(lambda _loop, context: heard.append(context))
-    quitter = ServerSpec(
-        name="quitter",
-        transport="stdio",
-        command=sys.executable,
-        args=("-c", "import time; time.sleep(1)"),
-        startup_timeout=0.2,
-        source="test",
-    )
-    manager = McpManager([quitter])
-    try:
-        problems = await manager.start()
-        assert "did not start within 0.2 s" in (problems["quitter"] or "")
-    finally:
-        await manager.close()
+    assert "did not start within 0.2 s" in await start_sleeper("quitter", sleep=1, startup_timeout=0.2)
     gc.collect()
     await asyncio.sleep(0)
     # The claim is about the start's own future. A task's unretrieved exception was reported here once, in a
