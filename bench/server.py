@@ -207,29 +207,67 @@ def child_env() -> dict[str, str]:
 
 @dataclass
 class Stream:
-    """One SSE client on a raw connection. Frames are kept as (arrival time.time(), data) and parsed after
-    the measurement (`keep`), or only counted (bytes, frames, the last `done`)."""
+    """One SSE client on a raw connection. While the runs go, it only keeps what it reads (the arrival
+    `time.time()` and the bytes of each read) and counts the frames that end a run with `bytes.count`:
+    the clients share the machine with the server, so their cost per event is kept to a few C calls. The
+    frames (arrival of the read that completed each, and its data) are split out when `frames` is first
+    read after that (`keep`), or only counted (bytes, the ends)."""
 
     host: str
     port: int
     path: str
     keep: bool = True
-    frames: list[tuple[float, str]] = field(default_factory=list)
     nbytes: int = 0
-    count: int = 0
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     error: BaseException | None = None
     ends: int = 0
     """Frames that end a run (tether: done/error; opencode: the session going idle), counted as they come."""
     end_marks: tuple[str, ...] = ('"type":"done"', '"type":"error"')
+    _reads: list[tuple[float, bytes]] = field(default_factory=list)
+    _frames: list[tuple[float, str]] = field(default_factory=list)
+    _count: int = 0
+    _text: str = ""
+    _waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run())
 
+    @property
+    def frames(self) -> list[tuple[float, str]]:
+        """The frames read so far: (arrival of the read that completed the frame, its data)."""
+        reads, self._reads = self._reads, []
+        for now, data in reads:
+            self._text += data.decode()
+            if "\r" in self._text:
+                self._text = self._text.replace("\r\n", "\n")
+            *complete, self._text = self._text.split("\n\n")
+            for frame in complete:
+                if not frame or frame.startswith(":"):
+                    continue
+                self._count += 1
+                self._frames.append(
+                    (now, "\n".join(x[5:].lstrip() for x in frame.split("\n") if x.startswith("data:")))
+                )
+        return self._frames
+
+    @frames.setter
+    def frames(self, kept: list[tuple[float, str]]) -> None:
+        _ = self.frames  # what was read is split first, so that none of it comes back later
+        self._frames = kept
+
+    @property
+    def count(self) -> int:
+        """Frames delivered (of those kept)."""
+        _ = self.frames
+        return self._count
+
     async def _run(self) -> None:
         writer = None
+        marks = tuple(m.encode() for m in self.end_marks)
+        overlap = max(map(len, marks)) - 1
+        tail = b""
         try:
             reader, writer = await asyncio.open_connection(self.host, self.port)
             sock = writer.get_extra_info("socket")
@@ -244,7 +282,6 @@ class Stream:
             chunked = b"transfer-encoding: chunked" in head.lower()
             self.connected.set()
             pending = b""  # undecoded transfer bytes
-            text = ""  # decoded SSE text not yet split into frames
             while True:
                 data = await reader.read(262144)
                 if not data:
@@ -266,29 +303,53 @@ class Stream:
                         pending = pending[eol + 4 + size :]
                     data = b"".join(body)
                 self.nbytes += len(data)
-                text += data.decode()
-                if "\r" in text:
-                    text = text.replace("\r\n", "\n")
-                *complete, text = text.split("\n\n")
-                for frame in complete:
-                    if not frame or frame.startswith(":"):
-                        continue
-                    payload = "\n".join(line[5:].lstrip() for line in frame.split("\n") if line.startswith("data:"))
-                    self.count += 1
-                    if self.keep:
-                        self.frames.append((now, payload))
-                    if any(mark in payload for mark in self.end_marks):
-                        self.ends += 1
-                self.changed.set()
+                if self.keep:
+                    self._reads.append((now, data))
+                # a mark split between two reads is in (the last len-1 bytes before, the first len-1 of this)
+                hits = sum(data.count(m) + (tail[1 - len(m) :] + data[: len(m) - 1]).count(m) for m in marks)
+                tail = (tail + data[-overlap:])[-overlap:]
+                if hits:
+                    self.ends += hits
+                    self._wake()
+                self._changed.set()
         except asyncio.CancelledError:
             raise
         except BaseException as e:
             self.error = e
             self.connected.set()
-            self.changed.set()
+            self._wake()
+            self._changed.set()
         finally:
             if writer is not None:
                 writer.close()
+
+    def _wake(self) -> None:
+        still = []
+        for target, future in self._waiters:
+            if future.done():
+                continue
+            if self.error is not None:
+                future.set_exception(BenchError(f"stream {self.path} failed: {self.error!r}"))
+            elif self.ends >= target:
+                future.set_result(None)
+            else:
+                still.append((target, future))
+        self._waiters = still
+
+    async def until_ends(self, target: int, timeout: float) -> None:
+        """Wait until `target` runs have ended on this stream: one future, resolved by the reader."""
+        if self.error is not None:
+            raise BenchError(f"stream {self.path} failed: {self.error!r}")
+        if self.ends >= target:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, future))
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise BenchError(
+                f"stream {self.path}: timed out waiting for run end {target} ({self.count} frames)"
+            ) from None
 
     async def wait(self, predicate: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -300,9 +361,9 @@ class Stream:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BenchError(f"stream {self.path}: timed out waiting ({self.count} frames)")
-            self.changed.clear()
+            self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+                await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
 
     async def close(self) -> None:
         if self.task is not None:
@@ -492,7 +553,7 @@ async def tether_prompt(client: httpx.AsyncClient, session: str, text: str, stre
         raise BenchError(f"POST prompt: {status} {str(answer)[:300]}")
     prompted = Prompted(session, t0, int(answer["after"]), streams)
     for stream, before in zip(streams, ends, strict=True):
-        await stream.wait(lambda s=stream, b=before: s.ends > b, 120)
+        await stream.until_ends(before + 1, 120)
     return prompted
 
 
@@ -1009,7 +1070,7 @@ async def opencode_measure(
         if r.status_code not in (200, 204):
             raise BenchError(f"opencode prompt_async: {r.status_code} {r.text[:300]}")
         for stream, before in zip(streams, ends, strict=True):
-            await stream.wait(lambda s=stream, b=before: s.ends > b, OPENCODE_WAIT)
+            await stream.until_ends(before + 1, OPENCODE_WAIT)
         return Prompted(session, t0, 0, streams)
 
     def first_of(prompts: list[Prompted]) -> list[float]:

@@ -67,3 +67,61 @@ def test_bad_options_are_refused() -> None:
     for argv in (["--clients", "3", "--sessions", "5"], ["--list-sessions", "10"], ["--rounds", "0"]):
         proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "error:" in proc.stderr, (argv, proc.stderr)
+
+
+def test_a_stream_counts_run_ends_and_splits_frames_whatever_the_reads() -> None:
+    """The bench's SSE client keeps raw reads and counts the run-end marks with `bytes.count`: a mark split
+    between two reads (or between chunks of the transfer encoding) is counted once, and the frames split out
+    afterwards are those sent, each with the arrival of the read that completed it."""
+    import asyncio
+    import random
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        from server import Stream  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+
+    frames = [
+        '{"type":"done","n":1}'
+        if i % 7 == 6
+        else '{"type":"error","n":2}'
+        if i % 11 == 10
+        else f'{{"type":"text","i":{i}}}'
+        for i in range(60)
+    ]
+    body = "".join(f"data: {f}\n\n" if i % 5 else f": ping\n\ndata: {f}\n\n" for i, f in enumerate(frames)).encode()
+    rng = random.Random(7)
+
+    async def main() -> Stream:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            i = 0
+            while i < len(body):  # chunks of 1 to 20 bytes, each its own write after a pause: many reads
+                piece = body[i : i + rng.randint(1, 20)]
+                i += len(piece)
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+                await asyncio.sleep(0.001)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        stream = Stream("127.0.0.1", port, "/events")
+        stream.start()
+        await stream.until_ends(sum('"done"' in f or '"error"' in f for f in frames), 20)
+        assert stream.task is not None
+        await asyncio.wait_for(stream.task, 20)
+        server.close()
+        return stream
+
+    stream = asyncio.run(main())
+    assert stream.error is None
+    assert stream.ends == 8 + 5
+    assert [data for _, data in stream.frames] == frames
+    assert stream.count == len(frames)
+    arrivals = [t for t, _ in stream.frames]
+    assert arrivals == sorted(arrivals) and arrivals[0] < arrivals[-1]
