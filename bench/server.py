@@ -53,12 +53,14 @@ and its clients follow `/event?directory=...`, which carries that directory's ev
 prompt is the stub's (one model call answering text), not tether's ten steps. See the rows it prints.
 
 `--workers N`: only the main load (CPU-bound: the model answers at once), on `tether serve --workers 1` and
-then `--workers N`: `workers_throughput_ratio` (the time on 1 over the time on N) and the N workers' first
-event, with each load's server CPU seconds and this process's (the clients'). The clients share the machine:
-`workers_throughput_bound` is the most the ratio can be here, the 1-worker time over the N workers' CPU and
-the clients' spread over every core.
+then `--workers N`, in `--repeats` pairs (3): `workers_throughput_ratio` (the time on 1 over the time on N,
+the median of the pairs' ratios: this machine's speed drifts within a minute, and a pair's two loads run back
+to back) and the N workers' first event (every pair's samples together), with each load's server CPU seconds
+and this process's (the clients'). The clients share the machine: `workers_throughput_bound` is the most the
+ratio can be here, the 1-worker time over the N workers' CPU and the clients' spread over every core.
 
     python bench/server.py [--sessions 50] [--clients 200] [--rounds 3] [--opencode PATH] [--quick] [--dir DIR]
+    python bench/server.py --workers 2 [--repeats 3]
 
 Last line: JSON with every figure, the load average at the start and end, and the sizes.
 """
@@ -86,7 +88,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx2 as httpx
-from _common import BenchError, Report, Target, filesystem_of, percentile, scratch_dir
+from _common import BenchError, Report, Target, filesystem_of, median, percentile, scratch_dir
 
 from tether import Message
 from tether.events import EVENT_SPAN, LIVE_OFFSET
@@ -654,41 +656,89 @@ async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Pat
 
 async def workers_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
     """The main load, CPU-bound (the scripted model answers at once), on `tether serve --workers 1` and then on
-    `--workers N` (N = `--workers`), each over a fresh SQLite store: `workers_throughput_ratio` is the time
-    the runs took on one worker over the time on N; the first-event and commit -> client figures of the N
-    workers under this load are `workersN_*`. Clients connect to any worker (the kernel spreads them), so
-    about (N-1)/N of them follow runs of another worker: their events come through the store's relay."""
-    for workers in (1, args.workers):
-        workspace = scratch / f"work-workers{workers}"
-        workspace.mkdir()
-        db = scratch / f"tether-workers{workers}.db"
-        await prefill(db, workspace, 50, 100)
-        log = scratch / f"tether-workers{workers}-server.log"
-        server = start_tether(args, db, workspace, log, workers=workers, latency_ms=0)
-        host, port = host_port(server.url)
-        limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
-        try:
-            async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
-                title = f"tether serve --workers {workers}, CPU-bound runs (the model answers at once)"
-                prefix = f"workers{workers}_"
-                streams = await load_phase(
-                    report, args, client, server, host, port, session_maker(client, workspace), title, prefix
-                )
-                for group in streams.values():
-                    for stream in group:
-                        await stream.close()
-        finally:
-            server.stop()
-    f = report.figures
-    ratio = f["workers1_runs_s"] / f[f"workers{args.workers}_runs_s"]
-    report.row(f"runs' throughput, {args.workers} workers / 1", "workers_throughput_ratio", ratio, "x", digits=2)
-    # The clients run on this machine too: the N workers' load cannot take less time than its CPU (theirs and
-    # the clients') spread over every core, so this is the most the ratio can be here, at these costs.
+    `--workers N` (N = `--workers`), each over a fresh SQLite store, in `--repeats` pairs (1, N, 1, N, ...):
+    this machine's speed drifts by tens of percent within a minute, so each pair's ratio is of two loads run
+    back to back, and `workers_throughput_ratio` is the median of the pairs' ratios (the time the runs took on
+    one worker over the time on N). The N workers' first event is the p50 of every pair's samples together;
+    each load's own figures are in `workers1_repeats` / `workersN_repeats`. Clients connect to any worker (the
+    kernel spreads them), so about (N-1)/N of them follow runs of another worker: their events come through
+    the store's relay."""
+    n = args.workers
+    runs: dict[int, list[float]] = {1: [], n: []}
+    firsts: list[float] = []
+    bounds: list[float] = []
+    repeats: dict[int, list[dict[str, Any]]] = {1: [], n: []}
     cpus = os.cpu_count() or 1
-    need = f[f"workers{args.workers}_runs_server_cpu_s"] + f[f"workers{args.workers}_runs_client_cpu_s"]
+    for pair in range(args.repeats):
+        for workers in (1, n):
+            prefix = f"workers{workers}_"
+            name = f"workers{workers}-{pair + 1}"
+            workspace = scratch / f"work-{name}"
+            workspace.mkdir()
+            db = scratch / f"tether-{name}.db"
+            await prefill(db, workspace, 50, 100)
+            server = start_tether(
+                args, db, workspace, scratch / f"tether-{name}-server.log", workers=workers, latency_ms=0
+            )
+            host, port = host_port(server.url)
+            limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
+            samples: list[float] = []
+            try:
+                async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+                    title = f"pair {pair + 1}/{args.repeats}: tether serve --workers {workers}, CPU-bound runs (the model answers at once)"
+                    streams = await load_phase(
+                        report,
+                        args,
+                        client,
+                        server,
+                        host,
+                        port,
+                        session_maker(client, workspace),
+                        title,
+                        prefix,
+                        first_samples=samples,
+                    )
+                    for group in streams.values():
+                        for stream in group:
+                            await stream.close()
+            finally:
+                server.stop()
+            f = report.figures
+            repeats[workers].append({k[len(prefix) :]: v for k, v in f.items() if k.startswith(prefix)})
+            runs[workers].append(f[f"{prefix}runs_s"])
+            if workers == n:
+                firsts += samples
+                # The clients run on this machine too: the N workers' load cannot take less time than its CPU
+                # (theirs and the clients') spread over every core: the most the ratio can be here, at these costs.
+                need = f[f"{prefix}runs_server_cpu_s"] + f[f"{prefix}runs_client_cpu_s"]
+                bounds.append(runs[1][-1] / (need / cpus))
+        report.note(f"pair {pair + 1}: {n} workers / 1 = {runs[1][-1] / runs[n][-1]:.2f}x")
+    f = report.figures
+    report.set("workers1_repeats", repeats[1])
+    report.set(f"workers{n}_repeats", repeats[n])
+    report.section(f"{args.repeats} pairs (1 worker, then {n}), medians")
+    report.row("the runs took, 1 worker (median)", "workers1_runs_s", median(runs[1]), "s", digits=2)
+    report.row(f"the runs took, {n} workers (median)", f"workers{n}_runs_s", median(runs[n]), "s", digits=2)
+    for q in (50, 95):
+        report.row(
+            f"{n} workers: POST prompt -> first event p{q}, every pair's",
+            f"workers{n}_prompt_first_event_p{q}_ms",
+            percentile(firsts, q),
+            "ms",
+            digits=2,
+        )
+    ratios = [a / b for a, b in zip(runs[1], runs[n], strict=True)]
+    report.note(f"each pair's {n} workers / 1: {', '.join(f'{r:.2f}' for r in ratios)}")
     report.row(
-        f"   the most this machine allows: 1 worker's time / ({args.workers} workers' CPU + the clients' on {cpus} cores)",
-        "workers_throughput_bound", f["workers1_runs_s"] / (need / cpus), "x", digits=2,
+        f"runs' throughput, {n} workers / 1 (median of the pairs)",
+        "workers_throughput_ratio",
+        median(ratios),
+        "x",
+        digits=2,
+    )
+    report.row(
+        f"   the most this machine allows: 1 worker's time / ({n} workers' CPU + the clients' on {cpus} cores)",
+        "workers_throughput_bound", median(bounds), "x", digits=2,
     )  # fmt: skip
 
 
@@ -747,6 +797,8 @@ async def load_phase(
     new_session: Callable[[], Awaitable[str]],
     title: str,
     prefix: str = "",
+    *,
+    first_samples: list[float] | None = None,
 ) -> dict[str, list[Stream]]:
     """The main load: `--sessions` sessions, each followed by its share of `--clients` streams, each running
     `--rounds` prompts of `WORK` one after another; the figures under `prefix`. Returns the open streams."""
@@ -807,6 +859,8 @@ async def load_phase(
         report.row(f"journal commit -> client p{q}", f"{prefix}sse_p{q}_ms", percentile(latencies, q), "ms", digits=2)
     report.row("   max", f"{prefix}sse_max_ms", max(latencies), "ms", digits=2)
     samples = first_events(prompts, tether_number)
+    if first_samples is not None:
+        first_samples += samples
     report.row(
         "POST prompt -> first event p50 (under load)",
         f"{prefix}prompt_first_event_p50_ms",
@@ -1383,14 +1437,24 @@ async def main() -> None:
         metavar="N",
         help="measure only `tether serve --workers N` beside --workers 1 under CPU-bound runs (workers_*)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        metavar="K",
+        help="with --workers: pairs of loads (1 worker, then N) whose ratios' median is the figure (default 3)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (what the test runs)")
     parser.add_argument("--dir", help="scratch directory (default: under .bench-out/)")
     args = parser.parse_args()
     if args.quick:
         args.sessions, args.clients, args.rounds, args.stall_rounds = 5, 20, 1, 1
         args.idle_prompts, args.list_sessions, args.tail_entries, args.http_seconds = 5, 500, 200, 0.5
+        args.repeats = 1
     if args.sessions < 1 or args.clients < args.sessions or args.rounds < 1 or args.tail_entries < 100:
         parser.error("--sessions and --rounds at least 1, --clients at least --sessions, --tail-entries at least 100")
+    if args.repeats < 1:
+        parser.error("--repeats at least 1")
     if args.list_sessions < 50:
         parser.error("--list-sessions at least 50 (a full first page)")
 
