@@ -597,6 +597,23 @@ async def test_a_store_flushes_its_appends_in_the_background_every_so_many(
         assert [h.seq for h in await store.search("word3")] == [4]
 
 
+async def test_a_store_flushes_what_it_queued_when_it_closes(postgres_url: str) -> None:
+    """A short-lived writer (a `tether run`, a script) that never searches leaves no rows in the queue: its
+    close flushes what it appended, terms and change marks, so the queue does not grow with such writers."""
+    async with PostgresStore(postgres_url) as store:
+        sid = (await store.create_session()).id
+        await store.append(sid, [Message.user("heron"), TitleChange(title="t"), Message.assistant("egret")])
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (3,)
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+        assert conn.execute("SELECT seq FROM entry_terms ORDER BY seq").fetchall() == [(1,), (3,)]
+        assert conn.execute("SELECT count(*) FROM session_changes WHERE session_id = %s", (sid,)).fetchone() == (1,)
+    async with PostgresStore(postgres_url) as store:
+        assert [h.seq for h in await store.search("egret")] == [3]
+        assert [s.id for s in (await store.changed_sessions(0)).sessions] == [sid]
+
+
 async def test_searches_that_flush_at_once_from_several_stores_each_see_every_append(postgres_url: str) -> None:
     """Four stores (four pools, as four processes) append and search at the same time: the flushes lock the
     rows they index in one order (no deadlock), and a search waits for a flush under way on another store
@@ -786,14 +803,14 @@ async def test_rows_an_older_tether_left_do_not_stop_a_flush_or_an_import(postgr
 async def test_a_search_that_cannot_index_still_answers_from_what_is_indexed(postgres_url: str) -> None:
     """On a database that has become read-only (a hot standby, a read-only role), a search cannot take the
     queue's messages: it answers from the terms already there, and says why in the log."""
-    async with PostgresStore(postgres_url) as store:
+    async with PostgresStore(postgres_url) as store:  # open until the end: its close would flush the queue
         sid = (await store.create_session()).id
         await store.append(sid, [Message.user("grebe indexed")])
         assert len(await store.search("grebe")) == 1
         await store.append(sid, [Message.user("grebe waiting")])
-    with psycopg.connect(postgres_url, autocommit=True) as raw:
-        name = raw.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
-        raw.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
-    async with PostgresStore(postgres_url) as reader:
-        assert [h.seq for h in await reader.search("grebe")] == [1]
-        assert await reader.search_backlog() == 1
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            name = raw.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+            raw.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        async with PostgresStore(postgres_url) as reader:
+            assert [h.seq for h in await reader.search("grebe")] == [1]
+            assert await reader.search_backlog() == 1

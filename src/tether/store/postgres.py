@@ -256,6 +256,8 @@ any more, a payload that does not decode) leaves the queue with no terms. A row 
 an older tether's delete) takes the new ones."""
 INDEX_EVERY = 256
 """Indexed entries a store appends before it flushes them in the background (a search flushes the rest)."""
+CLOSE_FLUSH_S = 2.0
+"""Seconds a store's close gives the flush of what it queued (the rest waits for another store's flush)."""
 INDEX_BATCH = 64
 """Entries a flush indexes per transaction: the client makes their words (`_doc`, 40-60 µs a message here)
 between two round trips, holding the event loop for that long: a few milliseconds, not the tens a batch of
@@ -661,6 +663,15 @@ class PostgresStore:
         under_way = [t for t in self._tasks if t.get_loop() is running]
         if under_way:  # writes still under way finish first
             await asyncio.gather(*under_way, return_exceptions=True)
+        if self._unindexed and running in self._loops:
+            # A writer that stops (`tether run`, a script) flushes what it queued since its last flush: short-lived
+            # writers that never search would otherwise leave the queue growing (`changed_sessions` reads it whole).
+            # Bounded: a server that is gone must not hold the close up for the pool's timeout.
+            try:
+                await asyncio.wait_for(self._index_pending(min(self._unindexed, INDEX_EVERY * 2)), CLOSE_FLUSH_S)
+            except Exception:  # the rows wait, durably, for the next flush
+                log.warning("the flush of %s's search terms on close failed", self.where, exc_info=True)
+            self._unindexed = 0
         self._closed = True
         for loop, here in list(self._loops.items()):
             if loop is running:
@@ -1130,8 +1141,8 @@ class PostgresStore:
     # append, not by the append (a third of its time on the server): the append queues it (`search_queue`),
     # and a flush takes a batch off the queue and writes their terms, insert-only, beside the journal (an
     # UPDATE of the entries' rows cost half as much again as the append had). The flushes: one in the
-    # background every `INDEX_EVERY` messages a store appends, and the one each search makes first, so a
-    # search sees every committed append. An import writes its entries' terms itself. Ranking is `ts_rank`.
+    # background every `INDEX_EVERY` messages a store appends, one of what it queued when it closes, and the
+    # one each search makes first, so a search sees every committed append. An import writes its entries' terms itself. Ranking is `ts_rank`.
 
     def _index_later(self) -> None:
         """Flush this store's appends in a task of their own, one at a time per event loop: the append that
