@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,21 @@ def noop(n: int) -> str:
     return f"noop saw {n}"
 
 
+_CLIENTS: list[AsyncOpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+async def _clients_closed() -> AsyncIterator[None]:
+    """The SDK clients `make_agent` made are closed after each test, on its loop (one left to the collector is
+    closed by its `__del__` on whichever test's loop runs then, and fails there once that loop is closed)."""
+    yield
+    while _CLIENTS:
+        await _CLIENTS.pop().close()
+
+
 def make_agent(url: str) -> Agent[Any]:
     client = AsyncOpenAI(base_url=url, api_key="sk-loopback", max_retries=0)
+    _CLIENTS.append(client)
     return Agent(
         name="helper",
         instructions="Answer briefly.",

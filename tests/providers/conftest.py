@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +21,29 @@ from typing import Any
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+async def _providers_closed(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """Every OpenAI or Anthropic provider a test makes is closed after it, on the test's own event loop. One
+    left open kept its SDK client until a garbage collection in some later test, whose `__del__` then closed it
+    on that test's loop: "Task exception was never retrieved ... Event loop is closed", in whatever test
+    happened to collect it."""
+    from tether.providers.anthropic import AnthropicProvider
+    from tether.providers.openai import OpenAIProvider
+
+    made: list[OpenAIProvider | AnthropicProvider] = []
+    for cls in (OpenAIProvider, AnthropicProvider):
+        init = cls.__init__
+
+        def recording(self: Any, *args: Any, _init: Any = init, **kwargs: Any) -> None:
+            _init(self, *args, **kwargs)
+            made.append(self)
+
+        monkeypatch.setattr(cls, "__init__", recording)
+    yield
+    for provider in made:
+        await provider.aclose()
 
 
 @dataclass

@@ -70,6 +70,7 @@ def rlm(
     quiet: bool,
 ) -> None:
     """Answer QUESTION about FILE (or - for stdin), however large it is."""
+    from ..providers.base import aclose_quietly
     from ..providers.registry import resolve_provider
     from ..runtime.configuration import load_config
 
@@ -91,18 +92,22 @@ def rlm(
         if not quiet and isinstance(event, RlmProgress) and (line := rlm_progress_line(event)) is not None:
             click.echo(escape_controls(line), err=True)
 
-    result = asyncio.run(
-        rlm_answer(
-            text,
-            question,
-            resolved.provider,
-            model=resolved.model,
-            sub_model=sub_model,
-            limits=limits,
-            on_event=show,
-            use_repl=use_repl,
-        )
-    )
+    async def answer() -> RlmResult:
+        try:
+            return await rlm_answer(
+                text,
+                question,
+                resolved.provider,
+                model=resolved.model,
+                sub_model=sub_model,
+                limits=limits,
+                on_event=show,
+                use_repl=use_repl,
+            )
+        finally:  # its HTTP client, on this loop (left to the collector, it is closed on whichever loop runs then)
+            await aclose_quietly(resolved.provider)
+
+    result = asyncio.run(answer())
     if wants_json(as_json):
         echo_json(result)
     else:

@@ -516,12 +516,24 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
 def retitle(session_ref: str, model_spec: str | None, json_flag: bool) -> None:
     """Have a model title a session again, from its first prompt and answer (a new session gets its title
     this way after its first exchange; see [runtime] title_model)."""
+    from ..providers.base import aclose_quietly
+    from ..providers.registry import ResolvedModel, resolve_provider
     from ..runtime.configuration import load_config
     from ..runtime.titles import retitle as write
 
+    made: list[ResolvedModel] = []
+
+    def resolve(*args: Any, **kwargs: Any) -> ResolvedModel:
+        made.append(resolve_provider(*args, **kwargs))
+        return made[-1]
+
     async def run(store: Store) -> tuple[str, str]:
         info = await find_session(store, session_ref)
-        return info.id, await write(store, info.id, config=load_config(), model=model_spec)
+        try:
+            return info.id, await write(store, info.id, config=load_config(), model=model_spec, resolve=resolve)
+        finally:  # the model's HTTP client, on this loop
+            for resolved in made:
+                await aclose_quietly(resolved.provider)
 
     sid, title = with_store(run)
     if wants_json(json_flag):
