@@ -374,6 +374,12 @@ class Stream:
                 await self.task
 
 
+async def close_streams(streams: dict[str, list[Stream]]) -> None:
+    for group in streams.values():
+        for stream in group:
+            await stream.close()
+
+
 def stalled_socket(host: str, port: int, path: str) -> socket.socket:
     """A client that asks for an event stream and never reads: a 4 KiB receive buffer, so that what the
     server sends piles up on the server's side of the connection."""
@@ -640,9 +646,7 @@ async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Pat
             new_session = session_maker(client, workspace)
             title = "tether, runs not paced (the baseline)"
             streams = await load_phase(report, args, client, server, host, port, new_session, title, "unpaced_")
-            for group in streams.values():
-                for stream in group:
-                    await stream.close()
+            await close_streams(streams)
     finally:
         server.stop()
     f = report.figures
@@ -698,9 +702,7 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
                         prefix,
                         first_samples=samples,
                     )
-                    for group in streams.values():
-                        for stream in group:
-                            await stream.close()
+                    await close_streams(streams)
             finally:
                 server.stop()
             f = report.figures
@@ -928,9 +930,7 @@ async def tether_runs(
     # stalled clients: the same large work twice, on fresh sessions each time: first with one reading client
     # per session (the control: what the runs themselves leave in memory), then with `per` clients per
     # session more that connect and never read. The difference is what the stalled clients cost.
-    for group in streams.values():
-        for stream in group:
-            await stream.close()
+    await close_streams(streams)
     report.section(
         f"tether: {args.stall_rounds} prompt(s) per session ({STALL_WORK}) on {args.sessions} fresh sessions, "
         f"one reading client each; then again with {per * args.sessions} more clients that never read"
