@@ -171,6 +171,10 @@ def test_real_run_on_the_local_model(tmp_path: Path) -> None:
     assert events and events[0]["type"] == "run_started"
     assert events[-1]["type"] in ("done", "error"), proc.stderr
     assert "local model" in proc.stderr  # the user is told the model is tiny and how to do better
+    # offered no tools unless named (the catalog's `offer_tools`), and told so: a plain answer, one step
+    assert "offered no tools unless you name them (--tools" in proc.stderr
+    assert not [e for e in events if e["type"] in ("tool_call_start", "tool_call_complete")]
+    assert events[-1]["type"] == "done"
     listed = subprocess.run(
         tether_cmd(tmp_path, "sessions", "--all", "--json"), capture_output=True, text=True, env=env
     )

@@ -108,6 +108,48 @@ async def test_the_run_options_carry_the_catalog_temperature_and_the_permission_
     assert run_options(plan.resolved, parse_config(""), temperature=0.7).temperature == 0.7
 
 
+def test_the_embedded_model_is_offered_tools_only_when_they_are_named(tmp_path: Path) -> None:
+    """The catalog's `offer_tools = False` (the embedded 135M model): a run that names no tools offers it
+    none (nor the project's skill and memory tools, nor MCP servers); named tools, an agent's own list or a
+    program's registry are offered as asked. A model that offers tools gets every tool by default."""
+    from tether.runtime.launch import check_request
+    from tether.runtime.toolset import default_registry
+
+    config = parse_config('[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    plan = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m"), config)
+    assert plan.resolved.info.offer_tools is False and plan.default_tools
+    assert len(plan.options.tools) == 0 and not plan.options.project_tools and plan.options.mcp is None
+    named = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m", tools="read,glob"), config)
+    assert named.options.tools.names() == ["read", "glob"] and not named.default_tools
+    registry = default_registry().subset(["grep"])
+    given = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m", registry=registry), config)
+    assert given.options.tools.names() == ["grep"]
+    agent = parse_config('[agents.reader]\ntools = ["read"]\n')
+    profiled = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m", agent="reader"), agent)
+    assert profiled.options.tools.names() == ["read"]
+    served = check_request(RunRequest("hi", directory=tmp_path, model="lab/qwen"), config)
+    assert served.default_tools and "bash" in served.options.tools.names() and served.options.project_tools
+
+
+async def test_a_session_that_keeps_its_own_model_takes_that_model_s_tools(store: Store, tmp_path: Path) -> None:
+    """A run that names no tools, on a session whose own model differs from the request's default: the tools
+    offered are decided by the model the run uses, both ways."""
+    config = parse_config(
+        '[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\ndefault_model = "local/smollm2-135m"\n'
+    )
+    served = await launch(store, RunRequest("hi", directory=tmp_path, model="lab/qwen"), config=config)
+    again = await launch(store, RunRequest("and?", session=served.session.id), config=config)
+    assert again.resolved.id == "lab/qwen" and "read" in again.options.tools.names() and again.options.project_tools
+    config = parse_config(
+        '[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\ndefault_model = "lab/qwen"\n'
+    )
+    tiny = await launch(store, RunRequest("hi", directory=tmp_path, model="local/smollm2-135m"), config=config)
+    back = await launch(store, RunRequest("and?", session=tiny.session.id), config=config)
+    assert back.resolved.id == "local/smollm2-135m" and len(back.options.tools) == 0
+    named = await launch(store, RunRequest("x", session=tiny.session.id, tools="read"), config=config)
+    assert named.options.tools.names() == ["read"]
+
+
 def test_checking_a_request_needs_no_store(tmp_path: Path) -> None:
     from tether.runtime.launch import check_request
 

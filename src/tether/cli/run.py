@@ -22,7 +22,7 @@ from ..runtime.trust import ConfirmProject, ProjectChange
 from ..store import Store
 from ..tools.sandbox import SANDBOX_MODES
 from .approval import terminal_approver
-from .render import BUSY_EXIT, LOCAL_NOTICE, TerminalRenderer, busy_line, shown, terminal_ask
+from .render import BUSY_EXIT, LOCAL_NO_TOOLS, LOCAL_NOTICE, TerminalRenderer, busy_line, shown, terminal_ask
 from .sanitize import escape_json_controls
 from .state import OptionError, cli_state, wants_json
 
@@ -126,7 +126,8 @@ async def launched_events(
     except (InvalidInput, NotFound) as exc:
         raise OptionError(" ".join(str(exc).split())) from exc
     if launched.resolved.provider.name == "local":
-        notice(LOCAL_NOTICE)
+        untooled = plan.default_tools and not launched.resolved.info.offer_tools
+        notice(LOCAL_NOTICE + (LOCAL_NO_TOOLS if untooled else ""))
     async for event in launched.events():
         yield event
 

@@ -45,6 +45,10 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The temperature the model's makers recommend, used when a request sets none."""
     supports_temperature: bool = True
     supports_tools: bool = True
+    offer_tools: bool = True
+    """False: a run offers the model no tools unless it names them (`--tools`, an agent's own list, a program's
+    registry). The embedded 135M model calls whatever it is offered at random (sub-agents that do nothing, a
+    last call printed as its answer), and the tools' definitions fill half its window."""
     supports_thinking: bool = False
     supports_images: bool = False
     known: bool = True
@@ -205,7 +209,7 @@ BUILTIN_MODELS: tuple[ModelInfo, ...] = (
     _m("openrouter", "deepseek/deepseek-chat-v3.1", 163_840, 32_768, ("0.27", "1.10", None, None)),
     # The embedded model: SmolLM2-135M-Instruct, 8k context, runs on the CPU for free. Past ~500 tokens a
     # model this small only repeats itself: its answers are capped there.
-    _m("local", "smollm2-135m", 8_192, 512, ("0", "0", "0", "0"), temperature=0.2, supports_tools=True),
+    _m("local", "smollm2-135m", 8_192, 512, ("0", "0", "0", "0"), temperature=0.2, offer_tools=False),
 )
 # fmt: on
 

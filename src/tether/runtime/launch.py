@@ -153,6 +153,9 @@ class LaunchPlan:
     resolve: Callable[..., ResolvedModel] = resolve_provider
     """How the plan resolved its model: `open_run` resolves an existing session's own model with it."""
     owns_mcp: bool = False
+    default_tools: bool = False
+    """Nobody named the run's tools: the model's catalog entry decides whether it is offered them
+    (`ModelInfo.offer_tools`), so a session that keeps its own model takes that model's."""
 
 
 def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOptions:
@@ -224,6 +227,9 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     settings = context_settings(config)
     resolve = resolve or resolve_provider
     resolved = resolve(request.model or profile.model, config=config)
+    default_tools = request.tools is None and request.registry is None and profile.tools is None
+    if default_tools and not resolved.info.offer_tools:
+        tools = ToolRegistry()  # a model too small to use tools is offered them only when they are named
     if settings.compaction_model and settings.auto_compact is not False:
         try:
             resolve(settings.compaction_model, config=config)
@@ -257,7 +263,7 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     elif len(tools) and not profile.read_only:
         options.mcp = open_mcp(config, workspace)  # nothing starts before the run needs it
         owns_mcp = options.mcp is not None
-    return LaunchPlan(request, config, workspace, resolved, options, resolve, owns_mcp)
+    return LaunchPlan(request, config, workspace, resolved, options, resolve, owns_mcp, default_tools)
 
 
 async def open_run(store: Store, plan: LaunchPlan, *, info: SessionInfo | None = None) -> LaunchedRun:
@@ -283,9 +289,18 @@ async def open_run(store: Store, plan: LaunchPlan, *, info: SessionInfo | None =
                 ) from exc
             own_model = None
         if own_model is not None:
+            offered = plan.resolved.info.offer_tools
             resolved = own_model
             temperature = resolved.info.temperature if resolved.info.supports_temperature else None
             options = replace(options, model=resolved.model, model_info=resolved.info, temperature=temperature)
+            if plan.default_tools and resolved.info.offer_tools != offered:
+                profile = options.agent
+                tools = (
+                    narrowed(profile, select_tools(None, plan.request.registry), None)
+                    if resolved.info.offer_tools and profile is not None
+                    else ToolRegistry()
+                )  # (the MCP servers' tools come only with a run whose plan offered tools)
+                options = replace(options, tools=tools, project_tools=len(tools) > 0)
     directory = session.info.directory
     if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs
         request = plan.request
