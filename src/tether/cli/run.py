@@ -126,7 +126,7 @@ async def launched_events(
     except (InvalidInput, NotFound) as exc:
         raise OptionError(" ".join(str(exc).split())) from exc
     if launched.resolved.provider.name == "local":
-        untooled = plan.default_tools and not launched.resolved.info.offer_tools
+        untooled = plan.default_tools is not None and not launched.resolved.info.offer_tools
         notice(LOCAL_NOTICE + (LOCAL_NO_TOOLS if untooled else ""))
     async for event in launched.events():
         yield event

@@ -153,9 +153,10 @@ class LaunchPlan:
     resolve: Callable[..., ResolvedModel] = resolve_provider
     """How the plan resolved its model: `open_run` resolves an existing session's own model with it."""
     owns_mcp: bool = False
-    default_tools: bool = False
-    """Nobody named the run's tools: the model's catalog entry decides whether it is offered them
-    (`ModelInfo.offer_tools`), so a session that keeps its own model takes that model's."""
+    default_tools: ToolRegistry | None = None
+    """When nobody named the run's tools: those a model that takes tools is offered. The model's catalog entry
+    decides whether it gets them (`ModelInfo.offer_tools`), so a session that keeps its own model takes that
+    model's. None: they were named."""
 
 
 def run_options(resolved: ResolvedModel, config: Config, **fields: Any) -> RunOptions:
@@ -227,8 +228,8 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     settings = context_settings(config)
     resolve = resolve or resolve_provider
     resolved = resolve(request.model or profile.model, config=config)
-    default_tools = request.tools is None and request.registry is None and profile.tools is None
-    if default_tools and not resolved.info.offer_tools:
+    default_tools = tools if request.tools is None and request.registry is None and profile.tools is None else None
+    if default_tools is not None and not resolved.info.offer_tools:
         tools = ToolRegistry()  # a model too small to use tools is offered them only when they are named
     if settings.compaction_model and settings.auto_compact is not False:
         try:
@@ -293,13 +294,9 @@ async def open_run(store: Store, plan: LaunchPlan, *, info: SessionInfo | None =
             resolved = own_model
             temperature = resolved.info.temperature if resolved.info.supports_temperature else None
             options = replace(options, model=resolved.model, model_info=resolved.info, temperature=temperature)
-            if plan.default_tools and resolved.info.offer_tools != offered:
-                profile = options.agent
-                tools = (
-                    narrowed(profile, select_tools(None, plan.request.registry), None)
-                    if resolved.info.offer_tools and profile is not None
-                    else ToolRegistry()
-                )  # (the MCP servers' tools come only with a run whose plan offered tools)
+            if plan.default_tools is not None and resolved.info.offer_tools != offered:
+                # (the MCP servers' tools come only with a run whose plan offered tools)
+                tools = plan.default_tools if resolved.info.offer_tools else ToolRegistry()
                 options = replace(options, tools=tools, project_tools=len(tools) > 0)
     directory = session.info.directory
     if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs

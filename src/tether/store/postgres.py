@@ -1142,7 +1142,8 @@ class PostgresStore:
     # and a flush takes a batch off the queue and writes their terms, insert-only, beside the journal (an
     # UPDATE of the entries' rows cost half as much again as the append had). The flushes: one in the
     # background every `INDEX_EVERY` messages a store appends, one of what it queued when it closes, and the
-    # one each search makes first, so a search sees every committed append. An import writes its entries' terms itself. Ranking is `ts_rank`.
+    # one each search makes first, so a search sees every committed append. An import writes its entries'
+    # terms itself. Ranking is `ts_rank`.
 
     def _index_later(self) -> None:
         """Flush this store's appends in a task of their own, one at a time per event loop: the append that
