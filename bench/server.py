@@ -56,11 +56,13 @@ prompt is the stub's (one model call answering text), not tether's ten steps. Se
 then `--workers N`, in `--repeats` pairs (3): `workers_throughput_ratio` (the time on 1 over the time on N,
 the median of the pairs' ratios: this machine's speed drifts within a minute, and a pair's two loads run back
 to back) and the N workers' first event (every pair's samples together), with each load's server CPU seconds
-and this process's (the clients'). The clients share the machine: `workers_throughput_bound` is the most the
-ratio can be here, the 1-worker time over the N workers' CPU and the clients' spread over every core.
+and this process's (the clients'). Both servers run on `--cores` CPUs (N by default: "N workers on N cores")
+and the clients on the machine's others; on a machine with no others (2 CPUs for 2 workers) the clients share
+the servers' cores. `workers_throughput_bound` is the most the ratio can be at the costs measured: the
+1-worker time over the N workers' CPU (and the clients', where they share) spread over those cores.
 
     python bench/server.py [--sessions 50] [--clients 200] [--rounds 3] [--opencode PATH] [--quick] [--dir DIR]
-    python bench/server.py --workers 2 [--repeats 3]
+    python bench/server.py --workers 2 [--repeats 3] [--cores K]
 
 Last line: JSON with every figure, the load average at the start and end, and the sizes.
 """
@@ -70,6 +72,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -80,7 +83,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,12 +179,19 @@ def _status_kb(pid: int, key: str) -> int:
 
 
 def start_process(
-    argv: list[str], log: Path, pattern: str, *, env: dict[str, str] | None = None, cwd: Path | None = None
+    argv: list[str],
+    log: Path,
+    pattern: str,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> Process:
-    """Start `argv` with stdout and stderr to `log`; wait (60 s at most) for a line matching `pattern`, whose
-    first group is the URL."""
+    """Start `argv` with stdout and stderr to `log` (on `cpus` only, and so its children, when given); wait
+    (60 s at most) for a line matching `pattern`, whose first group is the URL."""
     out = log.open("w")
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+    pin = None if cpus is None else functools.partial(os.sched_setaffinity, 0, list(cpus))
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, preexec_fn=pin)
     out.close()
     found = re.compile(pattern)
     deadline = time.monotonic() + 60
@@ -598,6 +608,7 @@ def start_tether(
     pacing: bool = True,
     workers: int = 1,
     latency_ms: float | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> Process:
     return start_process(
         [
@@ -616,7 +627,17 @@ def start_tether(
         log,
         r"(?:listening|supervisor of \d+ workers on) (http://\S+) pid (\d+)",
         env=child_env(),
+        cpus=cpus,
     )
+
+
+def split_cpus(want: int) -> tuple[list[int], list[int]]:
+    """(the servers' CPUs, the clients'): the first `want` of this process's CPUs for the servers and the rest
+    for the clients where any are left; where none are, both get them all (they share)."""
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) <= want:
+        return mine, mine
+    return mine[:want], mine[want:]
 
 
 def session_maker(client: httpx.AsyncClient, workspace: Path) -> Callable[[], Awaitable[str]]:
@@ -672,7 +693,21 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
     firsts: list[float] = []
     bounds: list[float] = []
     repeats: dict[int, list[dict[str, Any]]] = {1: [], n: []}
-    cpus = os.cpu_count() or 1
+    server_cpus, client_cpus = split_cpus(args.cores or n)
+    cpus = len(server_cpus)
+    report.set("workers_server_cpus", server_cpus)
+    report.set("workers_client_cpus", client_cpus)
+    if client_cpus != server_cpus:
+        report.note(
+            f"the servers (1 worker, then {n}) on CPUs {server_cpus}, the clients on {client_cpus}: "
+            "the clients take nothing from the servers' cores"
+        )
+        os.sched_setaffinity(0, client_cpus)
+    else:
+        report.note(
+            f"{cpus} CPUs, {args.cores or n} asked for the servers: the clients share them "
+            "(on a machine with more, the servers get their own)"
+        )
     for pair in range(args.repeats):
         for workers in (1, n):
             prefix = f"workers{workers}_"
@@ -682,7 +717,13 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             db = scratch / f"tether-{name}.db"
             await prefill(db, workspace, 50, 100)
             server = start_tether(
-                args, db, workspace, scratch / f"tether-{name}-server.log", workers=workers, latency_ms=0
+                args,
+                db,
+                workspace,
+                scratch / f"tether-{name}-server.log",
+                workers=workers,
+                latency_ms=0,
+                cpus=server_cpus if client_cpus != server_cpus else None,
             )
             host, port = host_port(server.url)
             limits = httpx.Limits(max_connections=args.sessions + 16, max_keepalive_connections=args.sessions + 16)
@@ -710,9 +751,11 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             runs[workers].append(f[f"{prefix}runs_s"])
             if workers == n:
                 firsts += samples
-                # The clients run on this machine too: the N workers' load cannot take less time than its CPU
-                # (theirs and the clients') spread over every core: the most the ratio can be here, at these costs.
-                need = f[f"{prefix}runs_server_cpu_s"] + f[f"{prefix}runs_client_cpu_s"]
+                # The N workers' load cannot take less time than its CPU spread over the servers' cores (with
+                # the clients' when they share them): the most the ratio can be here, at these costs.
+                need = f[f"{prefix}runs_server_cpu_s"]
+                if client_cpus == server_cpus:
+                    need += f[f"{prefix}runs_client_cpu_s"]
                 bounds.append(runs[1][-1] / (need / cpus))
         report.note(f"pair {pair + 1}: {n} workers / 1 = {runs[1][-1] / runs[n][-1]:.2f}x")
     f = report.figures
@@ -738,8 +781,9 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
         "x",
         digits=2,
     )
+    spent = f"{n} workers' CPU" + (" + the clients'" if client_cpus == server_cpus else "")
     report.row(
-        f"   the most this machine allows: 1 worker's time / ({n} workers' CPU + the clients' on {cpus} cores)",
+        f"   the most these costs allow: 1 worker's time / ({spent} on {cpus} cores)",
         "workers_throughput_bound", median(bounds), "x", digits=2,
     )  # fmt: skip
 
@@ -1444,6 +1488,13 @@ async def main() -> None:
         metavar="K",
         help="with --workers: pairs of loads (1 worker, then N) whose ratios' median is the figure (default 3)",
     )
+    parser.add_argument(
+        "--cores",
+        type=int,
+        metavar="K",
+        help="with --workers: the CPUs both servers run on (default N); the clients get the others, where the "
+        "machine has more (else they share)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (what the test runs)")
     parser.add_argument("--dir", help="scratch directory (default: under .bench-out/)")
     args = parser.parse_args()
@@ -1455,6 +1506,8 @@ async def main() -> None:
         parser.error("--sessions and --rounds at least 1, --clients at least --sessions, --tail-entries at least 100")
     if args.repeats < 1:
         parser.error("--repeats at least 1")
+    if args.cores is not None and (args.workers is None or args.cores < 1):
+        parser.error("--cores goes with --workers, and is at least 1")
     if args.list_sessions < 50:
         parser.error("--list-sessions at least 50 (a full first page)")
 

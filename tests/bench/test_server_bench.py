@@ -125,3 +125,35 @@ def test_a_stream_counts_run_ends_and_splits_frames_whatever_the_reads() -> None
     assert stream.count == len(frames)
     arrivals = [t for t, _ in stream.frames]
     assert arrivals == sorted(arrivals) and arrivals[0] < arrivals[-1]
+
+
+def test_workers_run_on_their_own_cores_where_the_machine_has_more(tmp_path: Path) -> None:
+    """`--workers 2 --cores 1` on a machine of 2 CPUs or more: both servers on the first CPU, the clients on
+    the others (the servers' CPU seconds then fit that one core), and the bound leaves the clients out."""
+    mine = sorted(os.sched_getaffinity(0))
+    sys.path.insert(0, str(BENCH))
+    try:
+        from server import split_cpus  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+    assert split_cpus(len(mine)) == (mine, mine)  # nothing left for the clients: they share
+    assert split_cpus(len(mine) + 1) == (mine, mine)
+    if len(mine) < 2:
+        return  # one CPU: the run below could not separate them (the split above is what is checked)
+    assert split_cpus(1) == (mine[:1], mine[1:])
+    argv = [sys.executable, str(SCRIPT), "--workers", "2", "--cores", "1", "--quick", "--dir", str(tmp_path / "s")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target failed (speed is not asserted here)
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["workers_server_cpus"] == mine[:1] and figures["workers_client_cpus"] == mine[1:]
+    for load in (*figures["workers1_repeats"], *figures["workers2_repeats"]):
+        # on one core: a load's servers cannot have used much more than its wall time of CPU
+        assert load["runs_server_cpu_s"] <= load["runs_s"] * 1.1 + 0.05, load
+    assert "the clients take nothing from the servers' cores" in proc.stdout
+    assert "2 workers' CPU on 1 cores" in proc.stdout
+
+
+def test_cores_goes_with_workers() -> None:
+    for argv in (["--cores", "1"], ["--workers", "2", "--cores", "0"]):
+        proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "--cores goes with --workers" in proc.stderr, (argv, proc.stderr)
