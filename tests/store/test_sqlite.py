@@ -241,6 +241,33 @@ async def test_write_waits_for_the_lock_and_then_succeeds(
     assert (got.title, got.entry_count) == ("set by the other writer", 1)
 
 
+async def test_a_lock_let_go_at_once_is_waited_for_in_place(
+    reports: tuple[SqliteStore, list[CorruptEntry]], raw: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's write holds the lock a moment: the append tries again in place (a few short sleeps,
+    the loop held) and lands without the loop's waiting; a lock held for longer than `LOCK_IN_PLACE` is
+    waited for with the loop's sleeps (the test above)."""
+    from tether.store import sqlite as sqlite_module
+
+    store, _ = reports
+    info = await store.create_session()
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:  # the other writer commits while this one sleeps its first nap
+        naps.append(seconds)
+        if len(naps) == 1:
+            raw.execute("COMMIT")
+
+    async def no_loop_wait(fn: object) -> object:
+        raise AssertionError("waited with the loop's sleeps")
+
+    monkeypatch.setattr(sqlite_module.time, "sleep", nap)
+    monkeypatch.setattr(store, "_write_retrying", no_loop_wait)
+    raw.execute("BEGIN IMMEDIATE")
+    entries = await store.append(info.id, [Message.user("in place")])
+    assert [e.seq for e in entries] == [1] and naps == [sqlite_module.LOCK_STEP]
+
+
 async def test_store_busy_after_the_busy_timeout(db: Path, raw: sqlite3.Connection) -> None:
     async with SqliteStore(db, busy_timeout=0.2) as store:
         info = await store.create_session()

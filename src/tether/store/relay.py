@@ -56,6 +56,13 @@ PEER_TTL = 6.0
 looked at)."""
 POLL = 0.25
 """Seconds a reader waits for a wake-up before it looks anyway."""
+LOCK_POLL = 0.0001
+"""Seconds between two tries for the SQLite relay's write lock."""
+LOCK_IN_PLACE = 0.0005
+"""Seconds a write to the SQLite relay tries for its lock on the loop's own thread (the loop held), before it is
+handed to the relay's thread: a hop there and back costs a pass of the loop, milliseconds on a busy one."""
+LOCK_WAIT = 10.0
+"""Seconds a write to the SQLite relay waits for its lock at most."""
 
 
 class RelayPost(msgspec.Struct, frozen=True, array_like=True):
@@ -261,12 +268,15 @@ class SqliteRelay:
         self._sender: socket.socket | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-relay")
         self._fast: sqlite3.Connection | None = None
-        """A second connection that never waits (busy timeout 0), for the loop's own thread: the common write,
-        with the file's lock free and nothing of this relay's in the thread, costs tens of microseconds
-        there, where a hop to the thread and back costs milliseconds on a busy event loop."""
-        self._in_thread = 0
-        """Writes and reads handed to the thread and not yet done: while there are any, the next one goes
-        there too, behind them (in order)."""
+        """A second connection that never waits (busy timeout 0), for every write: on the loop's own thread
+        while nothing of this relay is in its thread (the common write, with the file's lock free, costs tens
+        of microseconds there, where a hop to the thread and back costs milliseconds on a busy event loop),
+        else in the thread, which tries again every `LOCK_POLL` until the lock is free."""
+        self._handed = 0
+        """Writes and reads handed to the thread (counted by the loop's thread only)..."""
+        self._done = 0
+        """...and those the thread finished (counted by the thread only, as it finishes one: a caller that
+        was cancelled stops waiting for it, not the thread using the fast connection)."""
         self._others: list[str] = []
         """The wake addresses of the other live peers of this host (refreshed by `heartbeat`)."""
 
@@ -297,20 +307,16 @@ class SqliteRelay:
         return self._fast
 
     def _write_now(
-        self,
-        sql: str,
-        rows: Sequence[Sequence[object]] | None = None,
-        params: Sequence[object] = (),
-        conn: sqlite3.Connection | None = None,
+        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
     ) -> int | None:
-        """The write in one transaction, on `conn` (the thread's connection, which waits for the file's
-        lock, by default); None when `conn` is the fast one and the lock was taken (nothing written)."""
+        """The write in one transaction on the fast connection, which never waits: None when another peer
+        holds the file's lock (nothing written)."""
+        conn = self._fast_conn()
         try:
-            conn = conn or self.conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
-                if conn is self._fast and is_busy(e):
+                if is_busy(e):
                     return None
                 raise
             try:
@@ -318,7 +324,7 @@ class SqliteRelay:
                 conn.execute("COMMIT")
             except BaseException as e:
                 conn.execute("ROLLBACK")
-                if conn is self._fast and isinstance(e, sqlite3.OperationalError) and is_busy(e):
+                if isinstance(e, sqlite3.OperationalError) and is_busy(e):
                     return None
                 raise
             return cursor.rowcount
@@ -336,14 +342,30 @@ class SqliteRelay:
     ) -> int:
         """A write here at once when the file's lock is free and nothing of this relay waits in its thread;
         else in the relay's own thread, behind what waits there: another worker holding the file's lock for
-        a moment (SQLite waits for it, sleeping) never stalls this process's event loop."""
+        a moment never stalls this process's event loop."""
         if not self._in_thread:
-            done = self._write_now(sql, rows, params, self._fast_conn())
+            deadline = time.monotonic() + LOCK_IN_PLACE
+            while (done := self._write_now(sql, rows, params)) is None and time.monotonic() < deadline:
+                time.sleep(LOCK_POLL)  # another peer's write holds the lock a tenth of a millisecond or so
             if done is not None:
                 return done
-        done = await self._in_own_thread(self._write_now, sql, rows, params)
-        assert done is not None  # the thread's connection waits for the lock (or raises)
-        return done
+        return await self._in_own_thread(self._write_waiting, sql, rows, params)
+
+    def _write_waiting(
+        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+    ) -> int:
+        """(In the relay's thread.) The write once the file's lock is free, tried again every `LOCK_POLL`
+        seconds for `LOCK_WAIT` at most: SQLite's own wait sleeps 1, 2, then 5 ms between its tries, for a
+        lock the other peers hold a tenth of a millisecond at a time. It goes through the fast connection,
+        which the loop's thread leaves alone while anything of this relay is in the thread."""
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            done = self._write_now(sql, rows, params)
+            if done is not None:
+                return done
+            if time.monotonic() >= deadline:
+                raise store_fault(sqlite3.OperationalError("database is locked"), self.path, "write to")
+            time.sleep(LOCK_POLL)
 
     async def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         if not self._in_thread:  # a read in WAL mode never waits for a writer
@@ -354,12 +376,21 @@ class SqliteRelay:
                     raise store_fault(e, self.path, "read") from e
         return await self._in_own_thread(self._read_now, sql, params)
 
+    @property
+    def _in_thread(self) -> int:
+        """Writes and reads handed to the thread and not yet done: while there are any, the next one goes
+        there too, behind them (in order), and the loop's thread leaves the fast connection alone."""
+        return self._handed - self._done
+
     async def _in_own_thread(self, fn: Callable[..., R], *args: object) -> R:
-        self._in_thread += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
-        finally:
-            self._in_thread -= 1
+        def job() -> R:
+            try:
+                return fn(*args)
+            finally:
+                self._done += 1
+
+        self._handed += 1
+        return await asyncio.get_running_loop().run_in_executor(self._thread, job)
 
     # --- peers -------------------------------------------------------------------------------------
 

@@ -252,6 +252,11 @@ _STREAM_SQL = (
     " updated_at = excluded.updated_at, payload = excluded.payload"
 )
 _INSERT_SQL = "INSERT INTO entries (session_id, seq, kind, created_at, payload) VALUES (?,?,?,?,?)"
+LOCK_IN_PLACE = 0.0005
+"""Seconds a write waits in place (the event loop held) for the write lock another process holds, before it
+waits with the loop's sleeps."""
+LOCK_STEP = 0.00005
+"""Seconds between two tries in place."""
 CHECKPOINT_EVERY = 256
 """Commits of a store between its background checkpoints (see _Checkpointer)."""
 CHECKPOINT_LOCKED_ROWS = 4096
@@ -402,10 +407,23 @@ class SqliteStore:
         When another process holds the write lock we wait with asyncio sleeps (the event loop keeps running)
         in a shielded task: a caller that is cancelled while waiting does not cancel the write itself."""
         try:
-            return self._try_write(fn)
+            return self._try_write_waiting(fn)
         except _Busy:
             pass
         return await asyncio.shield(asyncio.ensure_future(self._write_retrying(fn)))
+
+    def _try_write_waiting(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        """`_try_write`, tried again in place every `LOCK_STEP` for `LOCK_IN_PLACE` seconds while another
+        process holds the write lock (`_Busy` after that). A writer holds it a tenth of a millisecond or so;
+        the loop's sleeps below come back only once a pass of the loop is over, milliseconds on a busy one."""
+        deadline = time.monotonic() + LOCK_IN_PLACE
+        while True:
+            try:
+                return self._try_write(fn)
+            except _Busy:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(LOCK_STEP)
 
     async def _write_retrying(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         deadline = time.monotonic() + self.busy_timeout
