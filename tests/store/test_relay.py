@@ -74,6 +74,61 @@ async def test_a_post_wakes_the_other_peers_at_once(where: str) -> None:
         await b.close()
 
 
+async def test_a_sqlite_relay_s_wake_up_carries_the_rows_so_the_next_ones_are_not_read_from_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows of a post ride on its wake-up: a peer that has every row before them gives them from there;
+    one that lacks the next row (a wake-up lost, or rows too large to carry) reads the file, in order."""
+    from tether.store import relay as relay_module
+
+    a, b = SqliteRelay(tmp_path / "r"), SqliteRelay(tmp_path / "r")
+    await a.join()
+    await b.join()
+    try:
+        await a.heartbeat()  # a learns where b is woken
+        start = await b.last_id()
+        reads: list[str] = []
+        real_read = b._read
+
+        async def counted(sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+            reads.append(sql)
+            return await real_read(sql, params)
+
+        monkeypatch.setattr(b, "_read", counted)
+        await a.post([RelayPost("event", "ses_1", 1, b'{"x":1}'), RelayPost("change", "", 7, b"{}")])
+        await asyncio.wait_for(b.wait(30.0), 5.0)
+        rows = await b.rows_after(start)
+        assert [(r.origin, r.kind, r.n, r.body) for r in rows] == [
+            (a.peer, "event", 1, b'{"x":1}'),
+            (a.peer, "change", 7, b"{}"),
+        ]
+        assert reads == []  # from the wake-up, not the file
+        assert [r.id for r in rows] == [r.id for r in await a.rows_after(start)]  # the file's own ids
+
+        await b.post([RelayPost("cancel", "ses_1", 0, b"{}")])  # b's own row follows on too
+        assert [r.kind for r in await b.rows_after(rows[-1].id)] == ["cancel"] and reads == []
+
+        # a wake-up lost: the next row is not there, so the file is read (and what came after it too)
+        after = await a.last_id()
+        monkeypatch.setattr(a, "_others", [])
+        await a.post([RelayPost("event", "ses_1", 2, b"{}")])
+        monkeypatch.setattr(a, "_others", [b._wake_name])
+        await a.post([RelayPost("event", "ses_1", 3, b"{}")])
+        await asyncio.wait_for(b.wait(30.0), 5.0)
+        assert [r.n for r in await b.rows_after(after)] == [2, 3] and len(reads) == 1
+
+        # rows too large to carry: a plain wake-up, and the file
+        monkeypatch.setattr(relay_module, "CARRY_MAX", 10)
+        after = await a.last_id()
+        await a.post([RelayPost("event", "ses_1", 4, b"{}")])
+        await asyncio.wait_for(b.wait(30.0), 5.0)
+        assert [r.n for r in await b.rows_after(after)] == [4] and len(reads) == 2
+        assert not b._inbox  # nothing kept of what was given
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_a_dead_peers_claims_are_orphans_taken_by_one_peer_only(where: str) -> None:
     path = where
     # a peer in another process, which claims a run and is killed

@@ -61,6 +61,10 @@ LOCK_POLL = 0.0001
 LOCK_IN_PLACE = 0.0005
 """Seconds a write to the SQLite relay tries for its lock on the loop's own thread (the loop held), before it is
 handed to the relay's thread: a hop there and back costs a pass of the loop, milliseconds on a busy one."""
+CARRY_MAX = 60_000
+"""Bytes of rows a wake-up datagram carries at most (more: the peers read them from the file)."""
+INBOX_MAX = 10_000
+"""Rows kept from the wake-ups at most, should nobody read them."""
 LOCK_WAIT = 10.0
 """Seconds a write to the SQLite relay waits for its lock at most."""
 
@@ -241,11 +245,25 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 
 class _Wake(asyncio.DatagramProtocol):
-    def __init__(self, wakeup: Wakeup) -> None:
-        self.wakeup = wakeup
+    def __init__(self, received: Callable[[bytes], None]) -> None:
+        self.received = received
 
     def datagram_received(self, data: bytes, addr: object) -> None:
-        self.wakeup.set()
+        self.received(data)
+
+
+class _Carried(msgspec.Struct, frozen=True, array_like=True):
+    """The rows of one post, on the wake-up datagram: who wrote them, and the id of the first (the others'
+    follow it: one transaction's)."""
+
+    origin: str
+    first: int
+    rows: list[RelayPost]
+
+
+_CARRIED = b"R"
+_carry = msgspec.msgpack.Encoder()
+_uncarry = msgspec.msgpack.Decoder(_Carried)
 
 
 def relay_path(store_path: str | os.PathLike[str]) -> Path:
@@ -279,6 +297,11 @@ class SqliteRelay:
         was cancelled stops waiting for it, not the thread using the fast connection)."""
         self._others: list[str] = []
         """The wake addresses of the other live peers of this host (refreshed by `heartbeat`)."""
+        self._inbox: dict[int, RelayRow] = {}
+        """Rows by id, as the wake-ups brought them (and this peer's own, as it wrote them): `rows_after`
+        gives those that follow on from where its reader is without reading the file (a read after another
+        process wrote costs tens of microseconds of SQLite's own before the first row); the file is read
+        only when the row that comes next is not here."""
 
     # --- the connection ----------------------------------------------------------------------------
 
@@ -307,10 +330,15 @@ class SqliteRelay:
         return self._fast
 
     def _write_now(
-        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+        self,
+        sql: str,
+        rows: Sequence[Sequence[object]] | None = None,
+        params: Sequence[object] = (),
+        last_id: bool = False,
     ) -> int | None:
-        """The write in one transaction on the fast connection, which never waits: None when another peer
-        holds the file's lock (nothing written)."""
+        """The write in one transaction on the fast connection, which never waits: the rows it changed (with
+        `last_id`, the id of the last row it inserted); None when another peer holds the file's lock (nothing
+        written)."""
         conn = self._fast_conn()
         try:
             try:
@@ -321,13 +349,14 @@ class SqliteRelay:
                 raise
             try:
                 cursor = conn.executemany(sql, rows) if rows is not None else conn.execute(sql, params)
+                done = conn.execute("SELECT last_insert_rowid()").fetchone()[0] if last_id else cursor.rowcount
                 conn.execute("COMMIT")
             except BaseException as e:
                 conn.execute("ROLLBACK")
                 if isinstance(e, sqlite3.OperationalError) and is_busy(e):
                     return None
                 raise
-            return cursor.rowcount
+            return int(done)
         except sqlite3.Error as e:
             raise store_fault(e, self.path, "write to") from e
 
@@ -338,21 +367,29 @@ class SqliteRelay:
             raise store_fault(e, self.path, "read") from e
 
     async def _write(
-        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+        self,
+        sql: str,
+        rows: Sequence[Sequence[object]] | None = None,
+        params: Sequence[object] = (),
+        last_id: bool = False,
     ) -> int:
         """A write here at once when the file's lock is free and nothing of this relay waits in its thread;
         else in the relay's own thread, behind what waits there: another worker holding the file's lock for
         a moment never stalls this process's event loop."""
         if not self._in_thread:
             deadline = time.monotonic() + LOCK_IN_PLACE
-            while (done := self._write_now(sql, rows, params)) is None and time.monotonic() < deadline:
+            while (done := self._write_now(sql, rows, params, last_id)) is None and time.monotonic() < deadline:
                 time.sleep(LOCK_POLL)  # another peer's write holds the lock a tenth of a millisecond or so
             if done is not None:
                 return done
-        return await self._in_own_thread(self._write_waiting, sql, rows, params)
+        return await self._in_own_thread(self._write_waiting, sql, rows, params, last_id)
 
     def _write_waiting(
-        self, sql: str, rows: Sequence[Sequence[object]] | None = None, params: Sequence[object] = ()
+        self,
+        sql: str,
+        rows: Sequence[Sequence[object]] | None = None,
+        params: Sequence[object] = (),
+        last_id: bool = False,
     ) -> int:
         """(In the relay's thread.) The write once the file's lock is free, tried again every `LOCK_POLL`
         seconds for `LOCK_WAIT` at most: SQLite's own wait sleeps 1, 2, then 5 ms between its tries, for a
@@ -360,7 +397,7 @@ class SqliteRelay:
         which the loop's thread leaves alone while anything of this relay is in the thread."""
         deadline = time.monotonic() + LOCK_WAIT
         while True:
-            done = self._write_now(sql, rows, params)
+            done = self._write_now(sql, rows, params, last_id)
             if done is not None:
                 return done
             if time.monotonic() >= deadline:
@@ -402,7 +439,7 @@ class SqliteRelay:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 sock.bind(name)
                 sock.setblocking(False)
-                transport, _ = await loop.create_datagram_endpoint(lambda: _Wake(self._woken), sock=sock)
+                transport, _ = await loop.create_datagram_endpoint(lambda: _Wake(self._received), sock=sock)
                 self._transport = transport
                 self._wake_name = name
                 self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -432,23 +469,54 @@ class SqliteRelay:
         if not rows:
             return
         now = time.time()
-        await self._write(
+        last = await self._write(
             "INSERT INTO relay(at, origin, kind, session_id, n, body) VALUES (?, ?, ?, ?, ?, ?)",
             [(now, self.peer, r.kind, r.session_id, r.n, r.body) for r in rows],
+            last_id=True,
         )
-        if self._sender is not None:
+        first = last - len(rows) + 1  # one transaction's rows: consecutive ids
+        self._keep(self.peer, first, rows)
+        if self._sender is not None and self._others:
+            # the rows themselves ride on the wake-up, for a peer that has every row before them (see `_inbox`)
+            carried = _CARRIED + _carry.encode(_Carried(self.peer, first, list(rows)))
+            wake = carried if len(carried) <= CARRY_MAX else b"!"
             for address in self._others:
-                with contextlib.suppress(OSError):  # gone, or its buffer is full: it polls anyway
-                    self._sender.sendto(b"!", address)
+                with contextlib.suppress(OSError):  # gone, or its queue is full: it reads the file anyway
+                    self._sender.sendto(wake, address)
+
+    def _received(self, data: bytes) -> None:
+        """A wake-up came (from the datagram's callback): the rows it carries are kept for `rows_after`."""
+        if data.startswith(_CARRIED):
+            try:
+                carried = _uncarry.decode(memoryview(data)[len(_CARRIED) :])
+            except msgspec.DecodeError:
+                return  # not ours (another version): the file has the rows
+            self._keep(carried.origin, carried.first, carried.rows)
+        self._woken.set()
+
+    def _keep(self, origin: str, first: int, rows: Sequence[RelayPost]) -> None:
+        if len(self._inbox) > INBOX_MAX:
+            self._inbox.clear()  # nobody reads them (the file still has them all)
+        for i, r in enumerate(rows, first):
+            self._inbox[i] = RelayRow(id=i, origin=origin, kind=r.kind, session_id=r.session_id, n=r.n, body=r.body)
 
     async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
-        return [
-            RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))
-            for i, o, k, s, n, b in await self._read(
-                "SELECT id, origin, kind, session_id, n, body FROM relay WHERE id > ? ORDER BY id LIMIT ?",
-                (after, limit),
-            )
-        ]
+        inbox = self._inbox
+        rows: list[RelayRow] = []
+        while len(rows) < limit and (row := inbox.pop(after + len(rows) + 1, None)) is not None:
+            rows.append(row)
+        if not rows:  # a row the wake-ups did not bring (a peer's datagram lost, or too large): the file has it
+            rows = [
+                RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))
+                for i, o, k, s, n, b in await self._read(
+                    "SELECT id, origin, kind, session_id, n, body FROM relay WHERE id > ? ORDER BY id LIMIT ?",
+                    (after, limit),
+                )
+            ]
+        if rows and inbox and min(inbox) <= rows[-1].id:
+            for i in [i for i in inbox if i <= rows[-1].id]:
+                del inbox[i]
+        return rows
 
     async def last_id(self) -> int:
         ((last,),) = await self._read("SELECT coalesce(max(id), 0) FROM relay")
@@ -508,6 +576,7 @@ class SqliteRelay:
             "(SELECT id FROM relay WHERE at >= ? ORDER BY id LIMIT 1), (SELECT max(id) + 1 FROM relay))",
             params=(before,),
         )
+        self._inbox.clear()  # none of it may outlive the file's rows (the file has what is left)
         now = time.time()
         for p, h, i, s in await self._read("SELECT peer, host, pid, seen FROM peers WHERE peer != ?", (self.peer,)):
             if peer_dead(Peer(peer=str(p), host=str(h), pid=int(i), wake="", seen=float(s)), now, self.host):
