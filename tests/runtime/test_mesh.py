@@ -117,6 +117,7 @@ async def test_a_new_follower_gets_no_event_of_a_run_that_ended_before_it_came(p
     reader.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await reader
+    mesh.relay.on_rows(None)  # nor are the rows handed on as the wake-ups bring them
     session = await pair.a.store.create_session(directory=str(Path.cwd()))
     first = await (await pair.a.start(session.id, "one")).result()
     assert isinstance(first, Done)
@@ -132,6 +133,34 @@ async def test_a_new_follower_gets_no_event_of_a_run_that_ended_before_it_came(p
     await asyncio.wait_for(follower, 10)
     assert type(there[0]).__name__ == "RunStarted" and there[-1] == outcome
     assert all(e.n > first.n for e in there)
+
+
+async def test_rows_a_wake_up_brings_are_handed_on_from_its_callback(pair: Pair) -> None:
+    """The SQLite relay's wake-ups carry the rows: B's followers get A's run from the datagram's callback,
+    in order, with B's reading task stopped and B never reading the relay itself."""
+    mesh = pair.b.mesh
+    assert isinstance(mesh, Mesh)
+    reader = mesh._tasks[0]
+    reader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reader
+
+    async def no_read() -> None:
+        pass
+
+    mesh.sync = no_read  # type: ignore[method-assign]
+    session = await pair.a.store.create_session(directory=str(Path.cwd()))
+    here: list[Event] = []
+    there: list[Event] = []
+    after = await pair.a.position(session.id)
+    followers = [
+        asyncio.create_task(until_end(pair.a.subscribe(session.id, after=after), session.id, here)),
+        asyncio.create_task(until_end(pair.b.subscribe(session.id, after=after), session.id, there)),
+    ]
+    await asyncio.sleep(0.05)
+    assert isinstance(await (await pair.a.start(session.id, "tell me")).result(), Done)
+    await asyncio.wait_for(asyncio.gather(*followers), 10)
+    assert there == here and sum(isinstance(e, TextDelta) for e in there) > 5
 
 
 def asks(request: ModelRequest) -> Message | str:

@@ -77,6 +77,7 @@ class Mesh:
         await self.relay.join()
         self.others = {p.peer for p in await self.relay.heartbeat()}
         self._last = await self.relay.last_id()
+        self.relay.on_rows(self._rows_came)
         await self.relay.post([RelayPost("hello", "", 0, b"{}")])
         self.manager.activity.on_publish = self._recorded
         loop = asyncio.get_running_loop()
@@ -87,6 +88,7 @@ class Mesh:
 
     async def stop(self) -> None:
         self._closing = True
+        self.relay.on_rows(None)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -224,6 +226,19 @@ class Mesh:
                         self._receive(row)
                 if len(rows) < 1000:
                     return
+
+    def _rows_came(self) -> bool:
+        """A wake-up brought rows (called from its callback): those that follow on from the last row read are
+        handed on now, a pass of the loop before the follower's task would; unless a read of the relay is
+        under way (what it reads comes first: False, and the follower's task reads them after it)."""
+        if self._reading.locked() or self._closing:
+            return False
+        for row in self.relay.rows_here(self._last):
+            self._last = row.id
+            if row.origin != self.relay.peer:
+                self.others.add(row.origin)
+                self._receive(row)
+        return True
 
     def _receive(self, row: RelayRow) -> None:
         manager = self.manager

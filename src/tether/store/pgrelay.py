@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -193,6 +193,12 @@ class PgRelay:
     async def last_id(self) -> int:
         ((last,),) = await self._fetch("SELECT coalesce(max(id), 0) FROM tether_relay")
         return int(last)
+
+    def rows_here(self, after: int) -> list[RelayRow]:
+        return []  # a NOTIFY names the session and the event's number, never the rows
+
+    def on_rows(self, took: Callable[[], bool] | None) -> None:
+        pass
 
     async def wait(self, timeout: float) -> None:
         await self._woken.wait(timeout)

@@ -152,6 +152,16 @@ class Relay(Protocol):
         """The id of the last row written (0: none yet)."""
         ...
 
+    def rows_here(self, after: int) -> list[RelayRow]:
+        """The rows after `after` this peer holds already, oldest first, read from nowhere: only those that
+        follow on from `after` (the SQLite relay's wake-ups carry the rows; PostgreSQL's carry none)."""
+        ...
+
+    def on_rows(self, took: Callable[[], bool] | None) -> None:
+        """Have `took` called as a wake-up brings rows (`rows_here` gives them): true when it took them all,
+        else the reader is woken as for any post."""
+        ...
+
     async def wait(self, timeout: float) -> None:
         """Return when another peer may have posted, or after `timeout` seconds."""
         ...
@@ -297,6 +307,7 @@ class SqliteRelay:
         was cancelled stops waiting for it, not the thread using the fast connection)."""
         self._others: list[str] = []
         """The wake addresses of the other live peers of this host (refreshed by `heartbeat`)."""
+        self._took: Callable[[], bool] | None = None
         self._inbox: dict[int, RelayRow] = {}
         """Rows by id, as the wake-ups brought them (and this peer's own, as it wrote them): `rows_after`
         gives those that follow on from where its reader is without reading the file (a read after another
@@ -485,14 +496,31 @@ class SqliteRelay:
                     self._sender.sendto(wake, address)
 
     def _received(self, data: bytes) -> None:
-        """A wake-up came (from the datagram's callback): the rows it carries are kept for `rows_after`."""
+        """A wake-up came (from the datagram's callback): the rows it carries are kept for `rows_after`, and
+        given at once to `on_rows`'s callback when there is one."""
         if data.startswith(_CARRIED):
             try:
                 carried = _uncarry.decode(memoryview(data)[len(_CARRIED) :])
             except msgspec.DecodeError:
-                return  # not ours (another version): the file has the rows
-            self._keep(carried.origin, carried.first, carried.rows)
+                carried = None  # not ours (another version): the file has the rows
+            if carried is not None:
+                self._keep(carried.origin, carried.first, carried.rows)
+                if self._took is not None and self._took() and not self._inbox:
+                    return  # all given: nothing for the reader to look for
         self._woken.set()
+
+    def on_rows(self, took: Callable[[], bool] | None) -> None:
+        self._took = took
+
+    def rows_here(self, after: int) -> list[RelayRow]:
+        inbox = self._inbox
+        rows: list[RelayRow] = []
+        while (row := inbox.pop(after + len(rows) + 1, None)) is not None:
+            rows.append(row)
+        last = rows[-1].id if rows else after
+        for i in [i for i in inbox if i <= last]:
+            del inbox[i]  # given already, from the file
+        return rows
 
     def _keep(self, origin: str, first: int, rows: Sequence[RelayPost]) -> None:
         if len(self._inbox) > INBOX_MAX:
