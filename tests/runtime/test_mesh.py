@@ -83,6 +83,17 @@ async def pair(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[
             await store.close()
 
 
+async def reader_stopped(manager: SessionManager) -> Mesh:
+    """The manager's mesh, its task that reads the relay stopped (a worker that lags)."""
+    mesh = manager.mesh
+    assert isinstance(mesh, Mesh)
+    reader = mesh._tasks[0]
+    reader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reader
+    return mesh
+
+
 async def until_end(events: AsyncIterator[Event], session_id: str, into: list[Event]) -> None:
     async for event in events:
         into.append(event)
@@ -90,7 +101,8 @@ async def until_end(events: AsyncIterator[Event], session_id: str, into: list[Ev
             return
 
 
-async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_ones_too(pair: Pair) -> None:
+async def followed_run(pair: Pair) -> tuple[list[Event], list[Event]]:
+    """A run of A's from its start to its end, as a follower at A and one at B saw it."""
     session = await pair.a.store.create_session(directory=str(Path.cwd()))
     here: list[Event] = []
     there: list[Event] = []
@@ -103,6 +115,11 @@ async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_on
     run = await pair.a.start(session.id, "tell me")
     assert isinstance(await run.result(), Done)
     await asyncio.wait_for(asyncio.gather(*followers), 10)
+    return here, there
+
+
+async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_ones_too(pair: Pair) -> None:
+    here, there = await followed_run(pair)
     assert [e.n for e in there] == [e.n for e in here] and there == here
     assert sum(isinstance(e, TextDelta) for e in there) > 5  # the deltas, which no journal holds
     assert type(there[0]).__name__ == "RunStarted"
@@ -111,12 +128,7 @@ async def test_a_follower_of_another_manager_sees_every_event_of_the_run_live_on
 async def test_a_new_follower_gets_no_event_of_a_run_that_ended_before_it_came(pair: Pair) -> None:
     # B's relay reader lags (a worker that just started, a busy one): the rows of A's first run are
     # still unread when a client subscribes at B "from now"; they must not reach it as if they were live
-    mesh = pair.b.mesh
-    assert isinstance(mesh, Mesh)
-    reader = mesh._tasks[0]
-    reader.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reader
+    mesh = await reader_stopped(pair.b)
     mesh.relay.on_rows(None)  # nor are the rows handed on as the wake-ups bring them
     session = await pair.a.store.create_session(directory=str(Path.cwd()))
     first = await (await pair.a.start(session.id, "one")).result()
@@ -138,28 +150,13 @@ async def test_a_new_follower_gets_no_event_of_a_run_that_ended_before_it_came(p
 async def test_rows_a_wake_up_brings_are_handed_on_from_its_callback(pair: Pair) -> None:
     """The SQLite relay's wake-ups carry the rows: B's followers get A's run from the datagram's callback,
     in order, with B's reading task stopped and B never reading the relay itself."""
-    mesh = pair.b.mesh
-    assert isinstance(mesh, Mesh)
-    reader = mesh._tasks[0]
-    reader.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reader
+    mesh = await reader_stopped(pair.b)
 
     async def no_read() -> None:
         pass
 
     mesh.sync = no_read  # type: ignore[method-assign]
-    session = await pair.a.store.create_session(directory=str(Path.cwd()))
-    here: list[Event] = []
-    there: list[Event] = []
-    after = await pair.a.position(session.id)
-    followers = [
-        asyncio.create_task(until_end(pair.a.subscribe(session.id, after=after), session.id, here)),
-        asyncio.create_task(until_end(pair.b.subscribe(session.id, after=after), session.id, there)),
-    ]
-    await asyncio.sleep(0.05)
-    assert isinstance(await (await pair.a.start(session.id, "tell me")).result(), Done)
-    await asyncio.wait_for(asyncio.gather(*followers), 10)
+    here, there = await followed_run(pair)
     assert there == here and sum(isinstance(e, TextDelta) for e in there) > 5
 
 

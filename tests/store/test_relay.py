@@ -5,9 +5,12 @@ peer to another (a datagram; NOTIFY), run claims, orphans of a dead peer taken b
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -231,19 +234,27 @@ async def test_a_sqlite_relay_writes_at_once_unless_the_file_is_locked_then_in_o
         await a.close()
 
 
+@contextlib.asynccontextmanager
+async def with_holder(path: Path) -> AsyncIterator[tuple[SqliteRelay, sqlite3.Connection]]:
+    """A joined SQLite relay on `path`, and another connection to its file, to hold its write lock with (as
+    another peer's write does)."""
+    relay = SqliteRelay(path)
+    await relay.join()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield relay, holder
+    finally:
+        holder.close()
+        await relay.close()
+
+
 async def test_a_relay_lock_let_go_at_once_is_waited_for_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another peer's write holds the lock a moment: the post tries again on the loop's thread (a few short
     sleeps) and lands there, with no hop to the relay's thread."""
-    import sqlite3
-
     from tether.store import relay as relay_module
 
-    path = tmp_path / "r"
-    a = SqliteRelay(path)
-    await a.join()
-    holder = sqlite3.connect(path, isolation_level=None)
     naps: list[float] = []
 
     def nap(seconds: float) -> None:  # the other peer commits while this one sleeps its first nap
@@ -254,7 +265,7 @@ async def test_a_relay_lock_let_go_at_once_is_waited_for_in_place(
     async def no_hop(*args: object) -> object:
         raise AssertionError("handed to the relay's thread")
 
-    try:
+    async with with_holder(tmp_path / "r") as (a, holder):
         monkeypatch.setattr(relay_module.time, "sleep", nap)
         monkeypatch.setattr(a, "_in_own_thread", no_hop)
         holder.execute("BEGIN IMMEDIATE")
@@ -262,21 +273,12 @@ async def test_a_relay_lock_let_go_at_once_is_waited_for_in_place(
         assert naps == [relay_module.LOCK_POLL]
         monkeypatch.undo()
         assert [r.n for r in await a.rows_after(0)] == [1]
-    finally:
-        holder.close()
-        await a.close()
 
 
 async def test_a_write_whose_caller_gave_up_still_holds_the_thread_s_turn(tmp_path: Path) -> None:
     """A write waiting in the thread for the lock goes on when its caller is cancelled: until it is done,
     the fast connection (the thread's meanwhile) is left alone and later writes queue behind it."""
-    import sqlite3
-
-    path = tmp_path / "r"
-    a = SqliteRelay(path)
-    await a.join()
-    holder = sqlite3.connect(path, isolation_level=None)
-    try:
+    async with with_holder(tmp_path / "r") as (a, holder):
         holder.execute("BEGIN IMMEDIATE")
         first = asyncio.ensure_future(a.post([RelayPost("event", "s", 1, b"{}")]))
         await asyncio.sleep(0.05)
@@ -290,32 +292,20 @@ async def test_a_write_whose_caller_gave_up_still_holds_the_thread_s_turn(tmp_pa
         holder.execute("COMMIT")
         await second
         assert a._in_thread == 0 and [r.n for r in await a.rows_after(0)] == [1, 2]
-    finally:
-        holder.close()
-        await a.close()
 
 
 async def test_a_relay_locked_for_too_long_is_a_store_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sqlite3
-
     from tether.errors import StoreError
     from tether.store import relay as relay_module
 
     monkeypatch.setattr(relay_module, "LOCK_WAIT", 0.2)
-    path = tmp_path / "r"
-    a = SqliteRelay(path)
-    await a.join()
-    holder = sqlite3.connect(path, isolation_level=None)
-    try:
+    async with with_holder(tmp_path / "r") as (a, holder):
         holder.execute("BEGIN IMMEDIATE")
         with pytest.raises(StoreError, match="locked"):
             await a.post([RelayPost("event", "s", 1, b"{}")])
         holder.execute("COMMIT")
         await a.post([RelayPost("event", "s", 2, b"{}")])  # free again: written
         assert [r.n for r in await a.rows_after(0)] == [2]
-    finally:
-        holder.close()
-        await a.close()
 
 
 async def test_a_wakeup_resumes_its_reader_in_the_loop_s_next_pass() -> None:
