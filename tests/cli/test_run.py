@@ -171,8 +171,10 @@ def test_real_run_on_the_local_model(tmp_path: Path) -> None:
     assert events and events[0]["type"] == "run_started"
     assert events[-1]["type"] in ("done", "error"), proc.stderr
     assert "local model" in proc.stderr  # the user is told the model is tiny and how to do better
-    # offered no tools unless named (the catalog's `offer_tools`), and told so: a plain answer, one step
-    assert "offered no tools unless you name them (--tools" in proc.stderr
+    # offered no tools unless named (the catalog's `offer_tools`), and told so by the run itself (every face
+    # shows its progress events): a plain answer, one step
+    said = [e for e in events if e["type"] == "progress" and e["what"] == "tools"]
+    assert len(said) == 1 and "--tools read,grep,glob" in said[0]["detail"] and events[1] == said[0]
     assert not [e for e in events if e["type"] in ("tool_call_start", "tool_call_complete")]
     assert events[-1]["type"] == "done"
     listed = subprocess.run(

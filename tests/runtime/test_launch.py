@@ -119,8 +119,10 @@ def test_the_embedded_model_is_offered_tools_only_when_they_are_named(tmp_path: 
     plan = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m"), config)
     assert plan.resolved.info.offer_tools is False and plan.default_tools
     assert len(plan.options.tools) == 0 and not plan.options.project_tools and plan.options.mcp is None
+    assert plan.options.untooled  # the run says so as it starts
     named = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m", tools="read,glob"), config)
     assert named.options.tools.names() == ["read", "glob"] and not named.default_tools
+    assert not named.options.untooled
     registry = default_registry().subset(["grep"])
     given = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m", registry=registry), config)
     assert given.options.tools.names() == ["grep"]
@@ -129,6 +131,7 @@ def test_the_embedded_model_is_offered_tools_only_when_they_are_named(tmp_path: 
     assert profiled.options.tools.names() == ["read"]
     served = check_request(RunRequest("hi", directory=tmp_path, model="lab/qwen"), config)
     assert served.default_tools and "bash" in served.options.tools.names() and served.options.project_tools
+    assert not served.options.untooled
 
 
 async def test_a_session_that_keeps_its_own_model_takes_that_model_s_tools(store: Store, tmp_path: Path) -> None:
@@ -140,14 +143,15 @@ async def test_a_session_that_keeps_its_own_model_takes_that_model_s_tools(store
     served = await launch(store, RunRequest("hi", directory=tmp_path, model="lab/qwen"), config=config)
     again = await launch(store, RunRequest("and?", session=served.session.id), config=config)
     assert again.resolved.id == "lab/qwen" and "read" in again.options.tools.names() and again.options.project_tools
+    assert not again.options.untooled  # (the plan's default model was the untooled one)
     config = parse_config(
         '[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\ndefault_model = "lab/qwen"\n'
     )
     tiny = await launch(store, RunRequest("hi", directory=tmp_path, model="local/smollm2-135m"), config=config)
     back = await launch(store, RunRequest("and?", session=tiny.session.id), config=config)
-    assert back.resolved.id == "local/smollm2-135m" and len(back.options.tools) == 0
+    assert back.resolved.id == "local/smollm2-135m" and len(back.options.tools) == 0 and back.options.untooled
     named = await launch(store, RunRequest("x", session=tiny.session.id, tools="read"), config=config)
-    assert named.options.tools.names() == ["read"]
+    assert named.options.tools.names() == ["read"] and not named.options.untooled
 
 
 def test_checking_a_request_needs_no_store(tmp_path: Path) -> None:

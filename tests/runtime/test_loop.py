@@ -22,6 +22,7 @@ from tether.events import (
     Done,
     Error,
     Event,
+    Progress,
     RunStarted,
     TextComplete,
     TextDelta,
@@ -31,7 +32,7 @@ from tether.events import (
 )
 from tether.messages import Checkpoint, Marker
 from tether.providers.scripted import ScriptedProvider, ScriptedResponse
-from tether.runtime.loop import ABORTED, INTERRUPTED
+from tether.runtime.loop import ABORTED, INTERRUPTED, UNTOOLED
 from tether.runtime.tool_calls import REPEAT_NOTE
 from tether.store import SqliteStore, Store
 from tether.tools.base import ToolRegistry, function_tool
@@ -101,6 +102,16 @@ async def test_multi_step_tool_use_is_journaled_in_order(session: Session) -> No
     assert deltas == "Checking.All done."
     info = await session.refresh()
     assert info.message_count == 6 and info.entry_count == 6
+
+
+async def test_a_run_whose_model_is_offered_no_tools_says_so_as_it_starts(session: Session) -> None:
+    """`RunOptions.untooled` (launch sets it for a model the catalog offers tools only when named): the
+    event after the run's start says how to offer them, on every face; a run with tools says nothing."""
+    untooled = await run(session, "hi", ScriptedProvider(["hello"]), tools=ToolRegistry(), untooled=True)
+    assert isinstance(untooled[0], RunStarted) and isinstance(untooled[1], Progress)
+    assert (untooled[1].what, untooled[1].detail) == ("tools", UNTOOLED) and isinstance(untooled[-1], Done)
+    plain = await run(session, "again", ScriptedProvider(["hello"]))
+    assert not [e for e in plain if isinstance(e, Progress)]
 
 
 async def test_read_only_calls_run_concurrently(session: Session) -> None:
@@ -567,7 +578,7 @@ async def test_a_failing_summarizer_does_not_loop(session: Session) -> None:
 # --- oversized inputs go through RLM ------------------------------------------------------------------
 
 from tether.context.derive import CONDENSED_MARKER  # noqa: E402
-from tether.events import Progress, RlmFinished, RlmProgress  # noqa: E402
+from tether.events import RlmFinished, RlmProgress  # noqa: E402
 
 
 def rlm_or_answer(answer: str) -> object:

@@ -41,8 +41,6 @@ LOCAL_NOTICE = (
     "For real work set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, OPENROUTER_API_KEY, ...) "
     "or pass --model provider/model; `tether models` lists what is configured."
 )
-LOCAL_NO_TOOLS = " It is offered no tools unless you name them (--tools read,grep,glob)."
-"""Added to `LOCAL_NOTICE` when the run's tools were left to the model (`ModelInfo.offer_tools`)."""
 
 
 def shown(text: str) -> str:

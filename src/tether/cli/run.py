@@ -22,7 +22,7 @@ from ..runtime.trust import ConfirmProject, ProjectChange
 from ..store import Store
 from ..tools.sandbox import SANDBOX_MODES
 from .approval import terminal_approver
-from .render import BUSY_EXIT, LOCAL_NO_TOOLS, LOCAL_NOTICE, TerminalRenderer, busy_line, shown, terminal_ask
+from .render import BUSY_EXIT, LOCAL_NOTICE, TerminalRenderer, busy_line, shown, terminal_ask
 from .sanitize import escape_json_controls
 from .state import OptionError, cli_state, wants_json
 
@@ -126,8 +126,7 @@ async def launched_events(
     except (InvalidInput, NotFound) as exc:
         raise OptionError(" ".join(str(exc).split())) from exc
     if launched.resolved.provider.name == "local":
-        untooled = plan.default_tools is not None and not launched.resolved.info.offer_tools
-        notice(LOCAL_NOTICE + (LOCAL_NO_TOOLS if untooled else ""))
+        notice(LOCAL_NOTICE)  # (a model offered no tools says so in the run's own first events, as on every face)
     async for event in launched.events():
         yield event
 

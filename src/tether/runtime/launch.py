@@ -258,6 +258,7 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)
+    options.untooled = default_tools is not None and not resolved.info.offer_tools
     owns_mcp = False
     if request.mcp is not None:
         options.mcp = request.mcp
@@ -297,7 +298,8 @@ async def open_run(store: Store, plan: LaunchPlan, *, info: SessionInfo | None =
             if plan.default_tools is not None and resolved.info.offer_tools != offered:
                 # (the MCP servers' tools come only with a run whose plan offered tools)
                 tools = plan.default_tools if resolved.info.offer_tools else ToolRegistry()
-                options = replace(options, tools=tools, project_tools=len(tools) > 0)
+                untooled = not resolved.info.offer_tools
+                options = replace(options, tools=tools, project_tools=len(tools) > 0, untooled=untooled)
     directory = session.info.directory
     if directory and directory != plan.workspace:  # the workspace's own rules are those of where it runs
         request = plan.request

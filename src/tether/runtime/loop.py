@@ -63,6 +63,8 @@ INTERRUPTED = (
 )
 ABORTED = "aborted: the run was cancelled before this tool call finished."
 
+UNTOOLED = "none offered to this model unless named (tether run --tools read,grep,glob; over HTTP, a prompt's tools)"
+"""What a run whose model is offered no tools by default says as it starts (`RunOptions.untooled`)."""
 RESUME_TAIL = 256
 """Entries of the history a run keeps in hand (the context engine reads what derivation needs itself)."""
 
@@ -305,6 +307,8 @@ class AgentRun:
                 ),
                 data={"mode": sandbox.policy.mode, "available": False},
             )
+        if opts.untooled:
+            yield Progress(session_id=sid, n=journal.next_number(), what="tools", detail=UNTOOLED, data={"offered": 0})
         call: ModelCall | None = None
         pending: list[ToolCallPart] = []
         try:

@@ -105,6 +105,9 @@ class RunOptions:
     mcp: McpManager | None = None
     """The MCP servers whose tools the run adds to `tools` as it starts (`runtime.mcp.bind_mcp`); shared by
     the runs of a process, ended by whoever made it. None: no MCP tools."""
+    untooled: bool = False
+    """The run's tools were left to its model, which is offered none unless they are named
+    (`ModelInfo.offer_tools`, the embedded 135M model): the run says so as it starts, for every face."""
     sandbox: Sandbox | None = field(default_factory=Sandbox)
     """Where the run's commands run (`tools.sandbox`): by default ``workspace-write`` with the network off,
     by the best mechanism found here; None: unconfined (a program's own choice; `launch` builds it from
