@@ -229,7 +229,8 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     resolve = resolve or resolve_provider
     resolved = resolve(request.model or profile.model, config=config)
     default_tools = tools if request.tools is None and request.registry is None and profile.tools is None else None
-    if default_tools is not None and not resolved.info.offer_tools:
+    untooled = default_tools is not None and not resolved.info.offer_tools
+    if untooled:
         tools = ToolRegistry()  # a model too small to use tools is offered them only when they are named
     if settings.compaction_model and settings.auto_compact is not False:
         try:
@@ -258,7 +259,7 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     )
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)
-    options.untooled = default_tools is not None and not resolved.info.offer_tools
+    options.untooled = untooled
     owns_mcp = False
     if request.mcp is not None:
         options.mcp = request.mcp

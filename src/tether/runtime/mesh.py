@@ -219,11 +219,7 @@ class Mesh:
         async with self._reading:
             while True:
                 rows = await self.relay.rows_after(self._last)
-                for row in rows:
-                    self._last = row.id
-                    if row.origin != self.relay.peer:
-                        self.others.add(row.origin)  # it lives: it just wrote
-                        self._receive(row)
+                self._take(rows)
                 if len(rows) < 1000:
                     return
 
@@ -233,12 +229,16 @@ class Mesh:
         under way (what it reads comes first: False, and the follower's task reads them after it)."""
         if self._reading.locked() or self._closing:
             return False
-        for row in self.relay.rows_here(self._last):
+        self._take(self.relay.rows_here(self._last))
+        return True
+
+    def _take(self, rows: list[RelayRow]) -> None:
+        """Rows read, in order, after the last one: the others' handed on (this peer's own only counted)."""
+        for row in rows:
             self._last = row.id
             if row.origin != self.relay.peer:
-                self.others.add(row.origin)
+                self.others.add(row.origin)  # it lives: it just wrote
                 self._receive(row)
-        return True
 
     def _receive(self, row: RelayRow) -> None:
         manager = self.manager

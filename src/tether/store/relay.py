@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import sqlite3
@@ -254,6 +255,14 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _tried(attempt: Callable[[], int | None], seconds: float) -> int | None:
+    """`attempt()` until it writes (not None), tried again every `LOCK_POLL` for `seconds` at most."""
+    deadline = time.monotonic() + seconds
+    while (done := attempt()) is None and time.monotonic() < deadline:
+        time.sleep(LOCK_POLL)
+    return done
+
+
 class _Wake(asyncio.DatagramProtocol):
     def __init__(self, received: Callable[[bytes], None]) -> None:
         self.received = received
@@ -387,33 +396,20 @@ class SqliteRelay:
         """A write here at once when the file's lock is free and nothing of this relay waits in its thread;
         else in the relay's own thread, behind what waits there: another worker holding the file's lock for
         a moment never stalls this process's event loop."""
-        if not self._in_thread:
-            deadline = time.monotonic() + LOCK_IN_PLACE
-            while (done := self._write_now(sql, rows, params, last_id)) is None and time.monotonic() < deadline:
-                time.sleep(LOCK_POLL)  # another peer's write holds the lock a tenth of a millisecond or so
-            if done is not None:
-                return done
-        return await self._in_own_thread(self._write_waiting, sql, rows, params, last_id)
+        attempt = functools.partial(self._write_now, sql, rows, params, last_id)
+        if not self._in_thread and (done := _tried(attempt, LOCK_IN_PLACE)) is not None:
+            return done  # (another peer's write holds the lock a tenth of a millisecond or so)
+        return await self._in_own_thread(self._write_waiting, attempt)
 
-    def _write_waiting(
-        self,
-        sql: str,
-        rows: Sequence[Sequence[object]] | None = None,
-        params: Sequence[object] = (),
-        last_id: bool = False,
-    ) -> int:
+    def _write_waiting(self, attempt: Callable[[], int | None]) -> int:
         """(In the relay's thread.) The write once the file's lock is free, tried again every `LOCK_POLL`
         seconds for `LOCK_WAIT` at most: SQLite's own wait sleeps 1, 2, then 5 ms between its tries, for a
         lock the other peers hold a tenth of a millisecond at a time. It goes through the fast connection,
         which the loop's thread leaves alone while anything of this relay is in the thread."""
-        deadline = time.monotonic() + LOCK_WAIT
-        while True:
-            done = self._write_now(sql, rows, params, last_id)
-            if done is not None:
-                return done
-            if time.monotonic() >= deadline:
-                raise store_fault(sqlite3.OperationalError("database is locked"), self.path, "write to")
-            time.sleep(LOCK_POLL)
+        done = _tried(attempt, LOCK_WAIT)
+        if done is None:
+            raise store_fault(sqlite3.OperationalError("database is locked"), self.path, "write to")
+        return done
 
     async def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         if not self._in_thread:  # a read in WAL mode never waits for a writer
@@ -512,15 +508,19 @@ class SqliteRelay:
     def on_rows(self, took: Callable[[], bool] | None) -> None:
         self._took = took
 
-    def rows_here(self, after: int) -> list[RelayRow]:
+    def rows_here(self, after: int, limit: int | None = None) -> list[RelayRow]:
         inbox = self._inbox
         rows: list[RelayRow] = []
-        while (row := inbox.pop(after + len(rows) + 1, None)) is not None:
+        while (limit is None or len(rows) < limit) and (row := inbox.pop(after + len(rows) + 1, None)) is not None:
             rows.append(row)
-        last = rows[-1].id if rows else after
-        for i in [i for i in inbox if i <= last]:
-            del inbox[i]  # given already, from the file
+        self._forget_through(rows[-1].id if rows else after)
         return rows
+
+    def _forget_through(self, last: int) -> None:
+        """Drop what was kept of the rows up to `last`: given already (from here or from the file)."""
+        if self._inbox and min(self._inbox) <= last:
+            for i in [i for i in self._inbox if i <= last]:
+                del self._inbox[i]
 
     def _keep(self, origin: str, first: int, rows: Sequence[RelayPost]) -> None:
         if len(self._inbox) > INBOX_MAX:
@@ -529,10 +529,7 @@ class SqliteRelay:
             self._inbox[i] = RelayRow(id=i, origin=origin, kind=r.kind, session_id=r.session_id, n=r.n, body=r.body)
 
     async def rows_after(self, after: int, limit: int = 1000) -> list[RelayRow]:
-        inbox = self._inbox
-        rows: list[RelayRow] = []
-        while len(rows) < limit and (row := inbox.pop(after + len(rows) + 1, None)) is not None:
-            rows.append(row)
+        rows = self.rows_here(after, limit)
         if not rows:  # a row the wake-ups did not bring (a peer's datagram lost, or too large): the file has it
             rows = [
                 RelayRow(id=int(i), origin=str(o), kind=k, session_id=str(s), n=int(n), body=bytes(b))
@@ -541,9 +538,8 @@ class SqliteRelay:
                     (after, limit),
                 )
             ]
-        if rows and inbox and min(inbox) <= rows[-1].id:
-            for i in [i for i in inbox if i <= rows[-1].id]:
-                del inbox[i]
+            if rows:
+                self._forget_through(rows[-1].id)
         return rows
 
     async def last_id(self) -> int:
