@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +24,13 @@ from tether.providers.base import ModelRequest
 from tether.providers.catalog import unknown_model
 from tether.providers.registry import ResolvedModel
 from tether.providers.scripted import ScriptedProvider
+from tether.runtime import mesh as mesh_module
 from tether.runtime.launch import RunRequest
 from tether.runtime.manager import SessionManager
-from tether.runtime.mesh import Mesh
+from tether.runtime.mesh import PLACE_MARGIN, Mesh, same_supervisor
 from tether.runtime.permission import Answer
 from tether.store import SqliteStore, Store
-from tether.store.relay import SqliteRelay, relay_path
+from tether.store.relay import Peer, SqliteRelay, relay_path
 from tether.tools.base import ToolRegistry, function_tool
 
 GATE: dict[str, asyncio.Event] = {}
@@ -287,16 +291,17 @@ def answering_as(name: str) -> Any:
     return respond
 
 
-@pytest.fixture
-async def named(tmp_path: Path) -> AsyncIterator[Pair]:
+@contextlib.asynccontextmanager
+async def named_pair(tmp_path: Path, sibling: Callable[[Peer], bool] | None = None) -> AsyncIterator[Pair]:
+    """Managers A and B whose models say which ran them (`answering_as`); `sibling` as their meshes'."""
     stores = [SqliteStore(tmp_path / "t.db"), SqliteStore(tmp_path / "t.db")]
     managers = [make(s, tmp_path, answering_as(n)) for s, n in zip(stores, "AB", strict=True)]
-    meshes = [Mesh(m, SqliteRelay(relay_path(tmp_path / "t.db"))) for m in managers]
+    meshes = [Mesh(m, SqliteRelay(relay_path(tmp_path / "t.db")), sibling=sibling) for m in managers]
     for manager, mesh in zip(managers, meshes, strict=True):
         manager.mesh = mesh
         await mesh.start()
     for mesh in meshes:
-        mesh.others = {p.peer for p in await mesh.relay.heartbeat()}
+        mesh._met(await mesh.relay.heartbeat())
     try:
         yield Pair(*managers)
     finally:
@@ -305,6 +310,19 @@ async def named(tmp_path: Path) -> AsyncIterator[Pair]:
             await mesh.stop()
         for store in stores:
             await store.close()
+
+
+@pytest.fixture
+async def named(tmp_path: Path) -> AsyncIterator[Pair]:
+    async with named_pair(tmp_path) as pair:
+        yield pair
+
+
+@pytest.fixture
+async def siblings(tmp_path: Path) -> AsyncIterator[Pair]:
+    """A and B as two workers of one server: each places runs with the other."""
+    async with named_pair(tmp_path, sibling=lambda peer: True) as pair:
+        yield pair
 
 
 async def user_and_answers(store: Store, sid: str) -> list[str]:
@@ -362,3 +380,108 @@ async def test_prompts_to_either_manager_as_runs_end_each_run_exactly_once(named
     prompts = [t for t in await user_and_answers(named.a.store, sid) if " ran: " not in t]
     assert sorted(prompts) == sorted(["start"] + [f"a{i}" for i in range(8)] + [f"b{i}" for i in range(8)])
     assert await named.a.store.queued_prompts(sid) == []
+
+
+def mesh_of(manager: SessionManager) -> Mesh:
+    assert isinstance(manager.mesh, Mesh)
+    return manager.mesh
+
+
+async def held_runs(manager: SessionManager, count: int) -> list[Any]:
+    """`count` runs of new sessions in `manager` that hold at the gate "fwd" (its load goes up by `count`)."""
+    handles = [await manager.start(None, "hold on") for _ in range(count)]
+    while not all(h.session_id in manager.running() for h in handles):
+        await asyncio.sleep(0.01)
+    return handles
+
+
+async def test_a_prompt_for_an_idle_session_goes_to_the_sibling_with_fewer_runs(siblings: Pair) -> None:
+    """A runs PLACE_MARGIN - 1 sessions: a prompt it gets for an idle one still runs there; with one more,
+    the next goes to B, which has none (its model answers "B ran"). A's handle gets the run's end, A's
+    follower its every event, and the queue keeps nothing."""
+    GATE["fwd"] = asyncio.Event()
+    a = siblings.a
+    held = await held_runs(a, PLACE_MARGIN - 1)
+    session = await a.store.create_session(directory=str(Path.cwd()))
+    here = await a.start(session.id, "one")
+    assert isinstance(await asyncio.wait_for(here.result(), 10), Done)
+    held += await held_runs(a, 1)
+    seen: list[Event] = []
+    follower = asyncio.create_task(
+        until_end(a.subscribe(session.id, after=await a.position(session.id)), session.id, seen)
+    )
+    await asyncio.sleep(0.05)
+    placed = await a.start(session.id, "two")
+    assert not placed.queued  # nothing runs before it: it is not "queued" to whoever asked
+    outcome = await asyncio.wait_for(placed.result(), 10)
+    assert isinstance(outcome, Done)
+    await asyncio.wait_for(follower, 10)
+    assert type(seen[0]).__name__ == "RunStarted" and seen[-1] == outcome
+    assert await user_and_answers(a.store, session.id) == ["one", "A ran: one", "two", "B ran: two"]
+    assert await a.store.queued_prompts(session.id) == []
+    assert session.id not in a.running() and not mesh_of(a)._placing
+    GATE["fwd"].set()
+    for handle in held:
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+
+
+async def test_placed_prompts_a_sibling_does_not_take_up_run_where_they_came_in_order(siblings: Pair) -> None:
+    """A places two prompts for a session with a sibling that is gone by the time it would run them (a peer
+    that will never read them): they run in A after it sees that, in the order they came, once each."""
+    GATE["fwd"] = asyncio.Event()
+    a = siblings.a
+    mesh = mesh_of(a)
+    held = await held_runs(a, PLACE_MARGIN)
+    mesh.others.add("ghost")
+    mesh.siblings = {"ghost"}  # the only sibling A sees, as if it had died after its last heartbeat
+    session = await a.store.create_session(directory=str(Path.cwd()))
+    first = await a.start(session.id, "one")
+    second = await a.start(session.id, "two")  # follows the first to where it went, behind it
+    assert [peer for peer, _ in mesh._placing.values()] == ["ghost", "ghost"]
+    for handle in (first, second):
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)  # (the next heartbeat: it is gone)
+    assert await user_and_answers(a.store, session.id) == ["one", "A ran: one", "two", "A ran: two"]
+    assert await a.store.queued_prompts(session.id) == []
+    GATE["fwd"].set()
+    for handle in held:
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+
+
+async def test_a_placement_not_taken_up_in_time_runs_here(siblings: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sibling that lives but does not start the placed run within PLACE_WAIT (its reader stopped: a
+    worker that lags): A runs it."""
+    monkeypatch.setattr(mesh_module, "PLACE_WAIT", 0.2)
+    GATE["fwd"] = asyncio.Event()
+    a = siblings.a
+    lagging = await reader_stopped(siblings.b)
+    lagging.relay.on_rows(None)
+    held = await held_runs(a, PLACE_MARGIN)
+    session = await a.store.create_session(directory=str(Path.cwd()))
+    placed = await a.start(session.id, "one")
+    assert mesh_of(a)._placing
+    assert isinstance(await asyncio.wait_for(placed.result(), 10), Done)
+    assert await user_and_answers(a.store, session.id) == ["one", "A ran: one"]
+    GATE["fwd"].set()
+    for handle in held:
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+
+
+def test_siblings_are_the_other_children_of_the_supervisor_on_this_host() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine = same_supervisor("here", supervisor=os.getpid())
+        assert mine(Peer(peer="w", host="here", pid=child.pid, wake="", seen=0.0))
+        assert not mine(Peer(peer="w", host="elsewhere", pid=child.pid, wake="", seen=0.0))  # another node
+        assert not mine(Peer(peer="w", host="here", pid=os.getppid(), wake="", seen=0.0))  # not its child
+        assert not mine(Peer(peer="w", host="here", pid=os.getpid(), wake="", seen=0.0))  # itself
+    finally:
+        child.kill()
+        child.wait()
+    assert not same_supervisor("here", supervisor=os.getpid())(
+        Peer(peer="w", host="here", pid=2**22 + 7, wake="", seen=0)
+    )
+
+
+def test_a_process_that_is_no_worker_has_no_siblings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TETHER_WORKER", raising=False)
+    assert not same_supervisor("here")(Peer(peer="w", host="here", pid=os.getpid() + 1, wake="", seen=0.0))

@@ -4,7 +4,8 @@ over both workers (checked in /proc); every stream of a session, whichever worke
 event of its run, text deltas too, the same frames in the same order; `/approvals` on either lists the
 request the other's run waits on, and either's answer reaches it; so does a cancel; `/events` on both says
 the approval waits; a worker killed with SIGKILL mid-answer is replaced, its run taken over by the other
-(the cut answer journaled once, the tool call not run again), and the session goes on."""
+(the cut answer journaled once, the tool call not run again), and the session goes on; the runs of one
+client's single connection are spread over both workers."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import asyncio
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
+
+from tether.runtime.mesh import PLACE_MARGIN
 
 from .cluster import (
     MODEL,
@@ -219,3 +223,30 @@ def test_workers_die_with_a_supervisor_killed_with_sigkill(cluster: tuple[Node, 
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in workers if alive(pid)]
+
+
+def test_one_client_connection_s_runs_spread_over_the_workers(cluster: tuple[Node, LoopbackModel, Path]) -> None:
+    """The kernel spreads connections, not runs: a client that keeps one connection (a program's HTTP client,
+    a page) brings every prompt to one worker. A prompt for an idle session goes to the worker with fewer runs
+    when the one that got it has PLACE_MARGIN more; each run's lease says which process runs it."""
+    node, _, workspace = cluster
+    workers = node.workers()
+    runs = PLACE_MARGIN * 2
+    with httpx2.Client(base_url=node.url, timeout=30, limits=httpx2.Limits(max_connections=1)) as client:
+        sids = [
+            client.post("/sessions", json={"directory": str(workspace)}).json()["session"]["id"] for _ in range(runs)
+        ]
+        holders: list[int] = []
+        for sid in sids:  # each a run mid-answer for a long while ("hold"), one after another
+            r = client.post(f"/sessions/{sid}/prompt", json={"prompt": "hold on", "model": MODEL})
+            assert r.status_code == 202 and not r.json()["queued"], r.text
+            deadline = time.monotonic() + 30
+            while (lease := client.get(f"/sessions/{sid}").json()["lease"]) is None:
+                assert time.monotonic() < deadline, f"session {sid} did not start"
+                time.sleep(0.02)
+            holders.append(int(lease["pid"]))
+        got = Counter(holders)
+        assert set(got) == set(workers), (got, workers)
+        assert max(got.values()) - min(got.values()) <= PLACE_MARGIN, got
+        for sid in sids:
+            assert client.post(f"/sessions/{sid}/cancel").json()["done"] is True

@@ -15,6 +15,16 @@ peer that queued it. The runner gives its claim back only after reading the rela
 queuing peer looks at the claim after posting, so a prompt queued as the run ends is run by one of them
 (the lease and `queued.admit` make it exactly one).
 
+Placement: a prompt for a session no process runs goes where the runs are fewest, among this process's
+siblings (the workers of the same `tether serve --workers N`, whose kernel spreads connections, not runs: one
+client's keep-alive connection brings all its prompts to one worker). The peer that got it queues it durably,
+as for a forwarded prompt, and posts a "place" row naming the sibling, which runs the session's queue; a
+later prompt for the session there goes the same way while that is under way. A placement not taken up within
+`PLACE_WAIT` (its sibling died, or lags) is run by the peer that placed it (the queue's row decides, under the
+lease, who runs it, should both come to it). The load of a sibling is what it last said (a "load" row, posted with
+its other rows whenever the sessions it runs or is about to run changed), with the placements on their way
+to it.
+
 Takeover: a peer that died (SIGKILL, a lost machine) leaves its run claims; once a session's lease is free
 (at once for a dead process of this host, after its expiry for another host's) the first live peer to take
 the claim resumes the session: the run picks up from the journal (a tool call cut off is marked
@@ -25,7 +35,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -33,7 +46,7 @@ import msgspec
 
 from ..errors import SessionNotFound, TetherError
 from ..events import Done, Error, Event, RunStarted, event_json
-from ..store.relay import HEARTBEAT, KEEP, POLL, Relay, RelayPost, RelayRow
+from ..store.relay import HEARTBEAT, KEEP, POLL, Peer, Relay, RelayPost, RelayRow
 from .activity import Activity, ApprovalPending, ApprovalSettled
 from .lease import live_lease
 from .permission import Answer, ApprovalRequest
@@ -45,6 +58,11 @@ log = logging.getLogger("tether.runtime")
 
 PRUNE_EVERY = 10
 """Heartbeats between two prunings of the relay's old rows."""
+PLACE_MARGIN = 3
+"""Runs this process must have above a sibling's for a prompt to go there (fewer: placements back and forth
+as the loads, each said a little late, go up and down)."""
+PLACE_WAIT = 2.0
+"""Seconds a placed prompt's run may take to start on its sibling before the peer that placed it runs it."""
 
 _events = msgspec.json.Decoder(Event)
 _pending = msgspec.json.Decoder(ApprovalPending)
@@ -53,12 +71,48 @@ _answers = msgspec.json.Decoder(Answer)
 _encode = msgspec.json.Encoder()
 
 
-class Mesh:
-    """See the module docstring. `start` joins the relay and starts following it; `stop` leaves it."""
+def parent_of(pid: int) -> int | None:
+    """The parent process id of a process of this machine, or None (gone, unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
-    def __init__(self, manager: SessionManager, relay: Relay) -> None:
+
+def same_supervisor(host: str, supervisor: int | None = None) -> Callable[[Peer], bool]:
+    """Whether a peer is another worker of the `tether serve --workers N` this process is a worker of: one of
+    this host whose parent is `supervisor` (this process's parent by default; a supervisor forks only
+    workers). Outside a supervisor's workers (`TETHER_WORKER` unset), no peer is: another server over the
+    same store may have another configuration, and a node of another host other directories."""
+    if supervisor is None:
+        if "TETHER_WORKER" not in os.environ:
+            return lambda peer: False
+        supervisor = os.getppid()
+    me = os.getpid()
+    return lambda peer: peer.host == host and peer.pid != me and parent_of(peer.pid) == supervisor
+
+
+class Mesh:
+    """See the module docstring. `start` joins the relay and starts following it; `stop` leaves it.
+    `sibling` says which peers take placed runs (`same_supervisor` by default)."""
+
+    def __init__(self, manager: SessionManager, relay: Relay, *, sibling: Callable[[Peer], bool] | None = None) -> None:
         self.manager = manager
         self.relay = relay
+        self._sibling = sibling
+        self.siblings: set[str] = set()
+        """The live peers that take placed runs (as of the last heartbeat)."""
+        self._judged: dict[str, bool] = {}
+        self._meeting: asyncio.Task[None] | None = None
+        self._heard_of: set[str] = set()
+        self.loads: dict[str, int] = {}
+        """The sessions each sibling runs or is about to, as it last said (a "load" row with what it posts)."""
+        self._told = 0
+        """The load this peer last said."""
+        self._placing: dict[tuple[str, int], tuple[str, float]] = {}
+        """Prompts placed with a sibling whose run it has not started yet, by (session, queued id): the
+        sibling, and when."""
         self.others: set[str] = set()
         """The other peers that live (as of the last heartbeat): events are posted only while there is one."""
         self.asked: dict[tuple[str, str], tuple[ApprovalPending, str]] = {}
@@ -75,7 +129,9 @@ class Mesh:
 
     async def start(self) -> None:
         await self.relay.join()
-        self.others = {p.peer for p in await self.relay.heartbeat()}
+        if self._sibling is None:
+            self._sibling = same_supervisor(getattr(self.relay, "host", ""))
+        self._met(await self.relay.heartbeat())
         self._last = await self.relay.last_id()
         self.relay.on_rows(self._rows_came)
         await self.relay.post([RelayPost("hello", "", 0, b"{}")])
@@ -89,9 +145,10 @@ class Mesh:
     async def stop(self) -> None:
         self._closing = True
         self.relay.on_rows(None)
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._meeting] if self._meeting is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._flusher is not None:
@@ -172,6 +229,40 @@ class Mesh:
         if self.others:
             self._post(RelayPost("ran", session_id, prompt_id, event_json(outcome)))
 
+    def placement(self, session_id: str, load: int) -> str | None:
+        """The sibling that should run a prompt for the session, which no process runs, when this process has
+        `load` runs: the one with the fewest runs if it has `PLACE_MARGIN` fewer (ties: any of them), or the one a
+        prompt for the session was placed with and has not started yet (the next prompt follows it, in
+        order); None: run it here."""
+        for (sid, _), (peer, _) in self._placing.items():
+            if sid == session_id:
+                return peer
+        live = [p for p in self.siblings if p in self.others]
+        if not live or load < PLACE_MARGIN:
+            return None
+        loads = Counter({p: self.loads.get(p, 0) for p in live})
+        loads.update(peer for peer, _ in self._placing.values())
+        fewest = min(loads[p] for p in live)
+        if load - fewest < PLACE_MARGIN:
+            return None
+        return random.choice([p for p in live if loads[p] == fewest])
+
+    async def place(self, session_id: str, prompt_id: int, peer: str) -> None:
+        """A prompt this peer queued durably for the session, to be run by `peer` (`placement`): wake it."""
+        self._placing[(session_id, prompt_id)] = (peer, time.monotonic())
+        self._post(RelayPost("place", session_id, prompt_id, _encode.encode(peer)))
+        await self._drain()
+
+    def _placed_late(self) -> None:
+        """Run here the placed prompts whose sibling has not started their run within `PLACE_WAIT` (or died)."""
+        now = time.monotonic()
+        for key, (peer, at) in list(self._placing.items()):
+            if peer not in self.others or now - at > PLACE_WAIT:
+                del self._placing[key]
+                sid, prompt_id = key
+                log.info("session %s: peer %s did not take up placed prompt %d: it runs here", sid, peer, prompt_id)
+                self.manager.take_back(sid, prompt_id)
+
     async def run_ended(self, session_id: str, *, again: Callable[[], bool] | None = None) -> None:
         """Give the session's claim back once the run's last events are posted; unless `again()` says by then
         that a new run of it began here (a prompt's task opened it and claimed it meanwhile)."""
@@ -192,6 +283,11 @@ class Mesh:
         # a task's first step runs in the loop's next pass: what the pass that made it published is all here
         while self._out:
             rows, self._out = self._out, []
+            if self.siblings:  # they place runs by it: said as it changes, with what goes out anyway
+                load = self.manager.load()
+                if load != self._told:
+                    self._told = load
+                    rows.append(RelayPost("load", "", load, b"{}"))
             try:
                 await self.relay.post(rows)
             except TetherError:
@@ -237,6 +333,10 @@ class Mesh:
         for row in rows:
             self._last = row.id
             if row.origin != self.relay.peer:
+                if row.origin not in self._judged and row.origin not in self._heard_of:
+                    self._heard_of.add(row.origin)  # (once: one gone may have left rows)
+                    if self._meeting is None and not self._closing:
+                        self._meeting = asyncio.get_running_loop().create_task(self._meet(), name="tether-mesh-meet")
                 self.others.add(row.origin)  # it lives: it just wrote
                 self._receive(row)
 
@@ -248,6 +348,9 @@ class Mesh:
                 if event.session_id == row.session_id:
                     if isinstance(event, RunStarted):
                         self.remote_runs[row.session_id] = row.origin
+                        if self._placing:
+                            for key in [k for k, (p, _) in self._placing.items() if k[0] == row.session_id]:
+                                del self._placing[key]  # its run began there (or another's, which reads the queue)
                     elif isinstance(event, Done | Error):
                         self.remote_runs.pop(row.session_id, None)
                 manager.relayed(row.session_id, event)
@@ -262,7 +365,15 @@ class Mesh:
                 manager.activity.poke()
             elif row.kind == "queued":
                 manager.queued_elsewhere(row.session_id)
+            elif row.kind == "load":
+                self.loads[row.origin] = row.n
+            elif row.kind == "place":
+                if msgspec.json.decode(row.body, type=str) == self.relay.peer:
+                    asyncio.get_running_loop().create_task(self._placed_here(row.session_id))
+                else:  # (a run of the session here reads the queue after it: the placed prompt waits there)
+                    manager.queued_elsewhere(row.session_id)
             elif row.kind == "ran":
+                self._placing.pop((row.session_id, row.n), None)
                 outcome = _events.decode(row.body)
                 if isinstance(outcome, Done | Error):
                     manager.ran_elsewhere(row.session_id, row.n, outcome)
@@ -275,7 +386,32 @@ class Mesh:
         except msgspec.ValidationError:
             log.warning("a relay row of kind %s could not be read (another version of tether?)", row.kind)
 
+    async def _placed_here(self, session_id: str) -> None:
+        try:
+            await self.manager.pull_queued(session_id)
+        except TetherError:
+            log.warning("could not run the prompt placed here for session %s", session_id, exc_info=True)
+
     # --- who lives ---------------------------------------------------------------------------------
+
+    async def _meet(self) -> None:
+        """A peer this one does not know yet wrote (one that just started): who it is, now rather than at
+        the next heartbeat (a new worker takes placed runs at once)."""
+        try:
+            self._met(await self.relay.heartbeat())
+        except TetherError:
+            log.warning("the relay's heartbeat failed", exc_info=True)
+        finally:
+            self._meeting = None
+
+    def _met(self, peers: list[Peer]) -> None:
+        """The peers a heartbeat found alive: the others, and which of them are siblings."""
+        self.others = {p.peer for p in peers}
+        judge = self._sibling or (lambda peer: False)
+        self._judged = {p.peer: self._judged[p.peer] if p.peer in self._judged else judge(p) for p in peers}
+        self.siblings = {peer for peer, sibling in self._judged.items() if sibling}
+        for gone in self.loads.keys() - self.siblings:
+            del self.loads[gone]
 
     async def _beat(self) -> None:
         beats = 0
@@ -283,7 +419,8 @@ class Mesh:
             await asyncio.sleep(HEARTBEAT)
             beats += 1
             try:
-                self.others = {p.peer for p in await self.relay.heartbeat()}
+                self._met(await self.relay.heartbeat())
+                self._placed_late()
                 for key in [k for k, (_, peer) in self.asked.items() if peer not in self.others]:
                     del self.asked[key]  # its run is gone with its peer: the journal keeps the request
                 for sid in [s for s, peer in self.remote_runs.items() if peer not in self.others]:

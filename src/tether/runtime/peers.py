@@ -77,6 +77,24 @@ class Peers(ManagerBase):
         )
         return True
 
+    def take_back(self, session_id: str, prompt_id: int) -> None:
+        """A prompt this process placed with another (`mesh.placement`) whose run did not start there in time:
+        run it here (its queued row decides who runs it, under the lease, should that process come to it)."""
+        handle = self._forwarded.pop((session_id, prompt_id), None)
+        if handle is None or handle.finished:
+            return
+        entry = self._entry(session_id)
+        if all(h.queued_id != prompt_id for h in entry.waiting):
+            entry.waiting.append(handle)
+        if entry.worker is None or entry.worker.done():
+            entry.worker = asyncio.get_running_loop().create_task(
+                self._work(entry, None), name=f"tether session {session_id}"
+            )
+
+    def load(self) -> int:
+        """The sessions this process runs, or is about to (a run opening, prompts waiting)."""
+        return sum(1 for e in self._sessions.values() if e.run is not None or e.opening is not None or e.waiting)
+
     def queued_elsewhere(self, session_id: str) -> None:
         """Another process queued a prompt for a session (the relay says): read the queue after the run in
         progress, if this process runs it (else that process found no runner and runs it itself)."""

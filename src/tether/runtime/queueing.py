@@ -76,6 +76,7 @@ class Queueing(Peers):
             raise InvalidInput("the session manager is shutting down")
         settings = queued.wire_settings(fields) if prompt is not None and not steer else None
         forward = local = False
+        place: str | None = None
         if session_id is not None:
             if info is None or info.id != session_id:
                 info = await self.store.get_session(session_id)  # SessionNotFound now, not when the run starts
@@ -89,9 +90,11 @@ class Queueing(Peers):
                     forward = True  # another worker (or node) of this service runs it: queued for that run
                     if settings is None:  # what cannot be queued there waits here for that run's lease
                         fields.setdefault("wait", PEER_WAIT)
+                elif settings is not None and self.mesh is not None:
+                    place = self.mesh.placement(session_id, self.load())  # a sibling with fewer runs takes it
             elif not queue and not steer:
                 raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
-        durable = settings is not None and (forward or local)
+        durable = settings is not None and (forward or local or place is not None)
         if durable or (self.mesh is not None and session_id is not None):
             # its run waits for the lease: another process of the service may take the session in between
             # (a prompt to it as it looked idle here), and the prompt is not to be dropped for that
@@ -126,6 +129,11 @@ class Queueing(Peers):
         if durable and settings is not None and prompt is not None:
             item = await self.store.enqueue_prompt(session_id, queued.encode(prompt, settings))  # before the 202
             self._durable(handle, item.id)
+            if place is not None and self.mesh is not None:
+                self._forwarded[(session_id, item.id)] = handle  # its end comes back as a forwarded one's does
+                await self.mesh.place(session_id, item.id, place)
+                self._let_go(entry)
+                return handle
             if forward and self.mesh is not None:
                 handle.queued = True
                 self._forwarded[(session_id, item.id)] = handle  # before its run can end there

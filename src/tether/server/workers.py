@@ -1,8 +1,8 @@
 """`tether serve --workers N`: N server processes on one address over one store. Each worker is a whole
 server (its own event loop, `SessionManager` and runs) on its own listening socket bound with
 `SO_REUSEPORT`, so that the kernel spreads the connections over the workers; a run lives in the worker that
-took its prompt (its lease says which), and the others hear of it through the store's relay
-(`runtime/mesh.py`): every event of every run reaches every follower, whichever worker it is connected to, and
+took its prompt, or in one with fewer runs that it placed the prompt with (`runtime/mesh.py`: the kernel
+spreads connections, not runs; its lease says which), and the others hear of it through the store's relay: every event of every run reaches every follower, whichever worker it is connected to, and
 an answer, a cancel or a pause reaches the run wherever it is.
 
 This process is the supervisor: it forks the workers (before it has an event loop or a thread, so a fork is

@@ -38,13 +38,17 @@ from ..errors import TetherError
 from ..ids import new_id
 from .faults import is_busy, store_fault
 
-Kind = Literal["event", "pending", "settled", "answer", "cancel", "pause", "hello", "change", "queued", "ran"]
+Kind = Literal[
+    "event", "pending", "settled", "answer", "cancel", "pause", "hello", "change", "queued", "place", "ran", "load"
+]
 """What a row carries: a run's event; an approval request that waits, or no longer does; an answer to one;
 a cancel or a pause for the run of the session; a peer that joined (so that the others post to it at once,
 not from their next heartbeat on); a change recorded in the store's change feed (its id: the others'
 `/events` followers read it from the store); a prompt queued durably for the session (its id in the store's
-queue: the peer that runs the session reads the queue after its run); the end of a queued prompt's run (its
-id, and the `Done` or `Error`: for the peer that queued it)."""
+queue: the peer that runs the session reads the queue after its run); a prompt queued durably for a session
+no peer runs, placed with the peer named in the body (a JSON string), which runs the session's queue; the end
+of a queued prompt's run (its id, and the `Done` or `Error`: for the peer that queued it); how many sessions
+the peer runs or is about to (its number: its siblings place runs by it)."""
 
 R = TypeVar("R")
 
