@@ -437,7 +437,9 @@ async def test_placed_prompts_a_sibling_does_not_take_up_run_where_they_came_in_
     session = await a.store.create_session(directory=str(Path.cwd()))
     first = await a.start(session.id, "one")
     second = await a.start(session.id, "two")  # follows the first to where it went, behind it
-    assert [peer for peer, _ in mesh._placing.values()] == ["ghost", "ghost"]
+    placed = mesh._placing[session.id]
+    assert placed.peer == "ghost" and placed.prompts == [first.queued_id, second.queued_id]
+    assert not first.queued and second.queued  # (the second waits behind the first)
     for handle in (first, second):
         assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)  # (the next heartbeat: it is gone)
     assert await user_and_answers(a.store, session.id) == ["one", "A ran: one", "two", "A ran: two"]
@@ -485,3 +487,43 @@ def test_siblings_are_the_other_children_of_the_supervisor_on_this_host() -> Non
 def test_a_process_that_is_no_worker_has_no_siblings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TETHER_WORKER", raising=False)
     assert not same_supervisor("here")(Peer(peer="w", host="here", pid=os.getpid() + 1, wake="", seen=0.0))
+
+
+async def test_a_prompt_that_comes_to_another_worker_lines_up_behind_a_placed_one(siblings: Pair) -> None:
+    """A places a prompt with B, whose reader lags (it has not read the "place" row); the client's next prompt
+    comes to B directly: it finds the first in the store's queue and goes behind it, so B runs both, in the
+    order they were sent, and A's handle gets the first one's end."""
+    GATE["fwd"] = asyncio.Event()
+    a, b = siblings.a, siblings.b
+    lagging = await reader_stopped(b)
+    lagging.relay.on_rows(None)
+    held = await held_runs(a, PLACE_MARGIN)
+    session = await a.store.create_session(directory=str(Path.cwd()))
+    first = await a.start(session.id, "one")
+    assert mesh_of(a).placed_with(session.id) == b.mesh.relay.peer  # type: ignore[union-attr]
+    second = await b.start(session.id, "two")
+    assert second.queued
+    for handle in (first, second):
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+    assert await user_and_answers(a.store, session.id) == ["one", "B ran: one", "two", "B ran: two"]
+    assert await a.store.queued_prompts(session.id) == []
+    GATE["fwd"].set()
+    for handle in held:
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
+
+
+async def test_a_cancel_of_a_placed_run_ends_the_handle_of_the_worker_that_placed_it(siblings: Pair) -> None:
+    GATE["fwd"] = asyncio.Event()
+    a, b = siblings.a, siblings.b
+    held = await held_runs(a, PLACE_MARGIN)
+    session = await a.store.create_session(directory=str(Path.cwd()))
+    placed = await a.start(session.id, "hold on")  # runs at B, held at the gate
+    while session.id not in b.running():
+        await asyncio.sleep(0.01)
+    assert await a.cancel(session.id)
+    outcome = await asyncio.wait_for(placed.result(), 10)
+    assert isinstance(outcome, Error) and outcome.code == "cancelled"
+    assert not a._forwarded
+    GATE["fwd"].set()
+    for handle in held:
+        assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)

@@ -18,12 +18,15 @@ queuing peer looks at the claim after posting, so a prompt queued as the run end
 Placement: a prompt for a session no process runs goes where the runs are fewest, among this process's
 siblings (the workers of the same `tether serve --workers N`, whose kernel spreads connections, not runs: one
 client's keep-alive connection brings all its prompts to one worker). The peer that got it queues it durably,
-as for a forwarded prompt, and posts a "place" row naming the sibling, which runs the session's queue; a
-later prompt for the session there goes the same way while that is under way. A placement not taken up within
-`PLACE_WAIT` (its sibling died, or lags) is run by the peer that placed it (the queue's row decides, under the
-lease, who runs it, should both come to it). The load of a sibling is what it last said (a "load" row, posted with
-its other rows whenever the sessions it runs or is about to run changed), with the placements on their way
-to it.
+as for a forwarded prompt, and posts a "place" row naming the sibling, which runs the session's queue (unless
+by then another process runs the session: that one runs the queue). A later prompt for the session goes the
+same way while that run has not started; one that comes to another process finds the first in the store's
+queue and lines up behind it there. Prompts not taken up within `PLACE_WAIT` (their sibling died, or lags;
+looked at each heartbeat), while no process holds the session's lease, are run by the peer that placed them
+(the queue's rows and the lease let one process run each, in order, should the sibling still come to them).
+The load of a sibling is what it last said (a "load" row, added to what it posts whenever the sessions it
+runs or is about to run changed, and posted when it meets a new sibling), with the sessions placed with it
+whose runs have not started.
 
 Takeover: a peer that died (SIGKILL, a lost machine) leaves its run claims; once a session's lease is free
 (at once for a dead process of this host, after its expiry for another host's) the first live peer to take
@@ -40,6 +43,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -93,6 +97,15 @@ def same_supervisor(host: str, supervisor: int | None = None) -> Callable[[Peer]
     return lambda peer: peer.host == host and peer.pid != me and parent_of(peer.pid) == supervisor
 
 
+@dataclass
+class _Placed:
+    """Prompts for a session placed with a sibling whose run has not started yet (queued ids, in order)."""
+
+    peer: str
+    at: float
+    prompts: list[int] = field(default_factory=list)
+
+
 class Mesh:
     """See the module docstring. `start` joins the relay and starts following it; `stop` leaves it.
     `sibling` says which peers take placed runs (`same_supervisor` by default)."""
@@ -110,9 +123,9 @@ class Mesh:
         """The sessions each sibling runs or is about to, as it last said (a "load" row with what it posts)."""
         self._told = 0
         """The load this peer last said."""
-        self._placing: dict[tuple[str, int], tuple[str, float]] = {}
-        """Prompts placed with a sibling whose run it has not started yet, by (session, queued id): the
-        sibling, and when."""
+        self._placing: dict[str, _Placed] = {}
+        """Sessions whose prompts were placed with a sibling that has not started their run yet."""
+        self._placed_tasks: set[asyncio.Task[None]] = set()
         self.others: set[str] = set()
         """The other peers that live (as of the last heartbeat): events are posted only while there is one."""
         self.asked: dict[tuple[str, str], tuple[ApprovalPending, str]] = {}
@@ -229,38 +242,59 @@ class Mesh:
         if self.others:
             self._post(RelayPost("ran", session_id, prompt_id, event_json(outcome)))
 
+    def placed_with(self, session_id: str) -> str | None:
+        """The sibling prompts for the session were placed with, whose run has not started yet (the next prompt
+        goes there too, behind them)."""
+        placed = self._placing.get(session_id)
+        return placed.peer if placed is not None else None
+
     def placement(self, session_id: str, load: int) -> str | None:
         """The sibling that should run a prompt for the session, which no process runs, when this process has
-        `load` runs: the one with the fewest runs if it has `PLACE_MARGIN` fewer (ties: any of them), or the one a
-        prompt for the session was placed with and has not started yet (the next prompt follows it, in
-        order); None: run it here."""
-        for (sid, _), (peer, _) in self._placing.items():
-            if sid == session_id:
-                return peer
+        `load` runs: the one with the fewest runs if it has `PLACE_MARGIN` fewer (ties: any of them); None: run
+        it here. The choice holds from now (a prompt for the session that comes before `place` follows it);
+        `unplace` lets it go if the prompt could not be queued."""
         live = [p for p in self.siblings if p in self.others]
         if not live or load < PLACE_MARGIN:
             return None
         loads = Counter({p: self.loads.get(p, 0) for p in live})
-        loads.update(peer for peer, _ in self._placing.values())
+        loads.update(placed.peer for placed in self._placing.values())
         fewest = min(loads[p] for p in live)
         if load - fewest < PLACE_MARGIN:
             return None
-        return random.choice([p for p in live if loads[p] == fewest])
+        peer = random.choice([p for p in live if loads[p] == fewest])
+        self._placing[session_id] = _Placed(peer, time.monotonic())
+        return peer
 
-    async def place(self, session_id: str, prompt_id: int, peer: str) -> None:
-        """A prompt this peer queued durably for the session, to be run by `peer` (`placement`): wake it."""
-        self._placing[(session_id, prompt_id)] = (peer, time.monotonic())
-        self._post(RelayPost("place", session_id, prompt_id, _encode.encode(peer)))
+    def unplace(self, session_id: str) -> None:
+        placed = self._placing.get(session_id)
+        if placed is not None and not placed.prompts:
+            del self._placing[session_id]
+
+    async def place(self, session_id: str, prompt_id: int) -> None:
+        """A prompt this peer queued durably for the session, which `placement` (or `placed_with`) chose a
+        sibling for: wake that sibling, which runs the session's queue."""
+        placed = self._placing[session_id]
+        placed.prompts.append(prompt_id)
+        self._post(RelayPost("place", session_id, prompt_id, _encode.encode(placed.peer)))
         await self._drain()
 
-    def _placed_late(self) -> None:
-        """Run here the placed prompts whose sibling has not started their run within `PLACE_WAIT` (or died)."""
+    async def _placed_late(self) -> None:
+        """Run here the prompts placed with a sibling that has not started their run within `PLACE_WAIT`, or
+        that died: unless a process holds the session's lease by now (it started; its `RunStarted` is on its
+        way). The sibling may still come to them: the queue's rows and the lease let one run each, in order."""
         now = time.monotonic()
-        for key, (peer, at) in list(self._placing.items()):
-            if peer not in self.others or now - at > PLACE_WAIT:
-                del self._placing[key]
-                sid, prompt_id = key
-                log.info("session %s: peer %s did not take up placed prompt %d: it runs here", sid, peer, prompt_id)
+        for sid, placed in list(self._placing.items()):
+            if placed.peer in self.others and now - placed.at <= PLACE_WAIT:
+                continue
+            if self.manager._closing:
+                return  # (the store's queue keeps them for the next start)
+            if await live_lease(self.manager.store, sid) is not None:
+                self._placing.pop(sid, None)
+                continue
+            if self._placing.pop(sid, None) is not placed:
+                continue  # (its run started meanwhile)
+            log.info("session %s: peer %s did not take up the prompts placed with it: they run here", sid, placed.peer)
+            for prompt_id in placed.prompts:
                 self.manager.take_back(sid, prompt_id)
 
     async def run_ended(self, session_id: str, *, again: Callable[[], bool] | None = None) -> None:
@@ -348,9 +382,7 @@ class Mesh:
                 if event.session_id == row.session_id:
                     if isinstance(event, RunStarted):
                         self.remote_runs[row.session_id] = row.origin
-                        if self._placing:
-                            for key in [k for k, (p, _) in self._placing.items() if k[0] == row.session_id]:
-                                del self._placing[key]  # its run began there (or another's, which reads the queue)
+                        self._placing.pop(row.session_id, None)  # began there (or elsewhere: it reads the queue)
                     elif isinstance(event, Done | Error):
                         self.remote_runs.pop(row.session_id, None)
                 manager.relayed(row.session_id, event)
@@ -369,11 +401,12 @@ class Mesh:
                 self.loads[row.origin] = row.n
             elif row.kind == "place":
                 if msgspec.json.decode(row.body, type=str) == self.relay.peer:
-                    asyncio.get_running_loop().create_task(self._placed_here(row.session_id))
+                    task = asyncio.get_running_loop().create_task(self._placed_here(row.session_id))
+                    self._placed_tasks.add(task)
+                    task.add_done_callback(self._placed_tasks.discard)
                 else:  # (a run of the session here reads the queue after it: the placed prompt waits there)
                     manager.queued_elsewhere(row.session_id)
             elif row.kind == "ran":
-                self._placing.pop((row.session_id, row.n), None)
                 outcome = _events.decode(row.body)
                 if isinstance(outcome, Done | Error):
                     manager.ran_elsewhere(row.session_id, row.n, outcome)
@@ -387,8 +420,18 @@ class Mesh:
             log.warning("a relay row of kind %s could not be read (another version of tether?)", row.kind)
 
     async def _placed_here(self, session_id: str) -> None:
+        """Run the session's queue, where a sibling placed a prompt: unless it came too late (another process
+        runs the session: the one that placed it took it back, or a prompt that came elsewhere lined up
+        behind it; that process runs the queue), or this one is stopping (the store's queue keeps it)."""
+        manager = self.manager
+        if manager._closing:
+            return
         try:
-            await self.manager.pull_queued(session_id)
+            entry = manager._sessions.get(session_id)
+            idle = entry is None or entry.worker is None or entry.worker.done()
+            if idle and (await self.claimed_elsewhere(session_id) or await live_lease(manager.store, session_id)):
+                return
+            await manager.pull_queued(session_id)
         except TetherError:
             log.warning("could not run the prompt placed here for session %s", session_id, exc_info=True)
 
@@ -409,9 +452,14 @@ class Mesh:
         self.others = {p.peer for p in peers}
         judge = self._sibling or (lambda peer: False)
         self._judged = {p.peer: self._judged[p.peer] if p.peer in self._judged else judge(p) for p in peers}
-        self.siblings = {peer for peer, sibling in self._judged.items() if sibling}
-        for gone in self.loads.keys() - self.siblings:
+        siblings = {peer for peer, sibling in self._judged.items() if sibling}
+        if siblings - self.siblings and not self._closing:  # a new one knows nothing of this one's load yet
+            self._told = self.manager.load()
+            self._post(RelayPost("load", "", self._told, b"{}"))
+        self.siblings = siblings
+        for gone in self.loads.keys() - siblings:
             del self.loads[gone]
+        self._heard_of -= self._judged.keys()
 
     async def _beat(self) -> None:
         beats = 0
@@ -420,7 +468,10 @@ class Mesh:
             beats += 1
             try:
                 self._met(await self.relay.heartbeat())
-                self._placed_late()
+            except TetherError:
+                log.warning("the relay's heartbeat failed", exc_info=True)
+            try:
+                await self._placed_late()
                 for key in [k for k, (_, peer) in self.asked.items() if peer not in self.others]:
                     del self.asked[key]  # its run is gone with its peer: the journal keeps the request
                 for sid in [s for s, peer in self.remote_runs.items() if peer not in self.others]:
@@ -429,7 +480,7 @@ class Mesh:
                 if beats % PRUNE_EVERY == 0:
                     await self.relay.prune(time.time() - KEEP)
             except TetherError:
-                log.warning("the relay's heartbeat failed", exc_info=True)
+                log.warning("the mesh's work after its heartbeat failed", exc_info=True)
 
     async def _take_over(self) -> None:
         """Resume the sessions whose runs died with their peer, once their lease is free."""

@@ -81,7 +81,7 @@ class Peers(ManagerBase):
         """A prompt this process placed with another (`mesh.placement`) whose run did not start there in time:
         run it here (its queued row decides who runs it, under the lease, should that process come to it)."""
         handle = self._forwarded.pop((session_id, prompt_id), None)
-        if handle is None or handle.finished:
+        if handle is None or handle.finished or self._closing:
             return
         entry = self._entry(session_id)
         if all(h.queued_id != prompt_id for h in entry.waiting):

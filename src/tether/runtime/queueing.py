@@ -75,7 +75,7 @@ class Queueing(Peers):
         if self._closing:
             raise InvalidInput("the session manager is shutting down")
         settings = queued.wire_settings(fields) if prompt is not None and not steer else None
-        forward = local = False
+        forward = local = line_up = behind = False
         place: str | None = None
         if session_id is not None:
             if info is None or info.id != session_id:
@@ -91,10 +91,10 @@ class Queueing(Peers):
                     if settings is None:  # what cannot be queued there waits here for that run's lease
                         fields.setdefault("wait", PEER_WAIT)
                 elif settings is not None and self.mesh is not None:
-                    place = self.mesh.placement(session_id, self.load())  # a sibling with fewer runs takes it
+                    place, behind, line_up = await self._place(session_id)
             elif not queue and not steer:
                 raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
-        durable = settings is not None and (forward or local or place is not None)
+        durable = settings is not None and (forward or local or line_up or place is not None)
         if durable or (self.mesh is not None and session_id is not None):
             # its run waits for the lease: another process of the service may take the session in between
             # (a prompt to it as it looked idle here), and the prompt is not to be dropped for that
@@ -127,12 +127,24 @@ class Queueing(Peers):
             handle.steered = True
             return handle
         if durable and settings is not None and prompt is not None:
-            item = await self.store.enqueue_prompt(session_id, queued.encode(prompt, settings))  # before the 202
+            try:
+                item = await self.store.enqueue_prompt(session_id, queued.encode(prompt, settings))  # before the 202
+            except BaseException:
+                if place is not None and self.mesh is not None:
+                    self.mesh.unplace(session_id)  # (no prompt went there)
+                raise
             self._durable(handle, item.id)
             if place is not None and self.mesh is not None:
                 self._forwarded[(session_id, item.id)] = handle  # its end comes back as a forwarded one's does
-                await self.mesh.place(session_id, item.id, place)
+                handle.queued = behind
+                await self.mesh.place(session_id, item.id)
                 self._let_go(entry)
+                return handle
+            if line_up:  # behind prompts queued in the store for the session, which this process runs now
+                handle.queued = True
+                entry.waiting.append(handle)
+                await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
+                await self.pull_queued(session_id)
                 return handle
             if forward and self.mesh is not None:
                 handle.queued = True
@@ -163,6 +175,20 @@ class Queueing(Peers):
         if entry.worker is None or entry.worker.done():
             entry.worker = loop.create_task(self._work(entry, first), name=f"tether session {session_id}")
         return handle
+
+    async def _place(self, session_id: str) -> tuple[str | None, bool, bool]:
+        """Where a prompt for the session, which no process runs, goes (`mesh`): to the sibling that prompts
+        for it were placed with and that has not started their run (behind them); else, when the store's
+        queue holds prompts for it (placed by another process, left by one that died), behind them, run
+        here; else to a sibling with fewer runs (`Mesh.placement`), or here. Returns (the sibling, whether
+        to go behind prompts placed there, whether to line up here)."""
+        assert self.mesh is not None
+        peer = self.mesh.placed_with(session_id)
+        if peer is not None:
+            return peer, True, False
+        if await self.store.queued_prompts(session_id):
+            return None, False, True
+        return self.mesh.placement(session_id, self.load()), False, False
 
     async def _open_now(self, entry: _Session, handle: RunHandle, opened: _Opening) -> None:
         """Open the prompt's run on the caller's task, up to its first event, which the followers get now;
@@ -311,6 +337,8 @@ class Queueing(Peers):
                 self._publish(entry, outcome)
                 for left in [handle, *entry.riders, *entry.waiting]:
                     self._finish(entry, left, outcome)
+                    if left.queued_id is not None and self.mesh is not None and not self._closing:
+                        self.mesh.ran(entry.session_id, left.queued_id, outcome)  # (another process may wait)
                 entry.riders.clear()
                 raise  # the durable queue keeps what waited: `cancel` drops it, a shutdown leaves it
             except queued.PromptTaken:  # another process ran it, or runs it: its result comes through the relay
