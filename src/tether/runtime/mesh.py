@@ -431,7 +431,7 @@ class Mesh:
             idle = entry is None or entry.worker is None or entry.worker.done()
             if idle and (await self.claimed_elsewhere(session_id) or await live_lease(manager.store, session_id)):
                 return
-            await manager.pull_queued(session_id)
+            await manager.run_placed(session_id)
         except TetherError:
             log.warning("could not run the prompt placed here for session %s", session_id, exc_info=True)
 

@@ -158,23 +158,49 @@ class Queueing(Peers):
         if entry.run is not None or len(entry.waiting) > 1 or forward:
             handle.queued = True
             await self.activity.publish(StatusChanged(session_id=session_id, status="queued"))
-        loop = asyncio.get_running_loop()
         # (a worker that is ending its last run looks at `waiting` again before it ends: it goes on with this)
         idle = entry.opening is None and entry.run is None and not self._closing
         if idle and not handle.queued and handle.queued_id is None:  # opened here, up to its first event
-            opening = entry.opening = loop.create_future()
-            opened = _Opening(first)
-            try:
-                await self._open_now(entry, handle, opened)
-            finally:
-                opening.set_result(opened)  # for the worker: a new one, or one ending its last run
-                if entry.worker is None or entry.worker.done():
-                    entry.worker = loop.create_task(self._work(entry, None), name=f"tether session {session_id}")
+            await self._begin(entry, handle, first)
             await asyncio.sleep(0)  # the worker has taken the run over before the caller can cancel it
             return handle
         if entry.worker is None or entry.worker.done():
-            entry.worker = loop.create_task(self._work(entry, first), name=f"tether session {session_id}")
+            entry.worker = asyncio.get_running_loop().create_task(
+                self._work(entry, first), name=f"tether session {session_id}"
+            )
         return handle
+
+    async def run_placed(self, session_id: str) -> None:
+        """Run the session's queue, in which another worker placed a prompt (`mesh`): its first prompt's run
+        opened on this task up to its first event, as that of a prompt that came here is (`start`: under many
+        runs, a task more is a pass of the loop more before it), and the session's worker goes on; behind
+        the run in progress here, if any, after it."""
+        entry = self._entry(session_id)
+        if entry.worker is not None and not entry.worker.done():
+            entry.pull = True
+            return
+        await self._pull(entry)
+        pacer = self.defaults.pacer or self.pacer
+        if pacer is not None and entry.waiting:
+            await pacer.turn(first=True)
+        if entry.opening is not None or (entry.worker is not None and not entry.worker.done()):
+            return  # a prompt that came meanwhile began the session's work: it runs what waits
+        if not entry.waiting or entry.run is not None or self._closing:
+            self._let_go(entry)
+            return
+        await self._begin(entry, entry.waiting[0], None)
+
+    async def _begin(self, entry: _Session, handle: RunHandle, first: LaunchedRun | None) -> None:
+        """Open `handle`'s run on this task (`_open_now`), then have the session's worker go on with it."""
+        loop = asyncio.get_running_loop()
+        opening = entry.opening = loop.create_future()
+        opened = _Opening(first)
+        try:
+            await self._open_now(entry, handle, opened)
+        finally:
+            opening.set_result(opened)  # for the worker: a new one, or one ending its last run
+            if entry.worker is None or entry.worker.done():
+                entry.worker = loop.create_task(self._work(entry, None), name=f"tether session {entry.session_id}")
 
     async def _place(self, session_id: str) -> tuple[str | None, bool, bool]:
         """Where a prompt for the session, which no process runs, goes (`mesh`): to the sibling that prompts
@@ -202,6 +228,8 @@ class Queueing(Peers):
                 opened.claimed = True
             launched = opened.launched or await open_run(self.store, handle.plan, info=handle.info)
             opened.launched = launched
+            if handle.queued_id is not None:  # (a placed prompt's)
+                launched.run.admit = functools.partial(queued.admit, self.store, entry.session_id, handle.queued_id)
             handle.info = None  # a later run of the session reads it afresh
             entry.run = launched.run
             launched.run.open_now = True
