@@ -275,8 +275,11 @@ class Mesh:
         sibling for: wake that sibling, which runs the session's queue."""
         placed = self._placing[session_id]
         placed.prompts.append(prompt_id)
-        self._post(RelayPost("place", session_id, prompt_id, _encode.encode(placed.peer)))
-        await self._drain()
+        try:  # now, not with the next pass's rows (a pass of a busy loop is milliseconds): its order with them
+            # matters to no one
+            await self.relay.post([RelayPost("place", session_id, prompt_id, _encode.encode(placed.peer))])
+        except TetherError:
+            log.warning("could not place a prompt of session %s: it runs here after PLACE_WAIT", session_id)
 
     async def _placed_late(self) -> None:
         """Run here the prompts placed with a sibling that has not started their run within `PLACE_WAIT`, or
