@@ -150,16 +150,15 @@ class Process:
     def cpu_s(self) -> float:
         """User + system CPU seconds of the process (every thread) and of its child processes that live (a
         supervisor's workers)."""
-        total = 0
+        return _cpu_of(self.pid) + sum(self.children_cpu_s().values())
+
+    def children_cpu_s(self) -> dict[int, float]:
+        """User + system CPU seconds of each child process that lives (a supervisor's workers)."""
         try:
             children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
         except OSError:
             children = []
-        for pid in (self.pid, *map(int, children)):
-            with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        return {pid: _cpu_of(pid) for pid in map(int, children)}
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -169,6 +168,14 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _status_kb(pid: int, key: str) -> int:
@@ -772,6 +779,12 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             "ms",
             digits=2,
         )
+    shares = [r["busiest_worker_share"] for r in repeats[n] if "busiest_worker_share" in r]
+    if shares:
+        report.row(
+            f"{n} workers: the busiest one's share of their CPU (median; even: {1 / n:.2f})",
+            f"workers{n}_busiest_worker_share", median(shares), "", digits=2,
+        )  # fmt: skip
     ratios = [a / b for a, b in zip(runs[1], runs[n], strict=True)]
     report.note(f"each pair's {n} workers / 1: {', '.join(f'{r:.2f}' for r in ratios)}")
     report.row(
@@ -874,10 +887,12 @@ async def load_phase(
         for _ in range(args.rounds):
             prompts.append(await tether_prompt(client, s, WORK, streams[s]))
 
+    each0 = server.children_cpu_s()
     c0, w0, m0 = server.cpu_s(), time.perf_counter(), time.process_time()
     with LoopLag() as lag:
         await asyncio.gather(*(session_work(s) for s in sessions))
     wall, cpu, mine = time.perf_counter() - w0, server.cpu_s() - c0, time.process_time() - m0
+    each = {pid: t - each0[pid] for pid, t in server.children_cpu_s().items() if pid in each0}
     frames = sum(st.count for g in streams.values() for st in g)
     report.row("the runs took", f"{prefix}runs_s", wall, "s", digits=2)
     report.note(
@@ -930,6 +945,10 @@ async def load_phase(
     )
     report.row("server CPU during the runs", f"{prefix}runs_server_cpu_pct", cpu / wall * 100, "% core")
     report.row("server CPU seconds for the runs", f"{prefix}runs_server_cpu_s", cpu, "s", digits=2)
+    if len(each) > 1 and sum(each.values()) > 0:  # a supervisor's workers: how evenly the runs' work spread
+        report.row(
+            "   the busiest worker's share of it", f"{prefix}busiest_worker_share", max(each.values()) / sum(each.values()), "", digits=2
+        )  # fmt: skip
     report.row("the clients' CPU seconds (this process)", f"{prefix}runs_client_cpu_s", mine, "s", digits=2)
     report.row("frames delivered per second", f"{prefix}frames_per_s", frames / wall, "/s", digits=0)
     return streams

@@ -277,7 +277,8 @@ class Mesh:
         placed.prompts.append(prompt_id)
         try:  # now, not with the next pass's rows (a pass of a busy loop is milliseconds): its order with them
             # matters to no one
-            await self.relay.post([RelayPost("place", session_id, prompt_id, _encode.encode(placed.peer))])
+            body = _encode.encode((placed.peer, time.time()))
+            await self.relay.post([RelayPost("place", session_id, prompt_id, body)])
         except TetherError:
             log.warning("could not place a prompt of session %s: it runs here after PLACE_WAIT", session_id)
 
@@ -403,8 +404,9 @@ class Mesh:
             elif row.kind == "load":
                 self.loads[row.origin] = row.n
             elif row.kind == "place":
-                if msgspec.json.decode(row.body, type=str) == self.relay.peer:
-                    task = asyncio.get_running_loop().create_task(self._placed_here(row.session_id))
+                peer, at = msgspec.json.decode(row.body, type=tuple[str, float])
+                if peer == self.relay.peer:
+                    task = asyncio.get_running_loop().create_task(self._placed_here(row.session_id, at))
                     self._placed_tasks.add(task)
                     task.add_done_callback(self._placed_tasks.discard)
                 else:  # (a run of the session here reads the queue after it: the placed prompt waits there)
@@ -422,18 +424,21 @@ class Mesh:
         except msgspec.ValidationError:
             log.warning("a relay row of kind %s could not be read (another version of tether?)", row.kind)
 
-    async def _placed_here(self, session_id: str) -> None:
-        """Run the session's queue, where a sibling placed a prompt: unless it came too late (another process
-        runs the session: the one that placed it took it back, or a prompt that came elsewhere lined up
-        behind it; that process runs the queue), or this one is stopping (the store's queue keeps it)."""
+    async def _placed_here(self, session_id: str, at: float) -> None:
+        """Run the session's queue, where a sibling placed a prompt (at `at`, this host's clock): unless this
+        one is stopping (the store's queue keeps it), or it comes late (`PLACE_WAIT` / 2: the sibling may have
+        taken it back) and another process claims or holds the session (that one runs the queue). In time,
+        a claim or lease is that of the run before, ending (its `Done` is out before its lease goes): the
+        run waits for it."""
         manager = self.manager
         if manager._closing:
             return
         try:
-            entry = manager._sessions.get(session_id)
-            idle = entry is None or entry.worker is None or entry.worker.done()
-            if idle and (await self.claimed_elsewhere(session_id) or await live_lease(manager.store, session_id)):
-                return
+            if time.time() - at > PLACE_WAIT / 2:
+                entry = manager._sessions.get(session_id)
+                idle = entry is None or entry.worker is None or entry.worker.done()
+                if idle and (await self.claimed_elsewhere(session_id) or await live_lease(manager.store, session_id)):
+                    return
             await manager.run_placed(session_id)
         except TetherError:
             log.warning("could not run the prompt placed here for session %s", session_id, exc_info=True)

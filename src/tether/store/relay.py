@@ -46,7 +46,8 @@ a cancel or a pause for the run of the session; a peer that joined (so that the 
 not from their next heartbeat on); a change recorded in the store's change feed (its id: the others'
 `/events` followers read it from the store); a prompt queued durably for the session (its id in the store's
 queue: the peer that runs the session reads the queue after its run); a prompt queued durably for a session
-no peer runs, placed with the peer named in the body (a JSON string), which runs the session's queue; the end
+no peer runs, placed with the peer named in the body (JSON: the peer, the time it was placed), which runs
+the session's queue; the end
 of a queued prompt's run (its id, and the `Done` or `Error`: for the peer that queued it); how many sessions
 the peer runs or is about to (its number: its siblings place runs by it)."""
 
