@@ -10,6 +10,7 @@ client's single connection are spread over both workers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -38,19 +39,33 @@ from .cluster import (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Node, LoopbackModel, Path]]:
+@contextlib.contextmanager
+def two_workers(tmp_path: Path, store_url: str) -> Iterator[tuple[Node, LoopbackModel, Path]]:
     workspace = tmp_path / "work"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("a\n")
     model = LoopbackModel(workspace)
     home = home_with_config(tmp_path / "home")
-    node = start_node(home, f"sqlite:///{tmp_path / 't.db'}", model.url, workers=2)
+    node = start_node(home, store_url, model.url, workers=2)
     try:
         yield node, model, workspace
     finally:
         node.stop()
         model.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Node, LoopbackModel, Path]]:
+    with two_workers(tmp_path, f"sqlite:///{tmp_path / 't.db'}") as node:
+        yield node
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Node, LoopbackModel, Path]]:
+    """Two workers over a SQLite file, or over a PostgreSQL database (its relay is tables of the database)."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else f"sqlite:///{tmp_path / 't.db'}"
+    with two_workers(tmp_path, url) as node:
+        yield node
 
 
 async def streams_of(url: str, sid: str, count: int) -> list[Stream]:
@@ -225,11 +240,14 @@ def test_workers_die_with_a_supervisor_killed_with_sigkill(cluster: tuple[Node, 
     assert not [pid for pid in workers if alive(pid)]
 
 
-def test_one_client_connection_s_runs_spread_over_the_workers(cluster: tuple[Node, LoopbackModel, Path]) -> None:
+async def test_one_client_connection_s_runs_spread_over_the_workers(
+    any_store: tuple[Node, LoopbackModel, Path],
+) -> None:
     """The kernel spreads connections, not runs: a client that keeps one connection (a program's HTTP client,
     a page) brings every prompt to one worker. A prompt for an idle session goes to the worker with fewer runs
-    when the one that got it has PLACE_MARGIN more; each run's lease says which process runs it."""
-    node, _, workspace = cluster
+    when the one that got it has PLACE_MARGIN more; each run's lease says which process runs it, and a stream
+    on either worker sees a placed run's events."""
+    node, _, workspace = any_store
     workers = node.workers()
     runs = PLACE_MARGIN * 2
     with httpx2.Client(base_url=node.url, timeout=30, limits=httpx2.Limits(max_connections=1)) as client:
@@ -248,5 +266,20 @@ def test_one_client_connection_s_runs_spread_over_the_workers(cluster: tuple[Nod
         got = Counter(holders)
         assert set(got) == set(workers), (got, workers)
         assert max(got.values()) - min(got.values()) <= PLACE_MARGIN, got
+        # a placed run (the first runs stay where the connection is: a worker with fewer than PLACE_MARGIN
+        # runs places none): its live events reach streams on both workers, and a cancel reaches it
+        placed = next(sid for sid, pid in zip(sids, holders, strict=True) if pid != holders[0])
+        streams = [Stream(node.url, placed).start() for _ in range(12)]
+        await asyncio.wait_for(asyncio.gather(*(s.connected.wait() for s in streams)), 60)
+        port = int(node.url.rsplit(":", 1)[1])
+        assert all(connections_of(pid, port) >= 1 for pid in workers)
+        await until(lambda: all(s.types().count("text_delta") >= 2 for s in streams), 60, "the placed run's deltas")
+        assert client.post(f"/sessions/{placed}/cancel").json()["done"] is True
+        await until(lambda: all("error" in s.types() for s in streams), 30, "the cancel on every stream")
+        for stream in streams:
+            assert stream.frames[-1][1]["type"] == "error" and stream.frames[-1][1]["code"] == "cancelled"
+            if stream.task is not None:
+                stream.task.cancel()
+        sids.remove(placed)
         for sid in sids:
             assert client.post(f"/sessions/{sid}/cancel").json()["done"] is True
