@@ -93,10 +93,13 @@ class SessionManager(Queueing, Following, Asking, Watching):
                     await self.store.drop_prompt(session_id, item.id)
             await self._announce(session_id)  # the cancelled worker could not: the feed said "running" still
             return True
+        placed = self.mesh.cancel_placed(session_id) if self.mesh is not None else []
+        if placed:  # placed with another worker, not started there yet: its prompts go, their handles end
+            await self._drop_placed(session_id, placed)
         asked = await self.store.request_lease(session_id, "cancel") is not None
-        if asked and self.mesh is not None:
+        if (asked or placed) and self.mesh is not None:
             await self.mesh.control(session_id, "cancel")  # at once; the lease says it within half a second
-        return asked
+        return asked or bool(placed)
 
     async def pause(self, session_id: str) -> bool:
         """Stop the session's run at its next step (a checkpoint; the session marked paused); `resume`, or

@@ -158,7 +158,7 @@ class Mesh:
     async def stop(self) -> None:
         self._closing = True
         self.relay.on_rows(None)
-        tasks = [*self._tasks, *([self._meeting] if self._meeting is not None else [])]
+        tasks = [*self._tasks, *self._placed_tasks, *([self._meeting] if self._meeting is not None else [])]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -270,10 +270,13 @@ class Mesh:
         if placed is not None and not placed.prompts:
             del self._placing[session_id]
 
-    async def place(self, session_id: str, prompt_id: int) -> None:
+    async def place(self, session_id: str, prompt_id: int) -> bool:
         """A prompt this peer queued durably for the session, which `placement` (or `placed_with`) chose a
-        sibling for: wake that sibling, which runs the session's queue."""
-        placed = self._placing[session_id]
+        sibling for: wake that sibling, which runs the session's queue. False: the sibling's run of the
+        session began meanwhile (or the placement was taken back): nothing was posted."""
+        placed = self._placing.get(session_id)
+        if placed is None:
+            return False
         placed.prompts.append(prompt_id)
         try:  # now, not with the next pass's rows (a pass of a busy loop is milliseconds): its order with them
             # matters to no one
@@ -281,6 +284,12 @@ class Mesh:
             await self.relay.post([RelayPost("place", session_id, prompt_id, body)])
         except TetherError:
             log.warning("could not place a prompt of session %s: it runs here after PLACE_WAIT", session_id)
+        return True
+
+    def cancel_placed(self, session_id: str) -> list[int]:
+        """Forget the session's placement whose run has not started (a cancel): the queued ids placed."""
+        placed = self._placing.pop(session_id, None)
+        return placed.prompts if placed is not None else []
 
     async def _placed_late(self) -> None:
         """Run here the prompts placed with a sibling that has not started their run within `PLACE_WAIT`, or
@@ -293,8 +302,7 @@ class Mesh:
             if self.manager._closing:
                 return  # (the store's queue keeps them for the next start)
             if await live_lease(self.manager.store, sid) is not None:
-                self._placing.pop(sid, None)
-                continue
+                continue  # (its run's RunStarted is on its way; or an edit holds the session: look again)
             if self._placing.pop(sid, None) is not placed:
                 continue  # (its run started meanwhile)
             log.info("session %s: peer %s did not take up the prompts placed with it: they run here", sid, placed.peer)
@@ -352,9 +360,12 @@ class Mesh:
         first)."""
         async with self._reading:
             while True:
-                rows = await self.relay.rows_after(self._last)
+                rows = self.relay.rows_here(self._last)  # what the wake-ups brought, then the file (or database):
+                read = not rows  # a wake-up lost leaves a gap the wake-ups after it cannot show
+                if read:
+                    rows = await self.relay.rows_after(self._last)
                 self._take(rows)
-                if len(rows) < 1000:
+                if read and len(rows) < 1000:
                     return
 
     def _rows_came(self) -> bool:

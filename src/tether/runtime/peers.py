@@ -1,24 +1,28 @@
 """The manager's room for the prompts that other processes share (`SessionManager`, with `queueing.py`): the
 store's durable queue read back (`pull_queued`, and `recover_queued` for what a dead process left), a prompt
 queued for a run another process of the service holds and the end of that run heard through the relay
-(`ran_elsewhere`), and a queued prompt's row dropped once its run ended here (`_taken`)."""
+(`ran_elsewhere`), a queued prompt's row dropped once its run ended here (`_taken`); and where a prompt for a
+session that no run here has goes (`_route`: forwarded to the run of another process, placed with a sibling
+worker that runs fewer, lined up behind what the store's queue holds, or run here), a placed prompt's run
+opened where it was placed (`run_placed`), taken back (`take_back`) or cancelled (`_drop_placed`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import TetherError
+from ..errors import SessionBusy, TetherError
 from ..events import Done, Error
 from ..store.records import QueuedPrompt
 from . import queued
 from .launch import LaunchedRun, LaunchPlan, check_request
-from .manager_base import ManagerBase, RunHandle, _Approver, _Session
+from .manager_base import ManagerBase, RunHandle, _Approver, _Opening, _Session
 
 log = logging.getLogger("tether.runtime")
 
@@ -36,6 +40,8 @@ class Peers(ManagerBase):
     if TYPE_CHECKING:  # queueing.py
 
         async def _work(self, entry: _Session, first: LaunchedRun | None) -> None: ...
+
+        async def _open_now(self, entry: _Session, handle: RunHandle, opened: _Opening) -> None: ...
 
         def _run_fields(self, session_id: str | None, fields: dict[str, Any]) -> _Approver | None: ...
 
@@ -77,6 +83,89 @@ class Peers(ManagerBase):
         )
         return True
 
+    async def _route(
+        self,
+        session_id: str,
+        prompt: object,
+        settings: dict[str, Any] | None,
+        fields: dict[str, Any],
+        *,
+        queue: bool,
+        steer: bool,
+    ) -> tuple[dict[str, Any] | None, bool, str | None, bool, bool]:
+        """Where a prompt for a session that no run of this process has (or waits for) goes: (its settings,
+        whether it is forwarded to the run of another process, the sibling it is placed with, whether it
+        waits behind prompts placed there, whether it lines up here behind prompts the store's queue holds).
+        Raises `SessionBusy` where it must not wait. A prompt that waits for a lease here gets `wait` in
+        `fields`."""
+        busy = await self._busy(session_id)  # never queued to be dropped when the run starts
+        mesh = self.mesh
+        pending = mesh.placed_with(session_id) if mesh is not None and busy is None else None
+        if pending is not None:  # placed from here with a sibling that has not started it: behind it
+            if not queue and not steer:
+                raise SessionBusy(session_id, f"a run placed with worker {pending}", host=socket.gethostname())
+            if settings is None and prompt is not None:  # a steer: no run to steer yet, so queued
+                settings = queued.wire_settings(fields)
+            if settings is not None:
+                return settings, False, pending, True, False
+            fields.setdefault("wait", PEER_WAIT)  # (a continuation: it runs here after it, under the lease)
+            return settings, False, None, False, False
+        if busy is not None:
+            if not queue or mesh is None or not await mesh.claimed_elsewhere(session_id):
+                raise busy
+            if settings is None:  # what cannot be queued there waits here for that run's lease
+                fields.setdefault("wait", PEER_WAIT)
+            return settings, True, None, False, False  # another worker (or node) runs it: queued for that run
+        if settings is None or mesh is None or not queue:
+            return settings, False, None, False, False
+        if await self.store.queued_prompts(session_id):  # placed by another process, left by one that died
+            return settings, False, None, False, True
+        return settings, False, mesh.placement(session_id, self.load()), False, False
+
+    async def _placed(self, entry: _Session, handle: RunHandle, prompt_id: int, *, behind: bool) -> bool:
+        """Wake the sibling the queued prompt `prompt_id` is placed with (`_route`); False: that sibling's run of
+        the session began meanwhile (the prompt is then queued for it, as a forwarded one is)."""
+        assert self.mesh is not None
+        self._forwarded[(entry.session_id, prompt_id)] = handle  # its end comes back as a forwarded one's does
+        if not await self.mesh.place(entry.session_id, prompt_id):
+            self._forwarded.pop((entry.session_id, prompt_id), None)
+            return False
+        handle.queued = behind
+        self._let_go(entry)
+        return True
+
+    async def run_placed(self, session_id: str) -> None:
+        """Run the session's queue, in which another worker placed a prompt (`mesh`): its first prompt's run
+        opened on this task up to its first event, as that of a prompt that came here is (`start`: under many
+        runs, a task more is a pass of the loop more before it), and the session's worker goes on; behind
+        the run in progress here, if any, after it."""
+        entry = self._entry(session_id)
+        if entry.worker is not None and not entry.worker.done():
+            entry.pull = True
+            return
+        await self._pull(entry)
+        pacer = self.defaults.pacer or self.pacer
+        if pacer is not None and entry.waiting:
+            await pacer.turn(first=True)
+        if entry.opening is not None or (entry.worker is not None and not entry.worker.done()):
+            return  # a prompt that came meanwhile began the session's work: it runs what waits
+        if not entry.waiting or entry.run is not None or self._closing:
+            self._let_go(entry)
+            return
+        await self._begin(entry, entry.waiting[0], None)
+
+    async def _begin(self, entry: _Session, handle: RunHandle, first: LaunchedRun | None) -> None:
+        """Open `handle`'s run on this task (`_open_now`), then have the session's worker go on with it."""
+        loop = asyncio.get_running_loop()
+        opening = entry.opening = loop.create_future()
+        opened = _Opening(first)
+        try:
+            await self._open_now(entry, handle, opened)
+        finally:
+            opening.set_result(opened)  # for the worker: a new one, or one ending its last run
+            if entry.worker is None or entry.worker.done():
+                entry.worker = loop.create_task(self._work(entry, None), name=f"tether session {entry.session_id}")
+
     def take_back(self, session_id: str, prompt_id: int) -> None:
         """A prompt this process placed with another (`mesh.placement`) whose run did not start there in time:
         run it here (its queued row decides who runs it, under the lease, should that process come to it)."""
@@ -90,6 +179,18 @@ class Peers(ManagerBase):
             entry.worker = asyncio.get_running_loop().create_task(
                 self._work(entry, None), name=f"tether session {session_id}"
             )
+
+    async def _drop_placed(self, session_id: str, prompt_ids: list[int]) -> None:
+        """A cancel of prompts this process placed with another, whose run has not started: their rows go
+        (a run that comes to one finds it gone), and their handles end cancelled."""
+        for prompt_id in prompt_ids:
+            with contextlib.suppress(TetherError):
+                await self.store.drop_prompt(session_id, prompt_id)
+            handle = self._forwarded.pop((session_id, prompt_id), None)
+            if handle is not None and not handle._done.done():
+                handle._done.set_result(
+                    Error(session_id=session_id, n=0, code="cancelled", message="cancelled before its run began")
+                )
 
     def load(self) -> int:
         """The sessions this process runs, or is about to (a run opening, prompts waiting)."""
@@ -125,6 +226,8 @@ class Peers(ManagerBase):
             return
         for item in fresh:
             plan = await self._queued_plan(item)
+            if any(h.queued_id == item.id for h in entry.waiting):
+                continue  # (another pull of the session, while this one read, took it)
             if plan is not None:
                 after = self._position(entry, info) if info is not None else entry.last_n
                 handle = RunHandle(entry.session_id, plan.request.prompt, after=after, plan=plan, queued=True)

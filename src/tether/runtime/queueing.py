@@ -83,15 +83,8 @@ class Queueing(Peers):
             here = self._sessions.get(session_id)
             local = here is not None and (here.run is not None or bool(here.waiting))
             if not local:
-                busy = await self._busy(session_id)  # never queued to be dropped when the run starts
-                if busy is not None:
-                    if not queue or self.mesh is None or not await self.mesh.claimed_elsewhere(session_id):
-                        raise busy
-                    forward = True  # another worker (or node) of this service runs it: queued for that run
-                    if settings is None:  # what cannot be queued there waits here for that run's lease
-                        fields.setdefault("wait", PEER_WAIT)
-                elif settings is not None and self.mesh is not None:
-                    place, behind, line_up = await self._place(session_id)
+                route = await self._route(session_id, prompt, settings, fields, queue=queue, steer=steer)
+                settings, forward, place, behind, line_up = route
             elif not queue and not steer:
                 raise SessionBusy(session_id, "a run in this process", pid=os.getpid(), host=socket.gethostname())
         durable = settings is not None and (forward or local or line_up or place is not None)
@@ -108,7 +101,12 @@ class Queueing(Peers):
             directory=directory if directory is not None else self.defaults.directory,
             **fields,  # type: ignore[arg-type]
         )
-        plan = check_request(request, self.config, resolve=self.resolve)
+        try:
+            plan = check_request(request, self.config, resolve=self.resolve)
+        except BaseException:
+            if place is not None and self.mesh is not None:
+                self.mesh.unplace(session_id or "")  # (no prompt goes there)
+            raise
         first: LaunchedRun | None = None
         if session_id is None:  # the new session is made now, so that its id can be given back
             first = await open_run(self.store, plan)
@@ -134,12 +132,10 @@ class Queueing(Peers):
                     self.mesh.unplace(session_id)  # (no prompt went there)
                 raise
             self._durable(handle, item.id)
-            if place is not None and self.mesh is not None:
-                self._forwarded[(session_id, item.id)] = handle  # its end comes back as a forwarded one's does
-                handle.queued = behind
-                await self.mesh.place(session_id, item.id)
-                self._let_go(entry)
-                return handle
+            if place is not None:
+                if await self._placed(entry, handle, item.id, behind=behind):
+                    return handle
+                forward = True  # its run began there meanwhile: queued for that run
             if line_up:  # behind prompts queued in the store for the session, which this process runs now
                 handle.queued = True
                 entry.waiting.append(handle)
@@ -169,52 +165,6 @@ class Queueing(Peers):
                 self._work(entry, first), name=f"tether session {session_id}"
             )
         return handle
-
-    async def run_placed(self, session_id: str) -> None:
-        """Run the session's queue, in which another worker placed a prompt (`mesh`): its first prompt's run
-        opened on this task up to its first event, as that of a prompt that came here is (`start`: under many
-        runs, a task more is a pass of the loop more before it), and the session's worker goes on; behind
-        the run in progress here, if any, after it."""
-        entry = self._entry(session_id)
-        if entry.worker is not None and not entry.worker.done():
-            entry.pull = True
-            return
-        await self._pull(entry)
-        pacer = self.defaults.pacer or self.pacer
-        if pacer is not None and entry.waiting:
-            await pacer.turn(first=True)
-        if entry.opening is not None or (entry.worker is not None and not entry.worker.done()):
-            return  # a prompt that came meanwhile began the session's work: it runs what waits
-        if not entry.waiting or entry.run is not None or self._closing:
-            self._let_go(entry)
-            return
-        await self._begin(entry, entry.waiting[0], None)
-
-    async def _begin(self, entry: _Session, handle: RunHandle, first: LaunchedRun | None) -> None:
-        """Open `handle`'s run on this task (`_open_now`), then have the session's worker go on with it."""
-        loop = asyncio.get_running_loop()
-        opening = entry.opening = loop.create_future()
-        opened = _Opening(first)
-        try:
-            await self._open_now(entry, handle, opened)
-        finally:
-            opening.set_result(opened)  # for the worker: a new one, or one ending its last run
-            if entry.worker is None or entry.worker.done():
-                entry.worker = loop.create_task(self._work(entry, None), name=f"tether session {entry.session_id}")
-
-    async def _place(self, session_id: str) -> tuple[str | None, bool, bool]:
-        """Where a prompt for the session, which no process runs, goes (`mesh`): to the sibling that prompts
-        for it were placed with and that has not started their run (behind them); else, when the store's
-        queue holds prompts for it (placed by another process, left by one that died), behind them, run
-        here; else to a sibling with fewer runs (`Mesh.placement`), or here. Returns (the sibling, whether
-        to go behind prompts placed there, whether to line up here)."""
-        assert self.mesh is not None
-        peer = self.mesh.placed_with(session_id)
-        if peer is not None:
-            return peer, True, False
-        if await self.store.queued_prompts(session_id):
-            return None, False, True
-        return self.mesh.placement(session_id, self.load()), False, False
 
     async def _open_now(self, entry: _Session, handle: RunHandle, opened: _Opening) -> None:
         """Open the prompt's run on the caller's task, up to its first event, which the followers get now;
