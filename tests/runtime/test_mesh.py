@@ -490,24 +490,31 @@ def test_a_process_that_is_no_worker_has_no_siblings(monkeypatch: pytest.MonkeyP
     assert not same_supervisor("here")(Peer(peer="w", host="here", pid=os.getpid() + 1, wake="", seen=0.0))
 
 
+async def pending_placement(pair: Pair, prompt: str = "one") -> tuple[list[Any], str, Any, Mesh]:
+    """A holds PLACE_MARGIN runs; B's reader lags: `prompt`, which A gets for a new idle session, stays placed
+    with B, not started. Returns (A's held runs, the session, the placed prompt's handle, B's lagging mesh)."""
+    GATE["fwd"] = asyncio.Event()
+    lagging = await reader_stopped(pair.b)
+    lagging.relay.on_rows(None)
+    held = await held_runs(pair.a, PLACE_MARGIN)
+    session = await pair.a.store.create_session(directory=str(Path.cwd()))
+    placed = await pair.a.start(session.id, prompt)
+    assert mesh_of(pair.a).placed_with(session.id) == lagging.relay.peer
+    return held, session.id, placed, lagging
+
+
 async def test_a_prompt_that_comes_to_another_worker_lines_up_behind_a_placed_one(siblings: Pair) -> None:
     """A places a prompt with B, whose reader lags (it has not read the "place" row); the client's next prompt
     comes to B directly: it finds the first in the store's queue and goes behind it, so B runs both, in the
     order they were sent, and A's handle gets the first one's end."""
-    GATE["fwd"] = asyncio.Event()
     a, b = siblings.a, siblings.b
-    lagging = await reader_stopped(b)
-    lagging.relay.on_rows(None)
-    held = await held_runs(a, PLACE_MARGIN)
-    session = await a.store.create_session(directory=str(Path.cwd()))
-    first = await a.start(session.id, "one")
-    assert mesh_of(a).placed_with(session.id) == b.mesh.relay.peer  # type: ignore[union-attr]
-    second = await b.start(session.id, "two")
+    held, sid, first, _ = await pending_placement(siblings)
+    second = await b.start(sid, "two")
     assert second.queued
     for handle in (first, second):
         assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
-    assert await user_and_answers(a.store, session.id) == ["one", "B ran: one", "two", "B ran: two"]
-    assert await a.store.queued_prompts(session.id) == []
+    assert await user_and_answers(a.store, sid) == ["one", "B ran: one", "two", "B ran: two"]
+    assert await a.store.queued_prompts(sid) == []
     GATE["fwd"].set()
     for handle in held:
         assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
@@ -530,19 +537,6 @@ async def test_a_cancel_of_a_placed_run_ends_the_handle_of_the_worker_that_place
         assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
 
 
-async def pending_placement(pair: Pair) -> tuple[list[Any], str, Any]:
-    """A holds PLACE_MARGIN runs; B's reader lags: a prompt A gets for a new idle session stays placed with B,
-    not started. Returns (A's held runs, the session, the placed prompt's handle)."""
-    GATE["fwd"] = asyncio.Event()
-    lagging = await reader_stopped(pair.b)
-    lagging.relay.on_rows(None)
-    held = await held_runs(pair.a, PLACE_MARGIN)
-    session = await pair.a.store.create_session(directory=str(Path.cwd()))
-    placed = await pair.a.start(session.id, "one")
-    assert mesh_of(pair.a).placed_with(session.id) is not None
-    return held, session.id, placed
-
-
 async def let_go(held: list[Any]) -> None:
     GATE["fwd"].set()
     for handle in held:
@@ -552,7 +546,7 @@ async def let_go(held: list[Any]) -> None:
 async def test_a_cancel_before_a_placed_run_began_drops_it(siblings: Pair) -> None:
     """The client cancels right after the 202: no process holds the session yet, but its prompt is gone from
     the queue, its handle ends cancelled, and it never runs (not here after PLACE_WAIT, nor there)."""
-    held, sid, placed = await pending_placement(siblings)
+    held, sid, placed, _ = await pending_placement(siblings)
     assert await siblings.a.cancel(sid)
     outcome = await asyncio.wait_for(placed.result(), 5)
     assert isinstance(outcome, Error) and outcome.code == "cancelled"
@@ -565,7 +559,7 @@ async def test_a_cancel_before_a_placed_run_began_drops_it(siblings: Pair) -> No
 async def test_what_follows_a_placement_not_begun_goes_behind_it(siblings: Pair) -> None:
     """While a placed prompt waits for its sibling: a steer (there is no run to steer yet) is queued behind
     it, and a prompt that must not wait (`queue=False`) is refused as busy."""
-    held, sid, placed = await pending_placement(siblings)
+    held, sid, placed, _ = await pending_placement(siblings)
     with pytest.raises(SessionBusy):
         await siblings.a.start(sid, "now or never", queue=False)
     steered = await siblings.a.start(sid, "two", steer=True)
@@ -579,27 +573,22 @@ async def test_what_follows_a_placement_not_begun_goes_behind_it(siblings: Pair)
 async def test_a_prompt_that_follows_a_placement_whose_run_began_is_queued_for_that_run(siblings: Pair) -> None:
     """The sibling's RunStarted comes while the next prompt's queue write is under way: that prompt is no
     longer placed but queued for the run there (as a forwarded one), and runs after it, once."""
-    GATE["fwd"] = asyncio.Event()
     a, b = siblings.a, siblings.b
-    lagging = await reader_stopped(b)
-    lagging.relay.on_rows(None)
-    held = await held_runs(a, PLACE_MARGIN)
-    session = await a.store.create_session(directory=str(Path.cwd()))
-    first = await a.start(session.id, "hold on")  # placed with B, which has not read it yet
+    held, sid, first, lagging = await pending_placement(siblings, "hold on")  # B has not read it yet
     enqueue = a.store.enqueue_prompt
 
     async def slow_enqueue(*args: Any, **kwargs: Any) -> Any:
         await lagging.sync()  # B reads the "place" row now: it runs the prompt, holding at the gate
-        while session.id not in b.running() or mesh_of(a).placed_with(session.id) is not None:
+        while sid not in b.running() or mesh_of(a).placed_with(sid) is not None:
             await asyncio.sleep(0.01)  # B began the run, and A heard of it
         return await enqueue(*args, **kwargs)
 
     a.store.enqueue_prompt = slow_enqueue  # type: ignore[method-assign]
-    assert mesh_of(a).placed_with(session.id) is not None
-    second = await a.start(session.id, "two")
+    assert mesh_of(a).placed_with(sid) is not None
+    second = await a.start(sid, "two")
     a.store.enqueue_prompt = enqueue  # type: ignore[method-assign]
     assert second.queued
     GATE["fwd"].set()
     for handle in (first, second, *held):
         assert isinstance(await asyncio.wait_for(handle.result(), 10), Done)
-    assert await user_and_answers(a.store, session.id) == ["hold on", "", "held", "two", "B ran: two"]
+    assert await user_and_answers(a.store, sid) == ["hold on", "", "held", "two", "B ran: two"]

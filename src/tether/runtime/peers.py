@@ -186,11 +186,8 @@ class Peers(ManagerBase):
         for prompt_id in prompt_ids:
             with contextlib.suppress(TetherError):
                 await self.store.drop_prompt(session_id, prompt_id)
-            handle = self._forwarded.pop((session_id, prompt_id), None)
-            if handle is not None and not handle._done.done():
-                handle._done.set_result(
-                    Error(session_id=session_id, n=0, code="cancelled", message="cancelled before its run began")
-                )
+            cancelled = Error(session_id=session_id, n=0, code="cancelled", message="cancelled before its run began")
+            self.ran_elsewhere(session_id, prompt_id, cancelled)  # (its handle ends as that of one run elsewhere)
 
     def load(self) -> int:
         """The sessions this process runs, or is about to (a run opening, prompts waiting)."""
