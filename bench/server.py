@@ -617,7 +617,7 @@ def start_tether(
     latency_ms: float | None = None,
     cpus: Sequence[int] | None = None,
 ) -> Process:
-    return start_process(
+    server = start_process(
         [
             *shlex.split(args.server_wrapper or ""),
             sys.executable,
@@ -636,6 +636,14 @@ def start_tether(
         env=child_env(),
         cpus=cpus,
     )
+    # The supervisor says its address before it forks; the workers each say when they listen.
+    deadline = time.monotonic() + 60
+    while log.read_text(errors="replace").count("listening http") < (workers if workers > 1 else 0):
+        if time.monotonic() > deadline or server.proc.poll() is not None:
+            server.stop()
+            raise BenchError(f"the {workers} workers did not start: {log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.05)
+    return server
 
 
 def split_cpus(want: int) -> tuple[list[int], list[int]]:

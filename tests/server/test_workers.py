@@ -13,6 +13,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ import httpx2
 import pytest
 
 from tether.runtime.mesh import PLACE_MARGIN
+from tether.server.workers import bind
 
 from .cluster import (
     MODEL,
@@ -283,3 +287,46 @@ async def test_one_client_connection_s_runs_spread_over_the_workers(
         sids.remove(placed)
         for sid in sids:
             assert client.post(f"/sessions/{sid}/cancel").json()["done"] is True
+
+
+SUPERVISED = """
+import os, signal, sys
+from tether.context import tokens
+from tether.server.workers import Supervisor
+from tether.tools import sandbox
+
+def serve_one(sock):
+    # what the worker has as it starts, before anything of its own loads it
+    with open(sys.argv[1], "w") as f:
+        f.write(f"{tokens._bpe_counter.cache_info().currsize} {sandbox.bwrap_support.cache_info().currsize}")
+    os.kill(os.getppid(), signal.SIGTERM)
+
+sys.exit(Supervisor("127.0.0.1", 0, 1, serve_one).run(grace=1))
+"""
+
+
+def test_the_workers_have_what_their_supervisor_loaded_before_forking(tmp_path: Path) -> None:
+    # The token counter, loaded once before the fork (~65 MiB, 0.1-0.3 s), and the sandbox's probe (a child
+    # process): not again in each worker, by its first prompt.
+    said = tmp_path / "said"
+    done = subprocess.run(
+        [sys.executable, "-c", SUPERVISED, str(said)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert said.read_text() == "1 1", done.stderr
+
+
+async def test_a_worker_s_connections_send_at_once() -> None:
+    # Nagle's algorithm off (as on asyncio's own sockets): a response written in two sends (uvicorn's head,
+    # then its body) does not wait ~40 ms for the client's delayed ACK.
+    sock = bind("127.0.0.1", 0, listen=True)
+    nodelay: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nodelay.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(accepted, sock=sock)
+    async with server:
+        _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        assert await asyncio.wait_for(nodelay, 10) != 0
+        writer.close()

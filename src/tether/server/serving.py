@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from .app import create_app
 from .settings import ServerSettings
 from .state import ServerState
+from .workers import load_shared, serve_workers
 
 log = logging.getLogger("tether.server")
 
@@ -39,6 +40,7 @@ class TetherServer(uvicorn.Server):
         self.app = app
 
     async def startup(self, sockets: Any = None) -> None:
+        load_shared()  # before it listens (a worker has it from its supervisor already)
         await super().startup(sockets)
         # What the process holds once it is up (its modules, the app, the store's caches) lives as long as
         # it does: out of the collector's sight. Every full collection walked all of it with the whole server
@@ -79,7 +81,6 @@ def serve(
     if workers <= 1:
         TetherServer(app(), settings, **options).run()
         return 0
-    from .workers import serve_workers
 
     def serve_one(sock: socket.socket) -> None:
         TetherServer(app(), settings, **options).run(sockets=[sock])
