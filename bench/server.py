@@ -694,6 +694,30 @@ async def unpaced_section(report: Report, args: argparse.Namespace, scratch: Pat
         report.row(label, f"pacing_ratio_{key.removesuffix('_ms')}", f[key] / f[f"unpaced_{key}"], "x", digits=3)
 
 
+async def idle_prompts(
+    args: argparse.Namespace,
+    client: httpx.AsyncClient,
+    host: str,
+    port: int,
+    new_session: Callable[[], Awaitable[str]],
+) -> list[float]:
+    """ms from `POST /sessions/{id}/prompt` to the run's end at a client of its session, for `--idle-prompts`
+    prompts of one step one after another, on a server with nothing else running: what a prompt costs where
+    nothing queues (with several workers, the prompt's connection and the stream's may be on different ones)."""
+    sid = await new_session()
+    stream = Stream(host, port, f"/sessions/{sid}/events")
+    stream.start()
+    await stream.connected.wait()
+    await asyncio.sleep(0.2)
+    took = []
+    for _ in range(args.idle_prompts):
+        t0 = time.perf_counter()
+        await tether_prompt(client, sid, "steps=1", [stream])
+        took.append((time.perf_counter() - t0) * 1000)
+    await stream.close()
+    return took
+
+
 async def workers_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
     """The main load, CPU-bound (the scripted model answers at once), on `tether serve --workers 1` and then on
     `--workers N` (N = `--workers`), each over a fresh SQLite store, in `--repeats` pairs (1, N, 1, N, ...):
@@ -706,6 +730,7 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
     n = args.workers
     runs: dict[int, list[float]] = {1: [], n: []}
     firsts: list[float] = []
+    idle: dict[int, list[float]] = {1: [], n: []}
     bounds: list[float] = []
     repeats: dict[int, list[dict[str, Any]]] = {1: [], n: []}
     server_cpus, client_cpus = split_cpus(args.cores or n)
@@ -745,6 +770,13 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             samples: list[float] = []
             try:
                 async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+                    report.section(f"pair {pair + 1}/{args.repeats}: tether serve --workers {workers}, idle")
+                    took = await idle_prompts(args, client, host, port, session_maker(client, workspace))
+                    idle[workers] += took
+                    report.row(
+                        "POST prompt -> its end (1 session, 1 client, one step) p50",
+                        f"{prefix}prompt_idle_p50_ms", percentile(took, 50), "ms", digits=2,
+                    )  # fmt: skip
                     title = f"pair {pair + 1}/{args.repeats}: tether serve --workers {workers}, CPU-bound runs (the model answers at once)"
                     streams = await load_phase(
                         report,
@@ -787,6 +819,11 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             "ms",
             digits=2,
         )
+    for workers in (1, n):
+        report.row(
+            f"{workers} worker{'s' if workers > 1 else ''}: POST prompt -> its end, idle, p50 of every pair's",
+            f"workers{workers}_prompt_idle_p50_ms", percentile(idle[workers], 50), "ms", digits=2,
+        )  # fmt: skip
     shares = [r["busiest_worker_share"] for r in repeats[n] if "busiest_worker_share" in r]
     if shares:
         report.row(

@@ -149,6 +149,8 @@ def test_workers_run_on_their_own_cores_where_the_machine_has_more(tmp_path: Pat
     for load in (*figures["workers1_repeats"], *figures["workers2_repeats"]):
         # on one core: a load's servers cannot have used much more than its wall time of CPU
         assert load["runs_server_cpu_s"] <= load["runs_s"] * 1.1 + 0.05, load
+        assert load["prompt_idle_p50_ms"] > 0, load  # each load's idle prompts, before it
+    assert figures["workers1_prompt_idle_p50_ms"] > 0 and figures["workers2_prompt_idle_p50_ms"] > 0
     assert "the clients take nothing from the servers' cores" in proc.stdout
     assert "2 workers' CPU on 1 cores" in proc.stdout
 
