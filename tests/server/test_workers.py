@@ -290,7 +290,7 @@ async def test_one_client_connection_s_runs_spread_over_the_workers(
 
 
 SUPERVISED = """
-import os, signal, sys
+import gc, os, signal, sys
 from tether.context import tokens
 from tether.server.workers import Supervisor
 from tether.tools import sandbox
@@ -298,7 +298,8 @@ from tether.tools import sandbox
 def serve_one(sock):
     # what the worker has as it starts, before anything of its own loads it
     with open(sys.argv[1], "w") as f:
-        f.write(f"{tokens._bpe_counter.cache_info().currsize} {sandbox.bwrap_support.cache_info().currsize}")
+        loaded = tokens._bpe_counter.cache_info().currsize, sandbox.bwrap_support.cache_info().currsize
+        f.write(f"{loaded[0]} {loaded[1]} {int(gc.get_freeze_count() > 0)}")
     os.kill(os.getppid(), signal.SIGTERM)
 
 sys.exit(Supervisor("127.0.0.1", 0, 1, serve_one).run(grace=1))
@@ -307,12 +308,13 @@ sys.exit(Supervisor("127.0.0.1", 0, 1, serve_one).run(grace=1))
 
 def test_the_workers_have_what_their_supervisor_loaded_before_forking(tmp_path: Path) -> None:
     # The token counter, loaded once before the fork (~65 MiB, 0.1-0.3 s), and the sandbox's probe (a child
-    # process): not again in each worker, by its first prompt.
+    # process): not again in each worker, by its first prompt; and all it has, frozen out of the workers'
+    # collections (which would copy every page they walk).
     said = tmp_path / "said"
     done = subprocess.run(
         [sys.executable, "-c", SUPERVISED, str(said)], capture_output=True, text=True, timeout=60, check=False
     )
-    assert said.read_text() == "1 1", done.stderr
+    assert said.read_text() == "1 1 1", done.stderr
 
 
 async def test_a_worker_s_connections_send_at_once() -> None:

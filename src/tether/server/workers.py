@@ -13,6 +13,7 @@ others once their leases are free, `mesh`), and on SIGINT or SIGTERM tells every
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -138,7 +139,17 @@ class Supervisor:
 
     def run(self, *, grace: float = 5.0) -> int:
         """Serve until told to stop; returns the exit status (0 when every worker stopped cleanly)."""
-        load_shared()  # once, here: the workers share it
+        try:
+            load_shared()  # once, here: the workers share it
+            # What the workers inherit, out of their collectors' sight: a collection in a worker (its startup
+            # makes one) writes to every object it walks and so copies its page, inherited or not. 2 workers
+            # after a few runs each: 26 MiB of each worker's own against 34 without this; the server's PSS 131
+            # MiB against 147 (and 187 without load_shared).
+            gc.collect()
+            gc.freeze()
+        except BaseException:
+            self._holder.close()
+            raise
         before = {s: signal.signal(s, self._stop) for s in (signal.SIGINT, signal.SIGTERM)}
         status = 0
         try:

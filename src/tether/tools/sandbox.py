@@ -121,8 +121,11 @@ def bwrap_support() -> Support:
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip().splitlines()
         return Support(None, f"bubblewrap does not work here: {why[-1] if why else done.returncode}")
-    version = subprocess.run([path, "--version"], capture_output=True, check=False).stdout.decode().strip()
-    return Support("bwrap", version or "bubblewrap")
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = b""  # it ran the probe: only the line about it is lost
+    return Support("bwrap", version.decode(errors="replace").strip() or "bubblewrap")
 
 
 @cache
