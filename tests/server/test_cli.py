@@ -5,16 +5,20 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import httpx2
+import pytest
 from click.testing import CliRunner
 
 from tether.cli.main import cli
 
+from .cluster import free_port
 from .conftest import GATES, Served, asks, gated, serve
 
 
@@ -131,3 +135,28 @@ def test_serve_with_workers_refuses_a_memory_store(tmp_path: Path) -> None:
 def test_serve_help_names_workers_and_nodes() -> None:
     result = CliRunner().invoke(cli, ["serve", "--help"])
     assert result.exit_code == 0 and "--workers N" in result.output and "postgresql://" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_says_it_serves_once_a_connection_is_served(tmp_path: Path, workers: int) -> None:
+    """A script that waits for the line and then connects is served: before, with --workers, the line came
+    before the supervisor forked, and a connection right after it was refused for a few hundred ms."""
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, "TETHER_HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "tether", "--store", f"sqlite:///{tmp_path / 't.db'}", "serve", "--port"]
+    process = subprocess.Popen(
+        [*argv, str(port), "--workers", str(workers)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None
+        said = process.stderr.readline()
+        assert said.startswith("tether serving on"), said
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:  # refused: ConnectionRefusedError
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
+            conn.settimeout(30)
+            got = conn.recv(4096)
+            assert got.startswith(b"HTTP/1.1 200"), (said, got)
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -124,19 +124,26 @@ def serve(
 
     shown_host = "127.0.0.1" if is_wildcard(host) else f"[{host}]" if ":" in host else host
     address = f"http://{shown_host}:{port}"
-    click.echo(
-        f"tether serving on {address} (the web page at /, OpenAPI at /openapi.json"
-        f"{'; token required' if settings.token else ''}{f'; {workers} workers' if workers > 1 else ''}); "
-        "Ctrl-C stops it",
-        err=True,
-    )
-    if token is not None:  # in the fragment: a browser never sends it; the page trades it for a cookie
-        click.echo(f"open the web page signed in: {address}/#token={token}", err=True)
+
+    def listening() -> None:  # said once it listens: a client that reads this line and connects is served
+        click.echo(
+            f"tether serving on {address} (the web page at /, OpenAPI at /openapi.json"
+            f"{'; token required' if settings.token else ''}{f'; {workers} workers' if workers > 1 else ''}); "
+            "Ctrl-C stops it",
+            err=True,
+        )
+        if token is not None:  # in the fragment: a browser never sends it; the page trades it for a cookie
+            click.echo(f"open the web page signed in: {address}/#token={token}", err=True)
+
     record = _record_address(host, port)
     before = _forget_on_sigterm(record) if record is not None else None
     try:
         status = run_server(
-            settings, store_url=store_url, workers=workers, log_level="info" if cli_state().debug else "warning"
+            settings,
+            store_url=store_url,
+            workers=workers,
+            ready=listening,
+            log_level="info" if cli_state().debug else "warning",
         )
         if status:
             raise SystemExit(status)

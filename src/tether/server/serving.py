@@ -26,7 +26,9 @@ class TetherServer(uvicorn.Server):
     """uvicorn's server, which stops the runs before it waits for the connections to close (an event stream
     would otherwise hold it open until its own timeout)."""
 
-    def __init__(self, app: FastAPI, settings: ServerSettings, **options: Any) -> None:
+    def __init__(
+        self, app: FastAPI, settings: ServerSettings, *, ready: Callable[[], None] | None = None, **options: Any
+    ) -> None:
         config = uvicorn.Config(
             app,
             host=settings.host,
@@ -38,6 +40,8 @@ class TetherServer(uvicorn.Server):
         )
         super().__init__(config)
         self.app = app
+        self.ready = ready
+        """Called once the server listens (not when it could not bind: it exits then)."""
 
     async def startup(self, sockets: Any = None) -> None:
         load_shared()  # before it listens (a worker has it from its supervisor already)
@@ -47,6 +51,8 @@ class TetherServer(uvicorn.Server):
         # stopped: 60-80 ms each, five in five seconds of fifty runs (bench/server.py); 20-50 ms without it.
         gc.collect()
         gc.freeze()
+        if self.ready is not None:
+            self.ready()
 
     async def shutdown(self, sockets: Any = None) -> None:
         state: ServerState | None = getattr(self.app.state, "tether", None)
@@ -69,20 +75,21 @@ def serve(
     store_url: str | None = None,
     workers: int = 1,
     make_app: Callable[[], FastAPI] | None = None,
+    ready: Callable[[], None] | None = None,
     **options: Any,
 ) -> int:
     """Run the server until it is told to stop: in this thread, or with `workers` processes
     (`workers.Supervisor`; each builds its app with `make_app`, by default `create_app` over `store_url`).
-    Returns the exit status."""
+    `ready` is called once it listens. Returns the exit status."""
 
     def app() -> FastAPI:
         return make_app() if make_app is not None else create_app(settings, store_url=store_url)
 
     if workers <= 1:
-        TetherServer(app(), settings, **options).run()
+        TetherServer(app(), settings, ready=ready, **options).run()
         return 0
 
     def serve_one(sock: socket.socket) -> None:
         TetherServer(app(), settings, **options).run(sockets=[sock])
 
-    return serve_workers(workers, settings.host, settings.port, serve_one, grace=settings.shutdown_grace)
+    return serve_workers(workers, settings.host, settings.port, serve_one, grace=settings.shutdown_grace, ready=ready)

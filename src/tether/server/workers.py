@@ -110,7 +110,14 @@ class Supervisor:
 
     def _spawn(self, slot: int) -> None:
         supervisor = os.getpid()
-        pid = os.fork()
+        # Listening before the fork: a connection that comes while the worker starts waits in its queue
+        # (served once the worker's loop runs), and the service is there once `run` says it is.
+        sock = bind(self.host, self.port, listen=True)
+        try:
+            pid = os.fork()
+        except BaseException:
+            sock.close()
+            raise
         if pid == 0:  # the worker
             code = 0
             try:
@@ -119,7 +126,7 @@ class Supervisor:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 self._holder.close()
                 os.environ["TETHER_WORKER"] = str(slot)
-                self.serve_one(bind(self.host, self.port, listen=True))
+                self.serve_one(sock)
             except BaseException:  # nothing of the supervisor's may run in a worker: leave at once
                 log.exception("worker %d failed", slot)
                 code = 1
@@ -128,6 +135,7 @@ class Supervisor:
                     sys.stdout.flush()
                     sys.stderr.flush()
                 os._exit(code)
+        sock.close()  # (the worker's)
         self.children[pid] = slot
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
@@ -137,8 +145,10 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
-    def run(self, *, grace: float = 5.0) -> int:
-        """Serve until told to stop; returns the exit status (0 when every worker stopped cleanly)."""
+    def run(self, *, grace: float = 5.0, ready: Callable[[], None] | None = None) -> int:
+        """Serve until told to stop; returns the exit status (0 when every worker stopped cleanly). `ready`
+        is called once every worker's socket listens (a connection then waits for its worker's loop at the
+        most, never is refused)."""
         try:
             load_shared()  # once, here: the workers share it
             # What the workers inherit, out of their collectors' sight: a collection in a worker (its startup
@@ -155,6 +165,8 @@ class Supervisor:
         try:
             for slot in range(self.workers):
                 self._spawn(slot)
+            if ready is not None:
+                ready()
             while self.children:
                 try:
                     pid, code = os.wait()
@@ -204,7 +216,14 @@ def _how(code: int) -> str:
 
 
 def serve_workers(
-    workers: int, host: str, port: int, serve_one: Callable[[socket.socket], None], *, grace: float, **_: Any
+    workers: int,
+    host: str,
+    port: int,
+    serve_one: Callable[[socket.socket], None],
+    *,
+    grace: float,
+    ready: Callable[[], None] | None = None,
+    **_: Any,
 ) -> int:
     """Serve with `workers` processes (see `Supervisor`)."""
-    return Supervisor(host, port, workers, serve_one).run(grace=grace)
+    return Supervisor(host, port, workers, serve_one).run(grace=grace, ready=ready)
