@@ -147,8 +147,8 @@ class Supervisor:
 
     def run(self, *, grace: float = 5.0, ready: Callable[[], None] | None = None) -> int:
         """Serve until told to stop; returns the exit status (0 when every worker stopped cleanly). `ready`
-        is called once every worker's socket listens (a connection then waits for its worker's loop at the
-        most, never is refused)."""
+        is called once every worker's socket listens: a connection that comes after it may wait for its
+        worker's loop to start, and is never refused."""
         try:
             load_shared()  # once, here: the workers share it
             # What the workers inherit, out of their collectors' sight: a collection in a worker (its startup
