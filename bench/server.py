@@ -700,22 +700,23 @@ async def idle_prompts(
     host: str,
     port: int,
     new_session: Callable[[], Awaitable[str]],
-) -> list[float]:
-    """ms from `POST /sessions/{id}/prompt` to the run's end at a client of its session, for `--idle-prompts`
-    prompts of one step one after another, on a server with nothing else running: what a prompt costs where
-    nothing queues (with several workers, the prompt's connection and the stream's may be on different ones)."""
+) -> tuple[list[Prompted], list[float]]:
+    """`--idle-prompts` prompts of one step one after another in a new session with one client, on a server
+    with nothing else running: the prompts, and the ms from each `POST /sessions/{id}/prompt` to its run's end
+    at the client (what a prompt costs where nothing queues; with several workers, the prompt's connection and
+    the stream's may be on different ones)."""
     sid = await new_session()
     stream = Stream(host, port, f"/sessions/{sid}/events")
     stream.start()
     await stream.connected.wait()
     await asyncio.sleep(0.2)
-    took = []
+    prompts, took = [], []
     for _ in range(args.idle_prompts):
         t0 = time.perf_counter()
-        await tether_prompt(client, sid, "steps=1", [stream])
+        prompts.append(await tether_prompt(client, sid, "steps=1", [stream]))
         took.append((time.perf_counter() - t0) * 1000)
     await stream.close()
-    return took
+    return prompts, took
 
 
 async def workers_section(report: Report, args: argparse.Namespace, scratch: Path) -> None:
@@ -771,7 +772,7 @@ async def workers_section(report: Report, args: argparse.Namespace, scratch: Pat
             try:
                 async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
                     report.section(f"pair {pair + 1}/{args.repeats}: tether serve --workers {workers}, idle")
-                    took = await idle_prompts(args, client, host, port, session_maker(client, workspace))
+                    _, took = await idle_prompts(args, client, host, port, session_maker(client, workspace))
                     idle[workers] += took
                     report.row(
                         "POST prompt -> its end (1 session, 1 client, one step) p50",
@@ -1013,16 +1014,10 @@ async def tether_runs(
 
     # idle: one session, one client, nothing else running
     report.section("tether: POST prompt -> first event, idle (1 session, 1 client)")
-    sid = await new_session()
-    stream = Stream(host, port, f"/sessions/{sid}/events")
-    stream.start()
-    await stream.connected.wait()
-    await asyncio.sleep(0.2)
-    idle = [await tether_prompt(client, sid, "steps=1", [stream]) for _ in range(args.idle_prompts)]
+    idle, _ = await idle_prompts(args, client, host, port, new_session)
     samples = first_events(idle, tether_number)
     report.row("prompt -> first event p50", "prompt_first_event_idle_p50_ms", percentile(samples, 50), "ms", digits=2)
     report.row("prompt -> first event p95", "prompt_first_event_idle_p95_ms", percentile(samples, 95), "ms", digits=2)
-    await stream.close()
 
     per = max(1, args.clients // args.sessions)
     streams = await load_phase(report, args, client, server, host, port, new_session, "tether")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +122,16 @@ class Peers(ManagerBase):
         if await self.store.queued_prompts(session_id):  # placed by another process, left by one that died
             return settings, False, None, False, True
         return settings, False, mesh.placement(session_id, self.load()), False, False
+
+    @contextlib.contextmanager
+    def _placing(self, session_id: str | None, place: str | None) -> Iterator[None]:
+        """Until the prompt is queued: a failure lets go of the sibling `_route` chose for it (`place`)."""
+        try:
+            yield
+        except BaseException:
+            if place is not None and session_id is not None and self.mesh is not None:
+                self.mesh.unplace(session_id)  # (no prompt went there)
+            raise
 
     async def _placed(self, entry: _Session, handle: RunHandle, prompt_id: int, *, behind: bool) -> bool:
         """Wake the sibling the queued prompt `prompt_id` is placed with (`_route`); False: that sibling's run of

@@ -101,12 +101,8 @@ class Queueing(Peers):
             directory=directory if directory is not None else self.defaults.directory,
             **fields,  # type: ignore[arg-type]
         )
-        try:
+        with self._placing(session_id, place):
             plan = check_request(request, self.config, resolve=self.resolve)
-        except BaseException:
-            if place is not None and self.mesh is not None:
-                self.mesh.unplace(session_id or "")  # (no prompt goes there)
-            raise
         first: LaunchedRun | None = None
         if session_id is None:  # the new session is made now, so that its id can be given back
             first = await open_run(self.store, plan)
@@ -125,12 +121,8 @@ class Queueing(Peers):
             handle.steered = True
             return handle
         if durable and settings is not None and prompt is not None:
-            try:
+            with self._placing(session_id, place):
                 item = await self.store.enqueue_prompt(session_id, queued.encode(prompt, settings))  # before the 202
-            except BaseException:
-                if place is not None and self.mesh is not None:
-                    self.mesh.unplace(session_id)  # (no prompt went there)
-                raise
             self._durable(handle, item.id)
             if place is not None:
                 if await self._placed(entry, handle, item.id, behind=behind):
