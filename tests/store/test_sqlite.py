@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -285,6 +289,79 @@ async def test_store_busy_after_the_busy_timeout(db: Path, raw: sqlite3.Connecti
         assert (await store.get_session(info.id)).entry_count == 0  # nothing of the refused writes
         assert [e.seq for e in await store.append(info.id, [Message.user("free")])] == [1]
         assert len((await store.list_sessions()).items) == 1
+
+
+# --- opening --------------------------------------------------------------------------------------------
+
+
+def _hold_the_write_lock_of_a_new_file(db: Path) -> sqlite3.Connection:
+    """A connection that made `db` (not in WAL yet) and holds its write lock: as another process that opens
+    the same new file a moment earlier does, while it makes the schema."""
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    conn.execute("CREATE TABLE theirs (x)")
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO theirs VALUES (1)")
+    return conn
+
+
+async def test_an_open_waits_for_another_process_making_the_file(db: Path) -> None:
+    """SQLite fails the switch to WAL at once, without its busy handler, while another connection writes a
+    new file: the first `tether serve --workers 2` on a new store lost a worker to it."""
+    other = _hold_the_write_lock_of_a_new_file(db)
+    let_go = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    let_go.start()
+    try:
+        async with SqliteStore(db, busy_timeout=10) as store:
+            assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert store.conn.execute("SELECT x FROM theirs").fetchall() == [(1,)]  # theirs, committed
+            assert (await store.create_session()).entry_count == 0
+    finally:
+        let_go.join()
+        other.close()
+
+
+async def test_an_open_gives_up_after_the_busy_timeout(db: Path) -> None:
+    other = _hold_the_write_lock_of_a_new_file(db)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreBusy, match="locked"):
+            SqliteStore(db, busy_timeout=1)
+        assert time.monotonic() - started >= 1
+    finally:
+        other.close()
+
+
+def _open_in_rounds(paths: list[str], barrier: Any, failures: Any) -> None:
+    for path in paths:
+        barrier.wait()
+        try:
+            SqliteStore(path).conn.execute("SELECT count(*) FROM sessions").fetchone()
+        except Exception as e:  # every failure is counted, not only the busy one
+            failures.put(f"{type(e).__name__}: {e}")
+
+
+@pytest.mark.slow
+def test_processes_opening_a_new_file_at_once_all_open(tmp_path: Path) -> None:
+    """Six processes open each of ten new files at the same moment (a barrier before each)."""
+    context = multiprocessing.get_context("spawn")
+    paths = [str(tmp_path / f"new{i}.db") for i in range(10)]
+    barrier, failures = context.Barrier(6), context.Queue()
+    processes = [context.Process(target=_open_in_rounds, args=(paths, barrier, failures)) for _ in range(6)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0] * 6
+    said = []
+    while not failures.empty():
+        said.append(failures.get())
+    assert said == []
+    for path in paths:
+        conn = sqlite3.connect(path)
+        try:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        finally:
+            conn.close()
 
 
 # --- schema versions ------------------------------------------------------------------------------------

@@ -264,6 +264,21 @@ CHECKPOINT_LOCKED_ROWS = 4096
 what ~2,000 appends write. A fork or an import of more entries is left to the next checkpoint's first pass."""
 
 
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a schema of `version` (0: none yet) to SCHEMA_VERSION, inside the caller's write transaction."""
+    if version in (2, 3):
+        searchindex.drop(conn)  # an index of another shape: made again from the journal
+    if 1 <= version <= 4:
+        conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
+    for statement in (
+        _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA + queuesql.SCHEMA) + _CHANGES_SCHEMA
+    ):
+        conn.execute(statement)
+    if 1 <= version <= 3:
+        searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
 class _Busy(Exception):
     """The write lock is held by another connection right now."""
 
@@ -322,6 +337,25 @@ class SqliteStore:
     def _setup(self, conn: sqlite3.Connection) -> None:
         # Opening may race with other processes creating the schema; waiting here is fine (sync, once).
         conn.execute(f"PRAGMA busy_timeout = {int(max(self.busy_timeout, 1) * 1000)}")
+        # SQLite's busy handler does not cover everything an open does: switching a new file to WAL while
+        # another process opens it too (the workers of `tether serve --workers N` on a new store, each its own
+        # open) fails at once with "database is locked". Every step below is a read, or done again whole under
+        # the write lock, so the open is tried again until the same time has passed.
+        deadline = time.monotonic() + max(self.busy_timeout, 1)
+        while True:
+            try:
+                self._prepare(conn)
+                break
+            except sqlite3.OperationalError as e:
+                if not is_busy(e) or time.monotonic() >= deadline:
+                    raise
+                _rollback(conn)
+                time.sleep(random.uniform(0.005, 0.02))
+        # From here on, a locked database is waited for asynchronously (see _write), never inside SQLite.
+        conn.execute("PRAGMA busy_timeout = 0")
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """The file's checks, its mode and its schema (made, or migrated): `_setup`'s one try."""
         # The version first: it reads the header and the schema, so a file that is not a database, or whose
         # schema is damaged, fails here, before anything below could write to it.
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -352,24 +386,15 @@ class SqliteStore:
         if version < SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if version in (2, 3):
-                    searchindex.drop(conn)  # an index of another shape: made again from the journal
-                if 1 <= version <= 4:
-                    conn.execute("DROP TABLE IF EXISTS leases")  # the unused table of before: new columns
-                for statement in (
-                    _statements(_SCHEMA + searchindex.SCHEMA + auditsql.SCHEMA + feedsql.SCHEMA + queuesql.SCHEMA)
-                    + _CHANGES_SCHEMA
-                ):
-                    conn.execute(statement)
-                if 1 <= version <= 3:
-                    searchindex.mark_all_pending(conn)  # entries stored before this index: backlog
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                # Read again under the write lock: another process may have migrated since (a migration run
+                # twice would drop the search index it had just made again).
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version < SCHEMA_VERSION:
+                    _migrate(conn, version)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
-        # From here on, a locked database is waited for asynchronously (see _write), never inside SQLite.
-        conn.execute("PRAGMA busy_timeout = 0")
 
     @property
     def conn(self) -> sqlite3.Connection:
