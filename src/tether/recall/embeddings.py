@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import MissingExtra
 from ..store.protocols import Store
 from ..store.searchtext import STOP_WORDS, indexed_text, stem, tokens
+from ..store.walfile import connect_wal
 from .backfill import changes_since, side_path
 from .candidate import Candidate
 
@@ -342,6 +343,12 @@ CREATE TABLE IF NOT EXISTS words (word TEXT PRIMARY KEY, vec BLOB NOT NULL) WITH
 CREATE TABLE IF NOT EXISTS cursor (model TEXT PRIMARY KEY, position INTEGER NOT NULL) WITHOUT ROWID;
 """
 
+
+def _setup(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(_SCHEMA)
+
+
 EXPAND_PER_WORD = 3
 """Related words added per query word (query expansion): "instruments" also searches "violin"."""
 EXPAND_MIN_SIMILARITY = 0.55
@@ -605,10 +612,7 @@ class SemanticIndex(Semantic):
         self.path = str(path) if path is not None else default_vector_path(store)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.executescript(_SCHEMA)
+        self._conn = connect_wal(self.path, setup=_setup)
         self._lock = threading.Lock()
 
     def close(self) -> None:

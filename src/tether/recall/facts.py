@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..store.protocols import Store
 from ..store.searchtext import indexed_text, match_expression, query_terms
+from ..store.walfile import connect_wal
 from .backfill import changes_since, side_path
 
 FactWriter = Callable[[str], Awaitable[str]]
@@ -53,6 +54,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(line, tokenize = 'porter
 CREATE TABLE IF NOT EXISTS progress (session_id TEXT PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), position INTEGER NOT NULL);
 """
+
+
+def _setup(conn: sqlite3.Connection) -> None:
+    conn.executescript(_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -206,9 +211,7 @@ class FactIndex(Facts):
         self.path = str(path) if path is not None else default_fact_path(store)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.executescript(_SCHEMA)
+        self._conn = connect_wal(self.path, setup=_setup)
         self._lock = threading.Lock()
 
     def close(self) -> None:

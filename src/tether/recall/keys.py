@@ -21,6 +21,7 @@ from ..store.protocols import Store
 from ..store.records import SearchHit, SessionInfo
 from ..store.reverts import ActiveWalk, hidden_spans, is_hidden
 from ..store.searchtext import QueryTerm, document, excerpt_of, indexed_text, match_expression, query_terms
+from ..store.walfile import connect_wal
 from .backfill import changes_since, side_path
 
 KEY_VERSION = 1
@@ -63,6 +64,13 @@ CREATE VIRTUAL TABLE IF NOT EXISTS keys_fts USING fts5(
     own, previous, tokenize = 'porter unicode61', detail = full, content = ''
 );
 """
+
+
+def _setup(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(_SCHEMA)
+
+
 """Rows are turns, their rowid ``num << 34 | seq << 2 | role`` as in the store's index (a session is a rowid
 range, a role is two bits). The FTS table is contentless: it keeps terms, not text. SQLite before 3.43
 cannot forget a contentless row without its text, so a session that goes (deleted, or replaced under its
@@ -351,12 +359,9 @@ class KeyIndex(TurnKeys):
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn = connect_wal(self.path, setup=_setup)
         self._lock = threading.Lock()
         try:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.executescript(_SCHEMA)
             version = self._meta("version")
             if version != KEY_VERSION:
                 if version is not None:

@@ -37,6 +37,7 @@ import msgspec
 from ..errors import TetherError
 from ..ids import new_id
 from .faults import is_busy, store_fault
+from .walfile import connect_wal
 
 Kind = Literal[
     "event", "pending", "settled", "answer", "cancel", "pause", "hello", "change", "queued", "place", "ran", "load"
@@ -225,6 +226,11 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+def _setup(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.executescript(_SCHEMA)
+
+
 class Wakeup:
     """What the relay's one reader waits for (`wait`, with a timeout) and a wake-up sets (`set`, from a callback
     of the loop): the reader runs in the loop's next pass. (`asyncio.wait_for` on an `asyncio.Event` takes
@@ -334,10 +340,7 @@ class SqliteRelay:
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
             try:
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = OFF")
-                conn.executescript(_SCHEMA)
+                conn = connect_wal(self.path, timeout=10.0, setup=_setup)
             except sqlite3.Error as e:
                 raise store_fault(e, self.path, "open") from e
             self._conn = conn

@@ -105,6 +105,8 @@ from .validate import (
     validate_bodies,
     validate_import,
 )
+from .walfile import rollback as _rollback
+from .walfile import until_free
 
 R = TypeVar("R")
 SCHEMA_VERSION = 11
@@ -337,20 +339,9 @@ class SqliteStore:
     def _setup(self, conn: sqlite3.Connection) -> None:
         # Opening may race with other processes creating the schema; waiting here is fine (sync, once).
         conn.execute(f"PRAGMA busy_timeout = {int(max(self.busy_timeout, 1) * 1000)}")
-        # SQLite's busy handler does not cover everything an open does: switching a new file to WAL while
-        # another process opens it too (the workers of `tether serve --workers N` on a new store, each its own
-        # open) fails at once with "database is locked". Every step below is a read, or done again whole under
-        # the write lock, so the open is tried again until the same time has passed.
-        deadline = time.monotonic() + max(self.busy_timeout, 1)
-        while True:
-            try:
-                self._prepare(conn)
-                break
-            except sqlite3.OperationalError as e:
-                if not is_busy(e) or time.monotonic() >= deadline:
-                    raise
-                _rollback(conn)
-                time.sleep(random.uniform(0.005, 0.02))
+        # The busy handler does not cover the switch to WAL of a new file another process is making (see
+        # walfile). Every step below is a read, or done again whole under the write lock.
+        until_free(lambda: self._prepare(conn), max(self.busy_timeout, 1), undo=lambda: _rollback(conn))
         # From here on, a locked database is waited for asynchronously (see _write), never inside SQLite.
         conn.execute("PRAGMA busy_timeout = 0")
 
@@ -1614,16 +1605,6 @@ def check_file(path: str | os.PathLike[str], *, full: bool = True) -> list[Findi
     decode, and its search index agrees with the journal (`full`: row by row). Never creates, migrates or
     repairs anything; a missing file is reported, not made."""
     return health.check_file(os.fspath(path), full=full, known_version=SCHEMA_VERSION)
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """End a failed transaction. SQLite has often rolled it back itself (a full disk, an I/O error), and a
-    ROLLBACK that fails too must not hide the error that caused it."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
 
 
 def _statements(script: str) -> list[str]:
