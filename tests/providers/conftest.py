@@ -57,17 +57,21 @@ class Reply:
     chunks: list[bytes] | None = None
     chunk_delay: float = 0.0
     hang: bool = False
+    keep_alive: bool = False
+    """For `chunks`: announce their length and keep the connection for the next request, as hosted APIs do
+    (by default a stream ends by closing its connection)."""
 
     @classmethod
     def json(cls, status: int, data: Any, headers: dict[str, str] | None = None) -> Reply:
         return cls(status, {"content-type": "application/json", **(headers or {})}, json.dumps(data).encode())
 
     @classmethod
-    def sse(cls, text: str, *, chunk_delay: float = 0.0) -> Reply:
+    def sse(cls, text: str, *, chunk_delay: float = 0.0, keep_alive: bool = False) -> Reply:
         """An SSE stream, one event (blank-line separated block) per write."""
         events = [block.strip("\n") + "\n\n" for block in text.replace("\r\n", "\n").split("\n\n") if block.strip()]
+        chunks = [e.encode() for e in events]
         return cls(
-            200, {"content-type": "text/event-stream"}, chunks=[e.encode() for e in events], chunk_delay=chunk_delay
+            200, {"content-type": "text/event-stream"}, chunks=chunks, chunk_delay=chunk_delay, keep_alive=keep_alive
         )
 
 
@@ -77,6 +81,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    peer: tuple[str, int] = ("", 0)
+    """The client's address: one per connection (requests on one connection share it)."""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -103,7 +109,13 @@ class LoopbackServer:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
                 owner.requests.append(
-                    Received(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    Received(
+                        self.command,
+                        self.path,
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                        (str(self.client_address[0]), int(self.client_address[1])),
+                    )
                 )
                 reply = owner.replies.pop(0) if owner.replies else Reply.json(500, {"error": "no reply queued"})
                 if reply.hang:
@@ -118,9 +130,12 @@ class LoopbackServer:
                     self.end_headers()
                     self.wfile.write(reply.body)
                     return
-                self.send_header("connection", "close")
+                if reply.keep_alive:
+                    self.send_header("content-length", str(sum(len(c) for c in reply.chunks)))
+                else:
+                    self.send_header("connection", "close")
+                    self.close_connection = True
                 self.end_headers()
-                self.close_connection = True
                 try:
                     for chunk in reply.chunks:
                         self.wfile.write(chunk)
@@ -151,8 +166,8 @@ class LoopbackServer:
     def answer_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
         self.queue(Reply.json(status, data, headers))
 
-    def answer_sse(self, text: str, *, chunk_delay: float = 0.0) -> None:
-        self.queue(Reply.sse(text, chunk_delay=chunk_delay))
+    def answer_sse(self, text: str, *, chunk_delay: float = 0.0, keep_alive: bool = False) -> None:
+        self.queue(Reply.sse(text, chunk_delay=chunk_delay, keep_alive=keep_alive))
 
     def answer_chunks(self, chunks: list[str], *, chunk_delay: float = 0.0) -> None:
         """A 200 event stream written as exactly these pieces, `chunk_delay` apart."""

@@ -6,7 +6,9 @@ SQLite store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import importlib.util
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import msgspec
 import pytest
 
 from tether import Message, ToolCallPart
-from tether.config import Config, PermissionsConfig, RuntimeConfig
+from tether.config import Config, PermissionsConfig, ProviderConfig, RuntimeConfig
 from tether.errors import InvalidInput, SessionBusy
 from tether.events import DURABLE_TYPES, Done, Error, Event, TextComplete, TextDelta, ToolCallComplete
 from tether.messages import Checkpoint
@@ -31,6 +33,7 @@ from tether.store import SqliteStore
 from tether.tools.base import ToolRegistry, function_tool
 
 STEP_GATE: dict[str, asyncio.Event] = {}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @function_tool(read_only=True)
@@ -525,3 +528,53 @@ async def test_a_run_opened_on_its_prompts_task_fails_as_any_run_does(store: Sql
     result = await asyncio.wait_for(handle.result(), 10)
     assert isinstance(result, Error) and result.code == SessionBusy.code
     assert await store.read(sid) == [] and await mgr.status(sid) != "running"
+
+
+# --- the runs' SDK clients ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stub_server() -> Iterator[tuple[str, list[int]]]:
+    """bench/_openai_stub.py (a real OpenAI-compatible server on loopback, keep-alive as hosted APIs are):
+    its base URL, and a list that grows by one at each connection it accepts."""
+    spec = importlib.util.spec_from_file_location("_openai_stub", ROOT / "bench" / "_openai_stub.py")
+    assert spec is not None and spec.loader is not None
+    stub = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stub)
+    server = stub.make_server(stub.Answers())
+    accepted: list[int] = []
+    process = server.process_request
+
+    def counting(request: Any, address: Any) -> None:
+        accepted.append(1)
+        process(request, address)
+
+    server.process_request = counting
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", accepted
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_the_runs_of_a_manager_share_their_connections(
+    store: SqliteStore, tmp_path: Path, stub_server: tuple[str, list[int]]
+) -> None:
+    """Each prompt resolves its model anew (a provider per run); the SDK client, and so the connection, is
+    the manager's: before, every prompt to `tether serve` made a client and a connection (a TLS handshake to
+    a hosted API) of its own."""
+    pytest.importorskip("openai", reason="needs the `openai` extra")
+    url, accepted = stub_server
+    config = Config(providers={"team": ProviderConfig(kind="openai", base_url=url, api_key="k")})
+    mgr = SessionManager(store, config=config, defaults=RunRequest(None, directory=tmp_path, tools="none"))
+    try:
+        handles = []
+        for n in range(4):  # one after the other, two sessions
+            handles.append(await mgr.start(handles[0].session_id if n % 2 else None, f"prompt {n}", model="team/m"))
+            assert isinstance(await handles[-1].result(), Done)
+        assert mgr.clients.made == 1 and len(accepted) == 1
+    finally:
+        await mgr.shutdown()
+    assert len(mgr.clients) == 0

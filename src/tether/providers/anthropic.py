@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from .base import (
     with_cost,
 )
 from .catalog import Catalog
+from .clients import SharedClients
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
@@ -55,6 +57,7 @@ class AnthropicProvider:
         catalog: Catalog | None = None,
         prompt_caching: bool = True,
         sleep: Sleep = asyncio.sleep,
+        clients: SharedClients | None = None,
     ) -> None:
         self.name = name
         self.base_url = base_url or DEFAULT_BASE_URL
@@ -70,6 +73,7 @@ class AnthropicProvider:
         self._headers = dict(headers or {})
         self.catalog = catalog or Catalog()
         self._client: AsyncAnthropic | None = None
+        self._clients = clients
         self._sends_bytes = False  # whether this SDK's `post` takes a serialized body (`content=`)
 
     def __repr__(self) -> str:
@@ -81,19 +85,30 @@ class AnthropicProvider:
                 import anthropic
             except ImportError as exc:
                 raise MissingExtra("anthropic", "anthropic") from exc
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,
-                default_headers=self._headers or None,
-            )
+
+            def make() -> AsyncAnthropic:
+                return anthropic.AsyncAnthropic(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    max_retries=0,
+                    default_headers=self._headers or None,
+                )
+
+            if self._clients is None:
+                self._client = make()
+            else:  # the client of these settings that the runs before this one used, and their connections
+                key = hashlib.sha256(self._api_key.encode()).hexdigest()  # (the key itself stays in the client)
+                settings = ("anthropic", key, self.base_url, self.timeout, tuple(sorted(self._headers.items())))
+                self._client = self._clients.get(settings, make)
             self._sends_bytes = takes_serialized_body(self._client)
         return self._client
 
     async def aclose(self) -> None:
+        """Close this provider's SDK client: its own, or (shared) leave it to the `SharedClients` it came from."""
         if self._client is not None:
-            await self._client.close()
+            if self._clients is None:
+                await self._client.close()
             self._client = None
 
     async def __aenter__(self) -> AnthropicProvider:

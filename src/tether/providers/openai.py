@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from .base import (
     with_cost,
 )
 from .catalog import Catalog
+from .clients import SharedClients
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ class OpenAIProvider:
         headers: Mapping[str, str] | None = None,
         catalog: Catalog | None = None,
         sleep: Sleep = asyncio.sleep,
+        clients: SharedClients | None = None,
     ) -> None:
         profile = PROFILES.get(name)
         self.name = name
@@ -110,6 +113,7 @@ class OpenAIProvider:
         self._headers = dict(headers or {})
         self.catalog = catalog or Catalog()
         self._client: AsyncOpenAI | None = None
+        self._clients = clients
         self._sends_bytes = False  # whether this SDK's `post` takes a serialized body (`content=`)
 
     def __repr__(self) -> str:
@@ -121,19 +125,30 @@ class OpenAIProvider:
                 import openai
             except ImportError as exc:
                 raise MissingExtra("openai", "openai") from exc
-            self._client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,
-                default_headers=self._headers or None,
-            )
+
+            def make() -> AsyncOpenAI:
+                return openai.AsyncOpenAI(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    max_retries=0,
+                    default_headers=self._headers or None,
+                )
+
+            if self._clients is None:
+                self._client = make()
+            else:  # the client of these settings that the runs before this one used, and their connections
+                key = hashlib.sha256(self._api_key.encode()).hexdigest()  # (the key itself stays in the client)
+                settings = ("openai", key, self.base_url, self.timeout, tuple(sorted(self._headers.items())))
+                self._client = self._clients.get(settings, make)
             self._sends_bytes = takes_serialized_body(self._client)
         return self._client
 
     async def aclose(self) -> None:
+        """Close this provider's SDK client: its own, or (shared) leave it to the `SharedClients` it came from."""
         if self._client is not None:
-            await self._client.close()
+            if self._clients is None:
+                await self._client.close()
             self._client = None
 
     async def __aenter__(self) -> OpenAIProvider:

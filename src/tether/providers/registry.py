@@ -19,6 +19,7 @@ from ..config import Config, ProviderConfig
 from ..errors import ConfigError, MissingExtra, UnknownModel
 from .base import Provider
 from .catalog import Catalog, ModelInfo, parse_model
+from .clients import SharedClients
 from .local import MODEL_ENV as LOCAL_MODEL_ENV
 from .openai import PROFILES
 from .retry import RetryPolicy
@@ -106,8 +107,11 @@ def require_sdk(module: str) -> None:
         raise MissingExtra(module, module)
 
 
-def make_provider(name: str, config: Config | None = None, catalog: Catalog | None = None) -> Provider:
-    """Build provider `name` (a built-in or one declared in config) with its config applied."""
+def make_provider(
+    name: str, config: Config | None = None, catalog: Catalog | None = None, *, clients: SharedClients | None = None
+) -> Provider:
+    """Build provider `name` (a built-in or one declared in config) with its config applied. An HTTP one takes
+    its SDK client from `clients` when given (shared with the other runs of the process; see `clients`)."""
     config = config if config is not None else Config()
     catalog = catalog or Catalog.from_config(config)
     settings = config.providers.get(name, ProviderConfig())
@@ -124,6 +128,7 @@ def make_provider(name: str, config: Config | None = None, catalog: Catalog | No
         "retry": retry,
         "headers": settings.headers,
         "catalog": catalog,
+        "clients": clients,
     }
     if kind == "openai":
         from .openai import OpenAIProvider
@@ -207,12 +212,15 @@ def check_local_model(provider: str, model: str, config: Config, catalog: Catalo
     )
 
 
-def resolve_provider(model: str | None = None, *, config: Config | None = None) -> ResolvedModel:
+def resolve_provider(
+    model: str | None = None, *, config: Config | None = None, clients: SharedClients | None = None
+) -> ResolvedModel:
     """A ready provider for `model` (``"anthropic/claude-sonnet-5-5"``, ``"gpt-5.5"``, ``"openai"``, or None
     for the default); see `choose_model` for the order. Raises `ConfigError` for an unknown model or a
-    provider whose key is missing."""
+    provider whose key is missing. `clients`: where an HTTP provider takes its SDK client (a process's runs
+    sharing their connections); without it, the provider makes its own and closes it in `aclose`."""
     config = config if config is not None else Config()
     catalog = Catalog.from_config(config)
     name, model_id = choose_model(model, config=config, catalog=catalog)
-    provider = make_provider(name, config, catalog)
+    provider = make_provider(name, config, catalog, clients=clients)
     return ResolvedModel(provider=provider, model=model_id, info=catalog.info(name, model_id))

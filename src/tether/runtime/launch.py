@@ -4,6 +4,7 @@ session, so that a bad option leaves nothing behind: no empty session, no droppe
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -226,6 +227,7 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
     if sandbox.unavailable is not None:
         rules = replace(rules, unconfined=sandbox.unavailable)
     settings = context_settings(config)
+    given = resolve
     resolve = resolve or resolve_provider
     resolved = resolve(request.model or profile.model, config=config)
     default_tools = tools if request.tools is None and request.registry is None and profile.tools is None else None
@@ -257,6 +259,8 @@ def check_request(request: RunRequest, config: Config | None = None, *, resolve:
         project_tools=request.tools is None and len(tools) > 0,
         sandbox=sandbox,
     )
+    if given is not None:  # the run's other models (compaction's, a sub-agent's) as its own: the same clients
+        options.resolve_model = functools.partial(given, config=config)
     if options.lease is not None and request.wait is not None:
         options.lease = replace(options.lease, wait=request.wait)
     options.untooled = untooled

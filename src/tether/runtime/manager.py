@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 from collections import OrderedDict
@@ -18,6 +19,8 @@ from collections.abc import AsyncIterator
 from ..config import Config
 from ..errors import TetherError
 from ..ids import new_id
+from ..providers.clients import SharedClients
+from ..providers.registry import resolve_provider
 from ..store.protocols import Store
 from .activity import ActivityFeed, SessionDeleted
 from .asking import Asking
@@ -37,8 +40,8 @@ __all__ = ["RunHandle", "SessionManager", "Status"]
 class SessionManager(Queueing, Following, Asking, Watching):
     """Drives many sessions in one process over one store (see the module docstring). `request` gives the
     defaults of every run (tools, step limit, workspace); `config` is read from the tether home unless
-    given; `resolve` turns a model name into a provider (the registry's, unless a test or a server gives
-    its own). Its runs share a `Pacer` unless `pace` is False: when many are ready at once, a few go on per
+    given; `resolve` turns a model name into a provider (the registry's, with the SDK clients of the
+    manager's runs shared, unless a test or a server gives its own). Its runs share a `Pacer` unless `pace` is False: when many are ready at once, a few go on per
     pass of the event loop, which keeps serving requests and streams meanwhile."""
 
     def __init__(
@@ -54,7 +57,11 @@ class SessionManager(Queueing, Following, Asking, Watching):
         self.store = store
         self.config = config if config is not None else load_config()
         self.defaults = defaults or RunRequest(None)
-        self.resolve = resolve
+        self.clients = SharedClients()
+        """The SDK clients of this manager's runs (`providers.clients`): a run's provider takes its
+        connections from the runs before it, rather than a new connection (and TLS handshake) per prompt.
+        Closed by `shutdown`."""
+        self.resolve: Resolver = resolve or functools.partial(resolve_provider, clients=self.clients)
         self.subscriber_buffer = subscriber_buffer
         self._sessions: dict[str, _Session] = {}
         self._recent: OrderedDict[str, _Session] = OrderedDict()
@@ -160,4 +167,5 @@ class SessionManager(Queueing, Following, Asking, Watching):
         if self._store_watch is not None:
             self._store_watch.cancel()
         await self.mcp.close()
+        await self.clients.aclose()
         self.activity.close()

@@ -185,7 +185,7 @@ class ManagerBase:
     store: Store
     config: Config
     defaults: RunRequest
-    resolve: Resolver | None
+    resolve: Resolver
     subscriber_buffer: int
     activity: ActivityFeed
     mcp: ProcessServers

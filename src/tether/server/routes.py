@@ -26,7 +26,6 @@ from ..importers.tether_json import VERSION as EXPORT_VERSION
 from ..importers.tether_json import export_json, import_json, parse_export
 from ..messages import Entry, encode_json
 from ..paths import canonical_directory
-from ..providers.registry import resolve_provider
 from ..recall import RecallResult, recall
 from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
@@ -335,7 +334,7 @@ async def retitle_session(
             info.id,
             config=state.config,
             model=body.model,
-            resolve=state.manager.resolve or resolve_provider,
+            resolve=state.manager.resolve,
             lease=False,
         )
     info = await state.store.get_session(info.id)
