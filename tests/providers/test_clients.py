@@ -64,14 +64,19 @@ async def test_other_settings_get_clients_of_their_own(server: Any) -> None:
     clients = SharedClients()
     first, same, other_key = openai_for(server, clients), openai_for(server, clients), openai_for(server, clients, "k2")
     other_headers = OpenAIProvider(
-        "openai", base_url=f"{server.url}/v1", api_key="sk-loopback", headers={"x-team": "a"}, clients=clients
+        "openai",
+        base_url=f"{server.url}/v1",
+        api_key="sk-loopback",
+        headers={"x-api-key": "hdr-secret"},
+        clients=clients,
     )
     other_url = OpenAIProvider("openai", base_url=f"{server.url}/v2", api_key="sk-loopback", clients=clients)
     anthropic = AnthropicProvider(base_url=server.url, api_key="sk-loopback", clients=clients)
     assert first._sdk() is same._sdk()
     distinct = [first._sdk(), other_key._sdk(), other_headers._sdk(), other_url._sdk(), anthropic._sdk()]
     assert len({id(c) for c in distinct}) == 5 and clients.made == 5
-    assert "sk-loopback" not in repr(clients._clients)  # keyed by a digest of the key, not the key
+    keys = repr(list(clients._clients))
+    assert "sk-loopback" not in keys and "hdr-secret" not in keys  # a digest of the key and the headers
     for provider in (first, same, other_key, other_headers, other_url, anthropic):
         await provider.aclose()
     assert all(not c.is_closed() for c in distinct)  # the providers leave them to their owner

@@ -161,6 +161,29 @@ def test_checking_a_request_needs_no_store(tmp_path: Path) -> None:
         check_request(RunRequest("hi", directory=tmp_path, model="local/nosuch"), parse_config(""))
 
 
+def test_a_given_resolver_also_resolves_the_run_s_other_models(tmp_path: Path) -> None:
+    """The compaction model, the title model and a sub-agent's model come through the resolver the request
+    was checked with (a manager's, whose SDK clients its runs share), with the same configuration."""
+    from tether.providers.catalog import unknown_model
+    from tether.providers.registry import ResolvedModel, resolve_provider
+    from tether.providers.scripted import ScriptedProvider
+    from tether.runtime.launch import check_request
+
+    config = parse_config('[context]\ncompaction_model = "local/smollm2-135m"\n')
+    asked: list[tuple[str | None, object]] = []
+
+    def resolve(spec: str | None = None, *, config: object = None) -> ResolvedModel:
+        asked.append((spec, config))
+        return ResolvedModel(ScriptedProvider(["ok"]), "m", unknown_model("scripted", "m"))
+
+    plan = check_request(RunRequest("hi", directory=tmp_path, model="x/m"), config, resolve=resolve)
+    assert plan.options.resolve_model is not None
+    assert plan.options.resolve_model("y/sub").model == "m"
+    assert asked == [("x/m", config), ("local/smollm2-135m", config), ("y/sub", config)]
+    alone = check_request(RunRequest("hi", directory=tmp_path, model="local/smollm2-135m"), config)
+    assert alone.options.resolve_model is None and alone.resolve is resolve_provider  # the registry's, as before
+
+
 # --- imported sessions -------------------------------------------------------------------------------------
 
 

@@ -13,8 +13,10 @@ from tether.config import parse_config
 from tether.events import Done
 from tether.messages import Message, TitleChange, Usage
 from tether.providers.base import ModelRequest, StreamDone, StreamEvent, TextPartDelta
+from tether.providers.catalog import unknown_model
 from tether.providers.local import LocalProvider
 from tether.providers.openai import OpenAIProvider
+from tether.providers.registry import ResolvedModel
 from tether.runtime.titles import TITLE_SYSTEM, clean_title, retitle, title_model
 from tether.store import Store
 from tether.tools.base import ToolRegistry
@@ -64,6 +66,14 @@ def test_who_titles() -> None:
     named = parse_config('[runtime]\ntitle_model = "local/smollm2-135m"\n')
     chosen = title_model(named, lab, "m")
     assert chosen is not None and chosen[0].name == "local" and chosen[1] == "smollm2-135m"
+    asked: list[str] = []  # the run's resolver (a manager's, whose SDK clients its runs share) when it has one
+
+    def resolve(spec: str) -> ResolvedModel:
+        asked.append(spec)
+        return ResolvedModel(lab, "theirs", unknown_model("lab", "theirs"))
+
+    assert title_model(named, LocalProvider(), "smollm2-135m", resolve) == (lab, "theirs")
+    assert asked == ["local/smollm2-135m"]
 
 
 async def run(session: Session, provider: Lab, prompt: str) -> list[object]:

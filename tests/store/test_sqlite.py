@@ -10,7 +10,7 @@ import multiprocessing
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tether.ids import new_session_id
 from tether.messages import Entry, EntryBody, Marker, Message, Revert, TextPart, Usage
 from tether.paths import tether_home
 from tether.store import MemoryStore, SqliteStore, active_entries, active_tail, open_store
+from tether.store import sqlite as sqlite_module
 from tether.store.records import Durability
 from tether.store.sqlite import SCHEMA_VERSION
 
@@ -341,16 +342,24 @@ def _open_in_rounds(paths: list[str], barrier: Any, failures: Any) -> None:
 
 
 @pytest.mark.slow
-def test_processes_opening_a_new_file_at_once_all_open(tmp_path: Path) -> None:
+def test_processes_opening_a_new_file_at_once_all_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Six processes open each of ten new files at the same moment (a barrier before each)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))  # the children import this module
     context = multiprocessing.get_context("spawn")
     paths = [str(tmp_path / f"new{i}.db") for i in range(10)]
-    barrier, failures = context.Barrier(6), context.Queue()
-    processes = [context.Process(target=_open_in_rounds, args=(paths, barrier, failures)) for _ in range(6)]
+    barrier, failures = context.Barrier(6, timeout=60), context.Queue()
+    processes = [
+        context.Process(target=_open_in_rounds, args=(paths, barrier, failures), daemon=True) for _ in range(6)
+    ]
     for process in processes:
         process.start()
-    for process in processes:
-        process.join(120)
+    try:
+        for process in processes:
+            process.join(120)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
     assert [process.exitcode for process in processes] == [0] * 6
     said = []
     while not failures.empty():
@@ -362,6 +371,78 @@ def test_processes_opening_a_new_file_at_once_all_open(tmp_path: Path) -> None:
             assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         finally:
             conn.close()
+
+
+def _at_its_lock(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+    """The next store opened runs `meanwhile` (another process's work) as its open asks for the write lock:
+    after it read the schema version, before it holds the lock."""
+    real = sqlite3.connect
+    traced: list[sqlite3.Connection] = []
+    ran: list[bool] = []
+
+    def trace(sql: str) -> None:
+        if sql.startswith("BEGIN IMMEDIATE") and not ran:
+            ran.append(True)
+            meanwhile()
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)
+        if not traced:  # the store's, not the connections `meanwhile` makes
+            traced.append(conn)
+            conn.set_trace_callback(trace)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+
+
+async def test_a_schema_migrated_meanwhile_is_not_migrated_again(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read again under the lock: a second migration of a schema-4 file would drop the leases table the
+    first had just made, and the leases in it."""
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE leases (session_id TEXT PRIMARY KEY)")
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+    migrations: list[int] = []
+    real_migrate = sqlite_module._migrate
+    monkeypatch.setattr(sqlite_module, "_migrate", lambda c, v: (migrations.append(v), real_migrate(c, v))[1])
+
+    def another_process() -> None:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        real_migrate(other, 4)
+        other.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('ses_theirs', 1, 1)")
+        other.execute("COMMIT")
+        other.close()
+
+    _at_its_lock(monkeypatch, another_process)
+    async with SqliteStore(db) as store:
+        assert migrations == []  # it found the schema current under the lock
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert store.conn.execute("SELECT id FROM sessions").fetchall() == [("ses_theirs",)]
+
+
+async def test_a_newer_schema_written_meanwhile_is_refused(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE leases (session_id TEXT PRIMARY KEY)")
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+
+    def a_newer_tether() -> None:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        other.close()
+
+    _at_its_lock(monkeypatch, a_newer_tether)
+    with pytest.raises(StoreError, match=rf"newer tether \(schema {SCHEMA_VERSION + 1}"):
+        SqliteStore(db)
+    conn = sqlite3.connect(db)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {"leases"}  # nothing of ours was made over it
+    finally:
+        conn.close()
 
 
 # --- schema versions ------------------------------------------------------------------------------------

@@ -98,8 +98,9 @@ class AnthropicProvider:
             if self._clients is None:
                 self._client = make()
             else:  # the client of these settings that the runs before this one used, and their connections
-                key = hashlib.sha256(self._api_key.encode()).hexdigest()  # (the key itself stays in the client)
-                settings = ("anthropic", key, self.base_url, self.timeout, tuple(sorted(self._headers.items())))
+                secrets = json.dumps([self._api_key, sorted(self._headers.items())])  # (headers may hold a key too)
+                digest = hashlib.sha256(secrets.encode()).hexdigest()  # (they themselves stay in the client)
+                settings = ("anthropic", digest, self.base_url, self.timeout)
                 self._client = self._clients.get(settings, make)
             self._sends_bytes = takes_serialized_body(self._client)
         return self._client

@@ -236,7 +236,9 @@ class AgentRun:
         exchange = first_exchange(state.entries)
         if exchange is None or exchange[1] != answer.text:
             return
-        who = title_model(self.options.config or Config(), self.provider, self.options.model)
+        who = title_model(
+            self.options.config or Config(), self.provider, self.options.model, self.options.resolve_model
+        )
         if who is not None:
             self._titling = asyncio.ensure_future(write_title(*who, *exchange))
 

@@ -70,8 +70,9 @@ class RunOptions:
     context: ContextFn | None = None
     """Bypass the context engine (no derivation, no compaction) with a function of the run's entries."""
     resolve_model: Callable[[str], ResolvedModel] | None = None
-    """How ``compaction_model`` (``provider/model``) becomes a provider; None: the registry's
-    `resolve_provider` with `config`, as for ``--model``."""
+    """How the run's other models (``provider/model``: ``compaction_model``, ``title_model``, a sub-agent
+    profile's) become providers; None: the registry's `resolve_provider` with `config`, as for ``--model``.
+    `launch.check_request` sets it from the resolver it was given (a manager's, whose clients its runs share)."""
     permission: PermissionCheck | None = None
     """A program's own decision on each tool call (see `permission`), taken with `rules`: the strictest of
     the two wins. None: `rules` alone decide."""

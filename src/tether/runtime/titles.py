@@ -42,18 +42,21 @@ EXCERPT = 2000
 OFF = ("", "off", "none", "false")
 
 
-def title_model(config: Config, provider: Provider, model: str) -> tuple[Provider, str] | None:
+def title_model(
+    config: Config, provider: Provider, model: str, resolve: Callable[[str], ResolvedModel] | None = None
+) -> tuple[Provider, str] | None:
     """Who titles the sessions of a run on `provider`/`model`: the configured ``title_model``, else the run's
     own model when a server serves it (not the embedded local one, nor a program's own provider); None:
     nobody. A title model that cannot be used is logged
-    and titles nothing (a run never fails for its title)."""
+    and titles nothing (a run never fails for its title). `resolve` makes the configured one (the run's
+    `resolve_model`: a manager's, with its shared clients); None: the registry's, with `config`."""
     spec = config.runtime.title_model
     if spec is not None and spec.strip().lower() in OFF:
         return None
     if spec is None:  # the run's own model when a server serves it: not the embedded one, nor a test double
         return (provider, model) if isinstance(provider, OpenAIProvider | AnthropicProvider) else None
     try:
-        resolved = resolve_provider(spec, config=config)
+        resolved = resolve(spec) if resolve is not None else resolve_provider(spec, config=config)
     except ConfigError as exc:
         log.warning("title_model = %r cannot be used: %s", spec, exc)
         return None

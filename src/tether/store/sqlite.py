@@ -351,12 +351,7 @@ class SqliteStore:
         # schema is damaged, fails here, before anything below could write to it.
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"the database {self.path} was written by a newer tether (schema {version}, this one knows "
-                f"{SCHEMA_VERSION})",
-                "upgrade tether, or open another store",
-                path=self.path,
-            )
+            raise self._newer(version)
         if version < SCHEMA_VERSION and conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None:
             # A migration rewrites tables: never of a damaged file, which it could only make worse. Checked
             # once per file (the version moves on), so its cost, a read of every page, is paid once.
@@ -380,12 +375,22 @@ class SqliteStore:
                 # Read again under the write lock: another process may have migrated since (a migration run
                 # twice would drop the search index it had just made again).
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise self._newer(version)
                 if version < SCHEMA_VERSION:
                     _migrate(conn, version)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
+
+    def _newer(self, version: int) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"the database {self.path} was written by a newer tether (schema {version}, this one knows "
+            f"{SCHEMA_VERSION})",
+            "upgrade tether, or open another store",
+            path=self.path,
+        )
 
     @property
     def conn(self) -> sqlite3.Connection:
