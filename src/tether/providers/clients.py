@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Hashable
+import hashlib
+import json
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol, TypeVar
 
 
@@ -60,3 +62,35 @@ class SharedClients:
         for client in clients:
             with contextlib.suppress(Exception):
                 await client.close()
+
+
+def client_for(
+    clients: SharedClients | None,
+    sdk: Callable[..., C],
+    *,
+    kind: str,
+    api_key: str,
+    base_url: str | None,
+    timeout: float,
+    headers: Mapping[str, str],
+) -> C:
+    """A provider's SDK client (`sdk`: the SDK's async client class): its own without `clients`, else the one
+    of these settings that the runs before it used. The SDK's own retries are off (the provider's `retry`
+    decides, so that a retry never follows a forwarded token). Keyed by a digest of the key and the headers
+    (a header may carry a key too): they themselves stay in the client."""
+
+    def make() -> C:
+        return sdk(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, default_headers=dict(headers) or None
+        )
+
+    if clients is None:
+        return make()
+    secrets = json.dumps([api_key, sorted(headers.items())])
+    return clients.get((kind, hashlib.sha256(secrets.encode()).hexdigest(), base_url, timeout), make)
+
+
+async def release(clients: SharedClients | None, client: Closable) -> None:
+    """A provider done with `client`: closed when it was its own; a shared one is left to its owner."""
+    if clients is None:
+        await client.close()

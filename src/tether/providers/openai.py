@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +34,7 @@ from .base import (
     with_cost,
 )
 from .catalog import Catalog
-from .clients import SharedClients
+from .clients import SharedClients, client_for, release
 from .retry import RetryPolicy, Sleep, classify_http_error, retrying
 
 if TYPE_CHECKING:
@@ -126,31 +124,22 @@ class OpenAIProvider:
                 import openai
             except ImportError as exc:
                 raise MissingExtra("openai", "openai") from exc
-
-            def make() -> AsyncOpenAI:
-                return openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    timeout=self.timeout,
-                    max_retries=0,
-                    default_headers=self._headers or None,
-                )
-
-            if self._clients is None:
-                self._client = make()
-            else:  # the client of these settings that the runs before this one used, and their connections
-                secrets = json.dumps([self._api_key, sorted(self._headers.items())])  # (headers may hold a key too)
-                digest = hashlib.sha256(secrets.encode()).hexdigest()  # (they themselves stay in the client)
-                settings = ("openai", digest, self.base_url, self.timeout)
-                self._client = self._clients.get(settings, make)
+            self._client = client_for(
+                self._clients,
+                openai.AsyncOpenAI,
+                kind="openai",
+                api_key=self._api_key,
+                base_url=self.base_url,
+                timeout=self.timeout,
+                headers=self._headers,
+            )
             self._sends_bytes = takes_serialized_body(self._client)
         return self._client
 
     async def aclose(self) -> None:
         """Close this provider's SDK client: its own, or (shared) leave it to the `SharedClients` it came from."""
         if self._client is not None:
-            if self._clients is None:
-                await self._client.close()
+            await release(self._clients, self._client)
             self._client = None
 
     async def __aenter__(self) -> OpenAIProvider:
