@@ -533,3 +533,45 @@ def test_sessions_retitle_asks_a_real_server_for_a_title(db: Path, cut_model: An
     assert with_db(db, lambda store: store.get_session(sid)).title == title
     nothing = tether(db, "sessions", "retitle", with_db(db, lambda store: Session.create(store, directory="/w")).id)
     assert nothing.exit_code == 1 and "no exchange to title yet" in nothing.output
+
+
+# --- revert, and edits under a run ---------------------------------------------------------------------------
+
+
+def test_revert_hides_what_came_after_and_says_how_to_undo(db: Path) -> None:
+    session = with_db(db, coding_session)
+    before = with_db(db, lambda s: s.get_session(session.id)).entry_count
+    out = ok(tether(db, "sessions", "revert", session.id[-6:], "2", "--reason", "wrong turn"))
+    revert_seq = before + 1
+    assert f"entry {revert_seq} reverts to entry 2" in out
+    undo = f"tether sessions revert {session.id} {revert_seq - 1}"
+    assert undo in out
+    shown = ok(tether(db, "sessions", "show", session.id))
+    assert "wrong turn" in shown and "fix the failing test" in shown and "Fixed it." not in shown
+    payload = json.loads(ok(tether(db, "sessions", "revert", session.id, str(revert_seq - 1), "--json")))
+    assert payload == {"session_id": session.id, "seq": revert_seq + 1, "to_seq": revert_seq - 1, "reason": None}
+    assert "Fixed it." in ok(tether(db, "sessions", "show", session.id))  # back
+    failed(tether(db, "sessions", "revert", session.id, "99"), f"has no entry 99 (it has {revert_seq + 1})")
+    failed(tether(db, "sessions", "revert", session.id, "-1"), "No such option", code=2)
+    failed(tether(db, "sessions", "revert", "ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", "1"), "no session")
+
+
+def test_edits_are_refused_while_a_run_holds_the_session(db: Path, tmp_path: Path) -> None:
+    """Deleting, reverting or compacting a session under a run (the server's answer is 409): the run would
+    go on writing to a session that is gone, or under a history changed beneath it."""
+    import socket
+
+    session = with_db(db, coding_session)
+    holds = lambda s: s.acquire_lease(session.id, "run_live", ttl=600, pid=os.getpid(), host=socket.gethostname())  # noqa: E731
+    with_db(db, holds)
+    for args in (
+        ("sessions", "rm", "--yes", session.id),
+        ("sessions", "revert", session.id, "1"),
+        ("compact", session.id, "--mechanical"),
+        ("compact", session.id, "--undo"),
+    ):
+        failed(tether(db, *args), "is busy: run run_live")
+    info = with_db(db, lambda s: s.get_session(session.id))
+    assert info.entry_count == 6 and (with_db(db, lambda s: s.get_lease(session.id))).holder == "run_live"
+    with_db(db, lambda s: s.release_lease(session.id, "run_live"))
+    assert "Deleted" in ok(tether(db, "sessions", "rm", "--yes", session.id))

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import pytest
 
 from tether.errors import SessionBusy
 from tether.messages import Checkpoint, Marker, Message
-from tether.runtime.lease import LeaseTerms, RunLease, process_alive
+from tether.runtime.lease import LeaseTerms, RunLease, held_for_edit, process_alive
 from tether.store import SqliteStore
 
 DRIVER = """
@@ -276,3 +277,57 @@ async def test_a_lease_whose_keeper_loses_its_cancel_is_still_given_back(tmp_pat
             releasing.cancel()
         assert done, "release() still waits for a keeper that lost its cancel"
         assert await sqlite.get_lease(sid) is None
+
+
+# --- an edit's hold -------------------------------------------------------------------------------------
+
+
+async def test_an_edit_holds_the_session_while_it_lasts_and_gives_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete, revert, compaction or title outside a run: no run starts meanwhile (nor another edit); a
+    run that holds the session refuses the edit with its name; the hold is renewed for a long edit."""
+    import tether.runtime.lease as lease_module
+
+    async with SqliteStore(tmp_path / "t.db") as store:
+        info = await store.create_session()
+        async with held_for_edit(store, info.id, what="revert") as held:
+            assert held.holder.startswith("revert_")
+            with pytest.raises(SessionBusy, match="revert_"):
+                await RunLease(store, info.id, "run_x", LeaseTerms()).acquire()
+            with pytest.raises(SessionBusy):
+                async with held_for_edit(store, info.id):
+                    pass
+        assert await store.get_lease(info.id) is None  # given back
+
+        run = RunLease(store, info.id, "run_y", LeaseTerms())
+        await run.acquire()
+        with pytest.raises(SessionBusy, match="run_y"):
+            async with held_for_edit(store, info.id):
+                raise AssertionError("an edit under a run")
+        await run.release()
+
+        monkeypatch.setattr(lease_module, "EDIT_TTL", 3.0)  # renewed at a third of it, looked at every POLL
+        async with held_for_edit(store, info.id) as held:
+            await asyncio.sleep(4.5)
+            lease = await store.get_lease(info.id)
+            assert lease is not None and lease.holder == held.holder and lease.expires_at > time.time()
+
+
+async def test_an_edit_takes_over_from_a_holder_whose_process_is_gone(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "t.db") as store:
+        info = await store.create_session()
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        dead_pid = int(gone.stdout)
+        await store.acquire_lease(info.id, "run_dead", ttl=600, pid=dead_pid, host=socket.gethostname())
+        async with held_for_edit(store, info.id) as held:
+            assert held.holder != "run_dead"
+        assert await store.get_lease(info.id) is None
+
+
+async def test_an_edit_that_deletes_its_session_ends_cleanly(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "t.db") as store:
+        info = await store.create_session()
+        async with held_for_edit(store, info.id, what="delete"):
+            assert await store.delete_session(info.id) == [info.id]
+        assert (await store.list_sessions()).items == []

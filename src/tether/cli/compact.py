@@ -11,6 +11,7 @@ from ..context import CompactionEvent, CompactionResult, CompactionStarted
 from ..context.compaction import undo_compaction
 from ..messages import Entry, Revert, to_builtins
 from ..runtime.configuration import load_config
+from ..runtime.lease import held_for_edit
 from ..runtime.operations import compact_now
 from ..store import Store
 from .common import console, echo_json, find_session, wants_json, with_store
@@ -56,19 +57,21 @@ def compact(
 
     async def run_undo(store: Store) -> Entry:
         info = await find_session(store, session_ref)
-        return await undo_compaction(store, info.id)
+        async with held_for_edit(store, info.id, what="compact"):  # never under a run: SessionBusy names it
+            return await undo_compaction(store, info.id)
 
     async def run_compact(store: Store) -> CompactionResult:
         info = await find_session(store, session_ref)
-        return await compact_now(
-            store,
-            info.id,
-            config=load_config(),
-            model=model_spec,
-            mechanical=mechanical,
-            keep_tokens=keep_tokens,
-            emit=show,
-        )
+        async with held_for_edit(store, info.id, what="compact"):
+            return await compact_now(
+                store,
+                info.id,
+                config=load_config(),
+                model=model_spec,
+                mechanical=mechanical,
+                keep_tokens=keep_tokens,
+                emit=show,
+            )
 
     if undo:
         entry = with_store(run_undo)

@@ -17,6 +17,7 @@ from typing import IO, Any, AnyStr, Generic, cast
 import click
 
 from .. import markers
+from ..errors import NotFound
 from ..importers.claude_code_export import export_claude_code
 from ..importers.codex_export import export_codex
 from ..importers.foreign_export import EXPORT_FORMATS, ExportReport
@@ -41,6 +42,8 @@ from ..messages import (
 from ..paths import canonical_directory
 from ..runtime import audit
 from ..runtime.archive import archived, refuse_archived
+from ..runtime.handle import SessionHandle
+from ..runtime.lease import held_for_edit
 from ..store import UNSET, Store
 from ..store.protocols import Journal
 from ..store.records import Lease, LeaseRequest, RevertSpan, SessionInfo
@@ -459,7 +462,8 @@ def rm(session_ref: str, yes: bool, json_flag: bool) -> None:
                 abort=True,
                 err=True,
             )
-        return await store.delete_session(info.id)
+        async with held_for_edit(store, info.id, what="delete"):  # never under a run: SessionBusy names it
+            return await store.delete_session(info.id)
 
     deleted = with_store(run)
     if wants_json(json_flag):
@@ -501,6 +505,34 @@ def fork(session_ref: str, at_seq: int | None, title: str | None, json_flag: boo
         echo_json(session_record(new))
         return
     click.echo(f"Forked {new.forked_from} at entry {new.forked_at}: {new.id}")
+
+
+@sessions.command()
+@click.argument("session_ref", metavar="ID")
+@click.argument("to_seq", metavar="SEQ", type=click.IntRange(min=0))
+@click.option("--reason", help="Why, kept with the revert (shown by `show`).")
+@click.option("--json", "json_flag", is_flag=True, help="Print the revert entry as a JSON object.")
+def revert(session_ref: str, to_seq: int, reason: str | None, json_flag: bool) -> None:
+    """Take session ID back to entry SEQ (the numbers `show` prints): what came after it leaves the active
+    history, what the model sees at the next run and what `show` prints, and stays stored (`show --raw`).
+    The revert is an entry of its own; a revert to the entry just before it brings everything back.
+    Refused while a run holds the session."""
+
+    async def run(store: Store) -> tuple[str, Entry]:
+        info = await find_session(store, session_ref)
+        if to_seq > info.entry_count:
+            raise NotFound(f"session {info.id} has no entry {to_seq} (it has {info.entry_count})")
+        async with held_for_edit(store, info.id, what="revert"):
+            handle = SessionHandle(store, await store.get_session(info.id))
+            return info.id, await handle.revert(to_seq, reason=reason)
+
+    sid, entry = with_store(run)
+    if wants_json(json_flag):
+        echo_json({"session_id": sid, "seq": entry.seq, "to_seq": to_seq, "reason": reason})
+        return
+    click.echo(
+        f"{sid}: entry {entry.seq} reverts to entry {to_seq}; undo with: tether sessions revert {sid} {entry.seq - 1}"
+    )
 
 
 @sessions.command()

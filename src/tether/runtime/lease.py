@@ -11,10 +11,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from ..errors import LeaseLost, SessionBusy, StoreError
+from ..errors import LeaseLost, SessionBusy, StoreError, TetherError
+from ..ids import new_id
 from ..store.protocols import Leases
 from ..store.records import Lease, LeaseRequest
 
@@ -171,3 +172,25 @@ class RunLease:
             await self.store.release_lease(self.session_id, self.holder)
         except StoreError:  # it expires on its own; the run's own error, if any, matters more
             log.warning("could not release the lease of session %s", self.session_id, exc_info=True)
+
+
+EDIT_TTL = 60.0
+"""Seconds an edit's hold on a session lasts unless renewed (it is, while the edit goes on)."""
+
+
+@contextlib.asynccontextmanager
+async def held_for_edit(store: Leases, session_id: str, *, what: str = "edit") -> AsyncIterator[Lease]:
+    """Hold an idle session for an edit outside a run (a delete, a revert, a compaction, a title), so that no
+    run starts on it meanwhile, in this process or another: its lease, taken at once and renewed while the
+    edit lasts (a compaction by a model may take minutes), given back after. A session a live run holds is
+    refused with `SessionBusy`, naming the run; one whose holder on this machine is gone is taken over."""
+    hold = RunLease(store, session_id, new_id(what), LeaseTerms(ttl=EDIT_TTL))
+    lease = await hold.acquire()
+    hold.watch(
+        lambda request: None, lambda lost: log.warning("session %s: the edit's hold was lost: %s", session_id, lost)
+    )
+    try:
+        yield lease
+    finally:
+        with contextlib.suppress(TetherError):  # a deleted session has no lease left to give back
+            await hold.release()

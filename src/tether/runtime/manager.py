@@ -11,14 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
-import socket
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 from ..config import Config
 from ..errors import TetherError
-from ..ids import new_id
 from ..providers.clients import SharedClients
 from ..providers.registry import resolve_provider
 from ..store.protocols import Store
@@ -27,6 +24,7 @@ from .asking import Asking
 from .configuration import load_config
 from .following import Following
 from .launch import Resolver, RunRequest
+from .lease import held_for_edit
 from .manager_base import SUBSCRIBER_BUFFER, RunHandle, Status, _Asked, _Session
 from .mcp import ProcessServers
 from .pacing import Pacer
@@ -128,13 +126,8 @@ class SessionManager(Queueing, Following, Asking, Watching):
         busy = await self._busy(session_id)
         if busy is not None:
             raise busy
-        holder = new_id("edit")
-        await self.store.acquire_lease(session_id, holder, ttl=60.0, pid=os.getpid(), host=socket.gethostname())
-        try:
+        async with held_for_edit(self.store, session_id):
             yield
-        finally:
-            with contextlib.suppress(TetherError):  # a deleted session has no lease left to give back
-                await self.store.release_lease(session_id, holder)
 
     async def delete(self, session_id: str) -> list[str]:
         """Delete an idle session and its child sessions (`SessionBusy` while a run holds it)."""

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 
 from ..config import Config
 from ..errors import ConfigError, NotYet, ProviderError
-from ..ids import new_id
 from ..messages import Entry, Message, TitleChange
 from ..providers.anthropic import AnthropicProvider
 from ..providers.base import ModelRequest, Provider, complete
@@ -23,7 +22,7 @@ from ..providers.openai import OpenAIProvider
 from ..providers.registry import ResolvedModel, resolve_provider
 from ..store.protocols import Store
 from .handle import SessionHandle
-from .lease import LeaseTerms, RunLease
+from .lease import held_for_edit
 
 log = logging.getLogger("tether.runtime")
 
@@ -124,12 +123,8 @@ async def retitle(
     if not lease:
         await SessionHandle(store, await store.get_session(session_id)).set_title(title)
         return title
-    hold = RunLease(store, session_id, new_id("title"), LeaseTerms(ttl=10.0))
-    await hold.acquire()  # a run holds the session: SessionBusy
-    try:
+    async with held_for_edit(store, session_id, what="title"):  # a run holds the session: SessionBusy
         await SessionHandle(store, await store.get_session(session_id)).set_title(title)
-    finally:
-        await hold.release()
     return title
 
 
