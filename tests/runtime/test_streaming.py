@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tether import Session
-from tether.context.derive import CUT_NOTE
+from tether.context.derive import CUT_NOTE, GO_ON_NOTE, STOPPED_NOTE
 from tether.events import Done, Event
 from tether.messages import INTERRUPTED_ANSWER, Message, TextPart, ThinkingPart, ToolCallPart, Usage
 from tether.providers.base import (
@@ -205,6 +205,43 @@ async def test_the_next_run_journals_the_cut_answer_and_the_model_reads_it_noted
     replayed = [e async for e in replay_events(session.store, session.id)]
     assert any(getattr(e, "text", None) == "The bug is in the par" for e in replayed)
     assert any(getattr(e, "text", None) == "The bug is in the par" for e in events)
+
+
+@pytest.mark.parametrize("how", ["crash", "ctrl-c"])
+async def test_continue_goes_on_with_an_answer_cut_short(session: Session, how: str) -> None:
+    """`tether run --continue` after a Ctrl-C or a crash cut a text answer: the model is asked to go on (before,
+    the run said "Nothing to continue", as if the answer had ended). The note after the cut stays once the
+    next answer is there, so later steps derive the same context, and more."""
+    await session.store.append(session.id, [Message.user("explain the bug")])
+    if how == "crash":
+        await session.store.save_stream(session.id, 1, left_answer("The bug is in the par"))
+    else:  # what a cancel journals: the partial answer as it streamed
+        await session.store.append(session.id, [left_answer("The bug is in the par")])
+    provider = ScriptedProvider(["ser: it drops the last line.", "Yes."])
+    events = await drain(session.stream(None, provider=provider, model="m", tools=ToolRegistry()))
+    assert isinstance(events[-1], Done) and events[-1].reason != "nothing_to_do"
+    sent = provider.requests[0].messages
+    assert [m.role for m in sent] == ["user", "assistant", "user"]
+    assert sent[1].text == "The bug is in the par" + (CUT_NOTE if how == "crash" else STOPPED_NOTE)
+    assert sent[2].text == GO_ON_NOTE
+    messages = await session.messages()
+    assert [m.role for m in messages] == ["user", "assistant", "assistant"]  # the note is not journaled
+    assert messages[-1].text == "ser: it drops the last line."
+    await drain(session.stream("and now?", provider=provider, model="m", tools=ToolRegistry()))
+    again = provider.requests[1].messages
+    assert [m.role for m in again] == ["user", "assistant", "user", "assistant", "user"]
+    assert (
+        again[2].text == GO_ON_NOTE and again[3].text == "ser: it drops the last line." and again[4].text == "and now?"
+    )
+
+
+async def test_a_new_prompt_after_a_cut_answer_gets_no_go_on_note(session: Session) -> None:
+    await session.store.append(session.id, [Message.user("explain the bug"), left_answer("The bug is in the par")])
+    provider = ScriptedProvider(["Sure."])
+    await drain(session.stream("never mind: what is 2+2?", provider=provider, model="m", tools=ToolRegistry()))
+    sent = provider.requests[0].messages
+    assert [m.role for m in sent] == ["user", "assistant", "user"]
+    assert sent[1].text.endswith(STOPPED_NOTE) and sent[2].text == "never mind: what is 2+2?"
 
 
 async def test_complete_calls_get_a_not_run_result_and_a_cut_call_stays_out_of_the_parts(session: Session) -> None:

@@ -302,7 +302,7 @@ def run(
                 renderer.close()
                 err.print(
                     "\n[yellow]Cancelled.[/yellow] The partial answer is saved; continue with "
-                    f"`tether run --continue`{f' --session {last_session}' if last_session else ''}."
+                    f"`tether run --continue{f' --session {last_session}' if last_session else ''}`."
                 )
             else:
                 click.echo('{"type": "error", "code": "cancelled", "message": "cancelled by the user"}')

@@ -59,6 +59,13 @@ CUT_NOTE = "[This answer was cut off here: tether stopped (a crash or kill) whil
 """What the model reads at the end of its own answer that a kill cut (`messages.INTERRUPTED_ANSWER`), after its
 text and before any complete tool call (whose result says it never ran)."""
 
+STOPPED_NOTE = "[This answer was cut off here: the user stopped it.]"
+"""What the model reads at the end of its own answer that a person stopped (Ctrl-C, a cancel), as `CUT_NOTE`."""
+
+GO_ON_NOTE = "[Go on from where your answer above was cut off.]"
+"""What the model reads after an answer cut short that nothing followed but its own next answer (``tether run
+--continue`` after a Ctrl-C or a crash): the turns alternate again, and the model knows what is asked."""
+
 INTERRUPTED_NOTE = "[No answer was given to the message above: the run stopped before the model replied.]"
 """What the model sees for an unanswered user message: the note keeps the turns alternating, which some
 providers require, and tells the model that the earlier request is still open."""
@@ -301,8 +308,9 @@ def derive_context(
                 body = _condense(body, stand_in)
                 items.append(_Item(entry.seq, body, part_counts(body, counter)))
                 continue
-            if body.role == "assistant" and body.metadata.get(INTERRUPTED_ANSWER) is True:
-                body = _marked_cut(body)
+            cut = cut_note(body)
+            if cut is not None:
+                body = _marked_cut(body, cut)
                 items.append(_Item(entry.seq, body, part_counts(body, counter)))
                 continue
             counts = table.counts(entry, body, counter) if table is not None else part_counts(body, counter)
@@ -317,7 +325,7 @@ def derive_context(
             pinned_seqs.add(known.seq)
         elif isinstance(known, markers.Unpin):
             pinned_seqs.discard(known.seq)
-    items = _answer_unanswered(items, counter)
+    items = _go_on_after_cut(_answer_unanswered(items, counter), counter)
     for item in items:
         item.pinned = item.seq is not None and item.seq in pinned_seqs
 
@@ -415,11 +423,41 @@ def derive_context(
     )
 
 
-def _marked_cut(message: Message) -> Message:
-    """An interrupted answer as the model reads it: its text as it was saved, then `CUT_NOTE`."""
+def cut_note(message: Message) -> str | None:
+    """For an answer cut short, what the model reads at its cut: `CUT_NOTE` when a kill or crash cut it (its
+    saved stream, `messages.INTERRUPTED_ANSWER`), `STOPPED_NOTE` when a person stopped it (the partial answer
+    a cancel journals); None for any other message."""
+    if message.role != "assistant":
+        return None
+    if message.metadata.get(INTERRUPTED_ANSWER) is True:
+        return CUT_NOTE
+    if message.metadata.get("partial") is True and message.finish_reason == "cancelled":
+        return STOPPED_NOTE
+    return None
+
+
+def _marked_cut(message: Message, note: str) -> Message:
+    """An answer cut short as the model reads it: its text as it was saved, then `note`."""
     at = next((i for i, p in enumerate(message.parts) if isinstance(p, ToolCallPart)), len(message.parts))
-    parts = [*message.parts[:at], TextPart(text=CUT_NOTE), *message.parts[at:]]
+    parts = [*message.parts[:at], TextPart(text=note), *message.parts[at:]]
     return msgspec.structs.replace(message, parts=parts)
+
+
+def _go_on_after_cut(items: list[_Item], counter: TokenCounter) -> list[_Item]:
+    """`items` with `GO_ON_NOTE` after every answer cut short (without tool calls: those get results) that no
+    user message follows: the next answer continues it. The note stays once that answer is there, so the
+    context a step derives is the one the step before it had, and more."""
+    out: list[_Item] = []
+    for i, item in enumerate(items):
+        out.append(item)
+        message = item.message
+        if cut_note(message) is None or message.tool_calls:
+            continue
+        following = items[i + 1].message if i + 1 < len(items) else None
+        if following is None or following.role != "user":
+            note = Message.user(GO_ON_NOTE)
+            out.append(_Item(None, note, part_counts(note, counter), ref=item.seq))
+    return out
 
 
 def unit_starts(messages: Sequence[Entry]) -> list[int]:

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from .. import markers
 from ..config import Config
 from ..context.budget import ContextSettings, compute_budget
+from ..context.derive import cut_note
 from ..context.engine import ContextEngine
 from ..errors import (
     ConfigError,
@@ -485,14 +486,15 @@ class AgentRun:
         )
 
     def _has_work(self) -> bool:
-        """Whether the history ends where a model call is due (a user turn or tool results)."""
+        """Whether the history ends where a model call is due: a user turn, tool results, a checkpoint, or an
+        answer cut short (a Ctrl-C's, a crash's) that the next answer goes on with."""
         assert self.state is not None
         for entry in reversed(self.state.entries):
             body = entry.body
             if isinstance(body, Checkpoint):
                 return True
             if isinstance(body, Message):
-                return body.role in ("user", "tool")
+                return body.role in ("user", "tool") or (cut_note(body) is not None and not body.tool_calls)
         return False
 
     async def _checkpoint(self, last_text: str, reason: str = "step_limit") -> None:
