@@ -47,6 +47,9 @@ async def test_a_session_is_created_with_its_first_run_and_read_back(server: Ser
         page = await client.entries(created.session.id)
         texts = [e.body.text for e in page.entries if isinstance(e.body, Message)]
         assert texts == ["hello", "answer to hello"] and page.last_seq == len(page.entries)
+        # the person's title first, journaled as the session was made: journaled beside the run, it took the
+        # number the run's next entry expected (seq_conflict), and a title model could replace it
+        assert page.entries[0].body == TitleChange(title="greeting") and view.session.title == "greeting"
         one = await client.entry(created.session.id, page.entries[-1].seq)
         assert one == page.entries[-1]
         tail = await client.entries(created.session.id, tail=1)
@@ -338,6 +341,8 @@ async def test_a_sessions_own_rules_are_set_over_http_and_its_next_run_applies_t
 async def test_the_server_titles_a_session_again(server: Served) -> None:
     async with TetherClient(server.url) as client:
         sid = (await client.create_session(str(server.workspace), title="hand-made")).session.id
+        (made,) = (await client.entries(sid)).entries  # a person's title: a run's title model leaves it
+        assert made.body == TitleChange(title="hand-made")
         with pytest.raises(NotYet, match="no exchange to title yet"):  # 409: not yet, nothing failed
             await client.retitle(sid)
         await asyncio.to_thread(

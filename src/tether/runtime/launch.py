@@ -91,6 +91,9 @@ class RunRequest:
     sandbox: str | None = None
     """Where commands run: ``workspace-write``, ``read-only`` or ``off`` (``--sandbox``); None: ``[sandbox]
     mode`` of the configuration, else ``workspace-write``."""
+    title: str | None = None
+    """The title of the session the run creates (unused when it names or continues one): a person's, journaled
+    before the prompt, so the title model never replaces it."""
 
 
 WIRE_OPTIONS: tuple[str, ...] = (
@@ -347,7 +350,10 @@ async def _open_session(
             raise SessionNotFound(f"no earlier session in {workspace} to continue")
         session = last
     else:
-        return await SessionHandle.create(store, directory=workspace, model=resolved.id, agent=request.agent), True
+        created = await SessionHandle.create(store, directory=workspace, model=resolved.id, agent=request.agent)
+        if request.title:  # (nobody else knows the session yet: no run can hold it)
+            await created.set_title(request.title)
+        return created, True
     info = session.info
     refuse_archived(info)  # where it is, and how to bring it back
     imported = info.metadata.get(IMPORTED)

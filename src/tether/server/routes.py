@@ -153,10 +153,12 @@ async def create_session(state: State, body: CreateSession) -> Response:
     if not os.path.isdir(directory):
         raise NotFound(f"the directory {directory} does not exist on the server")
     if body.prompt is not None:
-        handle = await state.manager.start(None, body.prompt, directory=directory, **_run_fields(body))
+        # the title goes with the run's request: it is journaled as the session is made, before the run holds
+        # it (journaled beside the run, it took the number the run's next entry expected: seq_conflict)
+        handle = await state.manager.start(
+            None, body.prompt, directory=directory, title=body.title, **_run_fields(body)
+        )
         info = await state.store.get_session(handle.session_id)
-        if body.title:
-            info = await _retitle(state, info, body.title)
         run = RunAccepted(session_id=info.id, after=handle.after)
         return answer(CreatedSession(session=info, run=run), 201)
     session = await SessionHandle.create(
@@ -167,14 +169,11 @@ async def create_session(state: State, body: CreateSession) -> Response:
         agent=body.agent,
         system_prompt=body.system_prompt,
     )
+    if body.title:  # a person's title, journaled: the title model of its first run leaves it
+        await session.set_title(body.title)
+        await session.refresh()
     await state.manager.announce(SessionCreated(session=session.info))
     return answer(CreatedSession(session=session.info), 201)
-
-
-async def _retitle(state: ServerState, info: SessionInfo, title: str) -> SessionInfo:
-    handle = SessionHandle(state.store, info)
-    await handle.set_title(title)
-    return await handle.refresh()
 
 
 async def get_session(state: State, session_id: Ref) -> Response:
