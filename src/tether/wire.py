@@ -69,6 +69,12 @@ def _whole(value: Any) -> Any:
 
 Whole = Annotated[int, BeforeValidator(_whole)]
 """An integer of a request body: a JSON integer (or a number with no fraction), never a boolean or a string."""
+# Bounds of an optional one go inside its type, before the validator: given to the field of `X | None`, they
+# reached the OpenAPI spec as "ge"/"le", which JSON Schema does not know (a client generated from the spec
+# allowed max_steps 0, which the server refuses with 422), where the bare `Whole` gets minimum/maximum.
+Steps = Annotated[int, Field(ge=1, le=10_000), BeforeValidator(_whole)]
+Seq = Annotated[int, Field(ge=0, le=MAX_SEQ), BeforeValidator(_whole)]
+KeepTokens = Annotated[int, Field(ge=1, le=10_000_000), BeforeValidator(_whole)]
 
 
 class _Body(BaseModel):
@@ -92,7 +98,7 @@ class RunSettings(_Body):
     tools: str | None = Field(
         default=None, max_length=2000, pattern=TOOLS, description="a comma list of tools, or none"
     )
-    max_steps: Whole | None = Field(default=None, ge=1, le=10_000, description="model steps at most (default 50)")
+    max_steps: Steps | None = Field(default=None, description="model steps at most (default 50)")
     system_prompt: str | None = Field(default=None, min_length=1, max_length=200_000)
     confirmed: bool = Field(default=False, description="run an imported session without asking (its yes is recorded)")
     permission_mode: Mode | None = Field(
@@ -211,7 +217,7 @@ class UpdateSession(_Body):
 
 
 class ForkRequest(_Body):
-    at: Whole | None = Field(default=None, ge=0, le=MAX_SEQ, description="copy entries 1..at (default: all)")
+    at: Seq | None = Field(default=None, description="copy entries 1..at (default: all)")
     title: str | None = Field(default=None, min_length=1, max_length=500)
 
 
@@ -223,7 +229,7 @@ class RevertRequest(_Body):
 class CompactRequest(_Body):
     model: str | None = Field(default=None, min_length=1, max_length=200, description="the summarizer")
     mechanical: bool = Field(default=False, description="no model: extract the summary")
-    keep_tokens: Whole | None = Field(default=None, ge=1, le=10_000_000, description="newest tokens kept verbatim")
+    keep_tokens: KeepTokens | None = Field(default=None, description="newest tokens kept verbatim")
 
 
 class RetitleRequest(_Body):

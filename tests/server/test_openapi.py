@@ -65,6 +65,31 @@ def test_the_spec_lists_every_route_with_its_answers(live: Served) -> None:
     )
 
 
+def test_bounds_are_written_in_json_schema_s_own_words(live: Served) -> None:
+    """minimum/maximum, never pydantic's ge/le: those the bounds of an optional integer (max_steps, a fork's
+    `at`, keep_tokens) came out as, which JSON Schema ignores, so a client generated from the spec allowed
+    what the server then refused with 422."""
+    spec = requests.get(live.url + "/openapi.json", timeout=30).json()
+    foreign: list[str] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("ge", "le", "gt", "lt", "multiple_of", "min_length", "max_length") and not isinstance(
+                    value, dict
+                ):
+                    foreign.append(f"{path}/{key}")
+                walk(value, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}/{i}")
+
+    walk(spec, "")
+    assert foreign == []
+    steps = spec["components"]["schemas"]["PromptRequest"]["properties"]["max_steps"]["anyOf"][0]
+    assert (steps["minimum"], steps["maximum"]) == (1, 10_000)
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_every_operation_answers_by_its_spec(live: Served, mode: GenerationMode) -> None:
     """Each operation gets generated requests: valid ones (by the spec) and, in the negative mode, ones that
