@@ -26,8 +26,10 @@ TOKEN = "an-audit-test-token-of-some-length"
 async def test_a_real_server_records_who_did_what(tmp_path: Path) -> None:
     with serve(tmp_path, asks("the config"), ServerSettings(token=TOKEN)) as served:
         # refused requests: no token (a failed sign-in), a wrong one, a foreign Host
-        assert request(served, "GET", "/sessions")[0] == 401
-        assert request(served, "GET", "/sessions", headers={"Authorization": "Bearer wrong-wrong-wrong"})[0] == 401
+        status, _, text = request(served, "GET", "/sessions")
+        assert status == 401 and "a bearer token is required" in json.loads(text)["error"]["message"]
+        status, _, text = request(served, "GET", "/sessions", headers={"Authorization": "Bearer wrong-wrong-wrong"})
+        assert status == 401 and "not the server's bearer token" in json.loads(text)["error"]["message"]
         assert request(served, "GET", "/health", headers={"Host": "evil.example"})[0] == 403
         sign_in = json.dumps({"token": "not-the-token-at-all"}).encode()
         json_type = {"Content-Type": "application/json"}
@@ -101,6 +103,7 @@ async def test_a_real_server_records_who_did_what(tmp_path: Path) -> None:
         assert request(served, "GET", "/health", headers=cookie)[0] == 200
         status, _, text = request(served, "GET", "/audit", headers=cookie)
         assert status == 403 and json.loads(text)["error"]["code"] == "forbidden"
+        assert "--token-required" in json.loads(text)["error"]["message"]  # an option `tether serve` has
         assert request(served, "GET", "/audit")[0] == 401
         assert request(served, "GET", "/share/../audit")[0] in (401, 404)
 

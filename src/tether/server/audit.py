@@ -29,7 +29,8 @@ class AuditPage(msgspec.Struct, kw_only=True):
 def _refused() -> Response | None:
     if not (ACTOR.get() or "").startswith("token"):
         body = error_body(
-            "forbidden", "the audit trail needs the server's bearer token (Authorization: Bearer TOKEN; see --token)"
+            "forbidden",
+            "the audit trail needs the server's bearer token (Authorization: Bearer TOKEN; the token is TETHER_SERVER_TOKEN, or the one `tether serve --token-required` printed)",
         )
         return Response(body, status_code=403, media_type="application/json")
     return None

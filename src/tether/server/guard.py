@@ -206,12 +206,12 @@ class Guard:
         if bearer:
             return None
         if not self._cookie_matches(headers.get("cookie", [])):
-            return (
-                401,
-                "unauthorized",
-                "a bearer token is required (Authorization: Bearer TOKEN)",
-                {"www-authenticate": 'Bearer realm="tether"'},
+            why = (
+                "this is not the server's bearer token"
+                if given
+                else "a bearer token is required (Authorization: Bearer TOKEN)"
             )
+            return 401, "unauthorized", why, {"www-authenticate": 'Bearer realm="tether"'}
         if scope.get("method") not in SAFE_METHODS and not origins and CLIENT_HEADER not in headers:
             # a cookie goes with every request a browser makes, whoever asked for it: a change made on the
             # cookie's strength must show it comes from this server's page (its Origin, checked above, which
