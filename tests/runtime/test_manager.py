@@ -578,3 +578,27 @@ async def test_the_runs_of_a_manager_share_their_connections(
     finally:
         await mgr.shutdown()
     assert len(mgr.clients) == 0
+
+
+async def test_a_deleted_session_s_followers_see_their_stream_end(store: SqliteStore, tmp_path: Path) -> None:
+    """Deleted here (the server's DELETE) or by another process (`tether sessions rm`): a follower's stream
+    ends, where before it stayed open with nothing more to come."""
+    mgr = manager(store, tmp_path, ScriptedProvider(lambda r: "ok"))
+    try:
+        here = await mgr.start(None, "one")
+        elsewhere = await mgr.start(None, "two")
+        await here.result()
+        await elsewhere.result()
+
+        async def follow(sid: str) -> list[Event]:
+            return [event async for event in mgr.subscribe(sid)]
+
+        followers = [asyncio.ensure_future(follow(h.session_id)) for h in (here, elsewhere)]
+        await asyncio.sleep(0.3)  # both following
+        assert not any(f.done() for f in followers)
+        assert await mgr.delete(here.session_id) == [here.session_id]
+        await store.delete_session(elsewhere.session_id)  # as another process does it
+        done, _ = await asyncio.wait(followers, timeout=10)
+        assert len(done) == 2 and [f.result() for f in followers] == [[], []]
+    finally:
+        await mgr.shutdown()

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from ..errors import TetherError
+from ..errors import SessionNotFound, TetherError
 from ..events import Done, Error, Event, RunStarted, event_number
 from .journal import replay_events
 from .manager_base import ManagerBase, _Session, _Subscriber
@@ -148,8 +148,11 @@ class Following(ManagerBase):
             else:
                 try:
                     last_seq = (await self.store.get_session(entry.session_id)).last_seq
+                except SessionNotFound:  # deleted by another process (or worker): its streams end
+                    self.followers_end(entry.session_id)
+                    return
                 except TetherError:
-                    return  # deleted (its subscribers end with the deletion) or the store is closing
+                    return  # the store is closing
                 changed = seen is not None and last_seq > seen and not self._runs_here(entry)
                 mesh = self.mesh
                 if changed and mesh is not None:
@@ -164,6 +167,17 @@ class Following(ManagerBase):
                         subscriber.read_journal()
                 seen = last_seq
             await asyncio.sleep(WATCH_INTERVAL)
+
+    def followers_end(self, session_id: str) -> None:
+        """The session is gone (deleted): its subscribers' streams end (an SSE follower sees the stream close
+        rather than pings for ever), and nothing watches it any more."""
+        entry = self._sessions.pop(session_id, None) or self._recent.pop(session_id, None)
+        if entry is None:
+            return
+        for subscriber in list(entry.subscribers):
+            subscriber.close()
+        if entry.watcher is not None and entry.watcher is not asyncio.current_task():
+            entry.watcher.cancel()
 
     async def _catch_up(self, entry: _Session, after: int) -> AsyncIterator[Event]:
         """The durable events after `after` from the journal, with the run starts and ends since (live

@@ -134,7 +134,7 @@ class SessionManager(Queueing, Following, Asking, Watching):
         async with self.exclusive(session_id):
             deleted = await self.store.delete_session(session_id)
         for sid in deleted:
-            self._sessions.pop(sid, None)
+            self.followers_end(sid)
         await self.activity.publish(SessionDeleted(session_id=session_id, deleted=deleted))
         return deleted
 
