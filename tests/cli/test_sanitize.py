@@ -95,3 +95,14 @@ def test_json_keeps_its_value_and_loses_raw_del_and_c1() -> None:
     assert b"\x7f" not in safe and b"\\u009b" in safe and b"\\u007f" in safe
     # characters past C1 keep their bytes
     assert "é 漢 👩‍💻".encode() in safe
+
+
+def test_bidirectional_overrides_are_shown_not_obeyed() -> None:
+    """U+202E and its kin reorder what follows on screen: a command shown for approval could read as another
+    ("Trojan Source"). Right-to-left text itself is left alone."""
+    shown = escape_controls("rm -rf ~ \u202e# tsil elif eht\u202c and \u2066x\u2069; שלום")
+    assert shown == "rm -rf ~ \\u202e# tsil elif eht\\u202c and \\u2066x\\u2069; שלום"
+    raw = json.dumps({"cmd": "a\u202eb\u2067c"}, ensure_ascii=False).encode()
+    escaped = escape_json_controls(raw)
+    assert b"\xe2\x80\xae" not in escaped and b"\\u202e" in escaped and b"\\u2067" in escaped
+    assert json.loads(escaped) == json.loads(raw)
