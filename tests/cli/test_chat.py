@@ -3,7 +3,10 @@ model (a `/help` once went to the model as a prompt), and what they print fits t
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,3 +32,21 @@ def test_slash_commands_at_80_columns_never_reach_the_model(terminal80: Any, cut
     assert "unknown command /nope: /help lists them" in screen
     assert "(no session yet)" in screen  # /session: nothing was sent, so no session was made
     assert "The parser drops" not in screen  # the model never answered anything
+
+
+@pytest.mark.parametrize("ref", ["ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", "nope12", "../x"])
+def test_an_unknown_session_is_refused_before_the_first_message(tmp_path: Path, ref: str) -> None:
+    """Before, `chat --session` took any id and said so only after the first message, which was lost."""
+    db = tmp_path / "t.db"
+    env = {**os.environ, "TETHER_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "--store", str(db), "chat", "--session", ref],
+        input="my long first message\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "no session" in done.stderr or "invalid session id" in done.stderr
+    assert "resume with" not in done.stderr and "Traceback" not in done.stderr

@@ -15,6 +15,7 @@ from ..events import Done
 from ..paths import canonical_directory
 from ..runtime.launch import RunRequest
 from .approval import terminal_approver
+from .common import find_session
 from .render import TerminalRenderer, shown, terminal_ask
 from .run import checked, launched_events, permission_options, project_confirmer, terminal_confirm
 from .sanitize import escape_controls
@@ -211,6 +212,8 @@ def chat(
 
         loop.add_signal_handler(signal.SIGINT, on_sigint)
         try:
+            if session_ref is not None:  # now, not after the first message (which an unknown id then lost)
+                session_id = (await find_session(store, session_ref)).id
             while True:
                 text = await asyncio.to_thread(read_message)
                 if text is None:
