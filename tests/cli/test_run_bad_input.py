@@ -91,6 +91,18 @@ def test_a_nul_byte_in_a_path_or_a_command_is_a_tool_error_the_model_reads(tmp_p
     assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.parametrize(("ref", "code"), [("nope12", "session_not_found"), ("../x", "invalid_id")])
+def test_an_unknown_session_is_an_error_event_for_programs(tmp_path: Path, ref: str, code: str) -> None:
+    """`run --json --session` with a session that is not there: the error event on stdout, as for a bad
+    option (before, stdout was empty and only stderr said it)."""
+    env = {**os.environ, "TETHER_TEST_SCRIPT": json.dumps(["never asked"])}
+    base = [sys.executable, "-c", SCRIPT_DRIVER, "--store", f"sqlite:///{tmp_path / 'cli.db'}", "run", "--json"]
+    proc = subprocess.run([*base, "--session", ref, "x"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    (event,) = json_lines(proc.stdout)
+    assert event["type"] == "error" and event["code"] == code and ref in event["message"]
+
+
 def test_a_prompt_that_is_not_utf8_is_refused_before_a_session_exists(tmp_path: Path) -> None:
     """Bytes that are not UTF-8 (a Latin-1 file piped in, a name from an old archive) are refused before the
     store is opened: one line and exit 2 for people, an error event for programs; no session, at any try."""

@@ -15,7 +15,15 @@ import click
 from rich.console import Console
 
 from ..config import PermissionMode
-from ..errors import ConfigError, ConfirmationRequired, InvalidInput, MissingExtra, NotFound, SessionBusy
+from ..errors import (
+    ConfigError,
+    ConfirmationRequired,
+    InvalidInput,
+    MissingExtra,
+    NotFound,
+    SessionBusy,
+    TetherError,
+)
 from ..events import Done, Error, Event, event_json
 from ..runtime.launch import LaunchPlan, RunRequest, check_request, open_run
 from ..runtime.trust import ConfirmProject, ProjectChange
@@ -295,6 +303,14 @@ def run(
         except SessionBusy as busy:
             err.print(f"[red]error:[/red] {shown(busy_line(busy))}", highlight=False)
             code = BUSY_EXIT
+        except OptionError as refused:  # the session named is not there, an imported one not confirmed...
+            if as_json:  # said where a program reads the run, as `checked` says a bad option
+                cause = refused.__cause__
+                kind = cause.code if isinstance(cause, TetherError) else "invalid_input"
+                event = Error(session_id="", n=0, code=kind, message=str(refused))
+                sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
+                sys.stdout.flush()
+            raise
         except asyncio.CancelledError:
             if not cancelled:
                 raise
