@@ -253,6 +253,24 @@ def test_errors_are_typed_bodies_never_tracebacks(server: Served) -> None:
         assert "Traceback" not in text
 
 
+def test_a_body_that_is_not_json_is_said_so(server: Served) -> None:
+    """Truncated JSON named the character where decoding stopped as if it were a field ("body.13"); JSON sent
+    as text/plain was "not a valid dictionary", when what was wrong is its content type."""
+    connection = http.client.HTTPConnection(server.host, timeout=30)
+    try:
+        for data, kind, said in (
+            (b'{"directory": "/tmp"', "application/json", "not valid JSON at character"),
+            (json.dumps({"directory": str(server.workspace)}).encode(), "text/plain", "(it came as text/plain)"),
+        ):
+            connection.request("POST", "/sessions", body=data, headers={"Content-Type": kind})
+            response = connection.getresponse()
+            error = json.loads(response.read())["error"]
+            assert response.status == 422 and error["code"] == "invalid_request", error
+            assert said in error["message"] and error["details"]["problems"][0]["where"] == "body", error
+    finally:
+        connection.close()
+
+
 def raw_request(
     server: Served, method: str, path: str, body: object = None, headers: dict[str, str] | None = None
 ) -> tuple[int, str]:

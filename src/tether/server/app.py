@@ -154,6 +154,22 @@ def _refusal_recorder(app: FastAPI) -> Callable[[Any, int, str], Awaitable[None]
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
 
 
+def _located(error: Any, content_type: str | None) -> dict[str, str]:
+    """Where a validation error is and what it is, for a person. Two that FastAPI words for itself: a body
+    that is not JSON (its "loc" is the character where decoding stopped, which read as a field path), and a
+    JSON body sent without its content type (FastAPI then hands the bytes to the model: "a valid dictionary")."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid" and loc[:1] == ("body",):
+        at = f" at character {loc[1]}" if len(loc) > 1 else ""
+        why = (error.get("ctx") or {}).get("error")
+        return {"where": "body", "problem": f"not valid JSON{at}" + (f" ({why})" if why else "")}
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if loc == ("body",) and isinstance(error.get("input"), bytes | str) and not kind.endswith("json"):
+        sent = f"it came as {kind}" if kind else "it came without one"
+        return {"where": "body", "problem": f"send a JSON object with Content-Type: application/json ({sent})"}
+    return {"where": ".".join(str(p) for p in loc), "problem": _problem(error)}
+
+
 def _problem(error: Any) -> str:
     """A validation error for a person: a value that misses a pattern of the spec says what it is not."""
     meaning = PATTERNS.get(str((error.get("ctx") or {}).get("pattern", "")))
@@ -189,7 +205,7 @@ def _handle_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": _problem(e)} for e in exc.errors()]
+        problems = [_located(e, request.headers.get("content-type")) for e in exc.errors()]
         shown = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
         status, body = tether_error_body(InvalidRequest(f"the request does not validate: {shown}", problems=problems))
         return Response(body, status_code=status, media_type="application/json")
