@@ -203,7 +203,7 @@ async def test_a_cancel_in_the_other_manager_stops_the_run_at_once(pair: Pair) -
     GATE["cancel"] = asyncio.Event()
     GATE_NAME[0] = "cancel"
     run = await pair.a.start(None, "hold on")
-    while await pair.b.status(run.session_id) != "busy_elsewhere":
+    while await pair.b.status(run.session_id) not in ("busy_elsewhere", "running"):
         await asyncio.sleep(0.01)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -212,6 +212,29 @@ async def test_a_cancel_in_the_other_manager_stops_the_run_at_once(pair: Pair) -
     assert isinstance(outcome, Error) and outcome.code == "cancelled"
     assert loop.time() - started < 0.45  # the relay, not the lease's half-second look
     assert await pair.a.store.get_lease(run.session_id) is None
+
+
+@pytest.mark.parametrize("pair", [holds], indirect=True)
+async def test_a_sibling_s_run_is_running_to_the_other_peer(pair: Pair) -> None:
+    """A worker asked about a session another worker runs says `running`, as that worker does (before:
+    `busy_elsewhere`, which is for a process outside the service, so the answer depended on the worker)."""
+    GATE["sibling"] = asyncio.Event()
+    GATE_NAME[0] = "sibling"
+    run = await pair.a.start(None, "hold on")
+    try:
+        for _ in range(500):
+            if await pair.b.status(run.session_id) == "running":
+                break
+            await asyncio.sleep(0.01)
+        assert await pair.b.status(run.session_id) == "running" == await pair.a.status(run.session_id)
+    finally:
+        GATE["sibling"].set()
+    assert isinstance(await asyncio.wait_for(run.result(), 10), Done)
+    for _ in range(500):
+        if await pair.b.status(run.session_id) == "idle":
+            break
+        await asyncio.sleep(0.01)
+    assert await pair.b.status(run.session_id) == "idle"
 
 
 @pytest.mark.parametrize("pair", [holds], indirect=True)
@@ -264,7 +287,7 @@ async def test_a_prompt_to_a_session_another_manager_runs_waits_for_its_run(pair
     GATE_NAME[0] = "queued"
     first = await pair.a.start(None, "hold on")
     sid = first.session_id
-    while await pair.b.status(sid) != "busy_elsewhere":
+    while await pair.b.status(sid) not in ("busy_elsewhere", "running"):
         await asyncio.sleep(0.01)
     assert pair.b.mesh is not None and await pair.b.mesh.claimed_elsewhere(sid)
     second = await pair.b.start(sid, "and then this")
@@ -336,7 +359,7 @@ async def test_a_prompt_to_the_other_manager_is_queued_durably_and_run_by_the_ru
     GATE["fwd"] = asyncio.Event()
     first = await named.a.start(None, "hold on")
     sid = first.session_id
-    while await named.b.status(sid) != "busy_elsewhere":
+    while await named.b.status(sid) not in ("busy_elsewhere", "running"):
         await asyncio.sleep(0.01)
     second = await named.b.start(sid, "two")
     third = await named.b.start(sid, "three")
@@ -363,7 +386,10 @@ async def test_prompts_to_either_manager_as_runs_end_each_run_exactly_once(named
     handles = []
     for i in range(8):
         to_a = await named.a.start(sid, f"a{i}")
-        while await named.b.status(sid) != "busy_elsewhere":  # (B would race A for a lease no one holds yet)
+        while await named.b.status(sid) not in (
+            "busy_elsewhere",
+            "running",
+        ):  # (B would race A for a lease no one holds yet)
             await asyncio.sleep(0)
         to_b = await named.b.start(sid, f"b{i}")  # lands as A's run goes on or ends
         handles += [to_a, to_b]

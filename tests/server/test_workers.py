@@ -168,8 +168,10 @@ async def test_a_worker_killed_mid_answer_is_replaced_and_its_run_taken_over(
     feed.stop()
     entries = call(node.url, "GET", f"/sessions/{sid}/entries").json()["entries"]
     messages = [e["body"] for e in entries if e["body"].get("type", "message") == "message"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    # the cut answer, then the run that took over going on with it (as `--continue` does)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "assistant"]
     assert messages[3]["metadata"].get("interrupted") and messages[3]["parts"][0]["text"].startswith("h0 h1")
+    assert not messages[4]["metadata"].get("interrupted")
     assert (workspace / "held.txt").read_text() == "written once\n"  # the tool ran once
     await until(lambda: len(node.workers()) == 2 and victim not in node.workers(), 30, "a new worker")
 

@@ -37,8 +37,11 @@ class Watching(ManagerBase):
             return "queued"
         info = await self.store.get_session(session_id)
         if await live_lease(self.store, session_id) is not None:
-            waits = self.mesh is not None and self.mesh.waits_for_approval(session_id)
-            return "waiting_for_approval" if waits else "busy_elsewhere"
+            if self.mesh is not None and self.mesh.waits_for_approval(session_id):
+                return "waiting_for_approval"
+            # a sibling worker's or node's run is the service's own: running, as its own process says;
+            # elsewhere is a process outside the service (a `tether run` beside the server)
+            return "running" if self.mesh is not None and self.mesh.relays(session_id) else "busy_elsewhere"
         if await journaled_requests(self.store, session_id):
             return "waiting_for_approval"  # a run stopped while it waited: resuming it asks again
         return "paused" if info.state == "paused" else "idle"

@@ -141,9 +141,12 @@ async def list_sessions(
 
 
 async def _statuses(state: ServerState, items: list[SessionInfo]) -> dict[str, ActivityStatus]:
-    """The statuses of the sessions in `items` that have a run here (the others are not looked up: a list
-    costs what its page costs)."""
+    """The statuses of the sessions in `items` that have a run in the service: here, or in a sibling worker
+    or node (the others are not looked up: a list costs what its page costs). Before, a session another
+    worker ran was missing, and read as idle, depending on which worker answered."""
     running = set(state.manager.running())
+    if state.mesh is not None:
+        running |= {s.id for s in items if state.mesh.relays(s.id)}
     return {s.id: await state.manager.status(s.id) for s in items if s.id in running}
 
 
