@@ -162,6 +162,7 @@ async def test_a_database_whose_search_index_is_damaged_is_not_backed_up(db: Pat
     message = str(caught.value)
     assert message.startswith(f"the database {db} is damaged") and "so no backup was made" in message
     assert "tether doctor --repair" in message and "\n" not in message
+    assert message.count(f"the database {db}") == 1  # said once (it was said again inside the finding)
     assert not (tmp_path / "backup.db").exists() and leftovers(tmp_path) == []
 
 

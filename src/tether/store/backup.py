@@ -155,8 +155,13 @@ def _check_source(reader: sqlite3.Connection, source: str, full: bool, known_ver
     for finding in check_database(reader, source, full=full, known_version=known_version):
         if finding.status == "fail" and finding.check != "schema":
             then = "; then back up again" if finding.fix == REBUILD else ""
+            said = (  # a finding made of an error already names the database and what is wrong with it
+                finding.detail
+                if finding.detail.startswith(f"the database {source}")
+                else f"the database {source} is damaged ({finding.check}: {finding.detail})"
+            )
             raise StoreCorrupt(
-                f"the database {source} is damaged ({finding.check}: {finding.detail}), so no backup was made",
+                f"{said}, so no backup was made",
                 f"{finding.fix or RECOVER.format(path=source)}{then}",
                 path=source,
             )
