@@ -153,6 +153,8 @@ def test_progress_goes_to_stderr_and_the_summary_to_stdout(tmp_path: Path) -> No
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("migrated 3 session(s)") and "3 verified equal" in out.stdout
     assert "sessions: " in out.stderr and "migrate" in out.stderr and "migrated" not in out.stderr
+    # each phase says where it ended, not only where it began ("0/3", then nothing until "done")
+    assert "sessions: 3/3 (3 copied" in out.stderr and "verifying: 3/3 sessions" in out.stderr, out.stderr
     quiet = tether("migrate", "-q", "--from", str(source), "--to", f"sqlite:///{tmp_path / 'u.db'}")
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert time.monotonic() - started < 300

@@ -5,6 +5,7 @@ PostgreSQL, either way), resumable after a kill, verified session by session, wi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -38,12 +39,22 @@ class _Reporter:
         self.tty = sys.stderr.isatty()
         self.last = 0.0
         self.phase = ""
+        self.held: Progress | None = None
 
     def __call__(self, p: Progress) -> None:
         now = time.monotonic()
-        if self.quiet or (p.phase == self.phase and now - self.last < PROGRESS_EVERY):
+        if self.quiet:
             return
+        if p.phase == self.phase and now - self.last < PROGRESS_EVERY:
+            self.held = dataclasses.replace(p)  # (the migration changes `p` in place)
+            return
+        if p.phase != self.phase and self.held is not None:
+            self._show(self.held)  # where the phase ended (its last line was dropped: "0/11" before "done")
+        self.held = None
         self.last, self.phase = now, p.phase
+        self._show(p)
+
+    def _show(self, p: Progress) -> None:
         if p.phase == "artifacts":
             line = f"artifacts: {p.artifacts:,} copied"
         elif p.phase == "sessions":

@@ -243,9 +243,16 @@ async def _copy_session(source: Store, target: Store, listed: SessionInfo, progr
         await target.save_stream(info.id, stream.after_seq, stream.message)
 
 
-async def verify(source: Store, target: Store, infos: Sequence[SessionInfo], progress: Progress) -> list[str]:
+async def verify(
+    source: Store,
+    target: Store,
+    infos: Sequence[SessionInfo],
+    progress: Progress,
+    told: Callable[[], None] = lambda: None,
+) -> list[str]:
     """What differs between each session of `infos` in the source and in the target: row and journal
-    checksums, counters, shares. Returns one line per difference (empty: all equal)."""
+    checksums, counters, shares. Returns one line per difference (empty: all equal). `told` after each
+    session (its count in `progress`)."""
     problems: list[str] = []
     for listed in infos:
         try:
@@ -266,6 +273,7 @@ async def verify(source: Store, target: Store, infos: Sequence[SessionInfo], pro
             if theirs.get(share.id) != (share, token_hash):
                 problems.append(f"{src.id}: share {share.id} differs or is missing")
         progress.verified += 1
+        told()
     return problems
 
 
@@ -310,7 +318,7 @@ async def migrate(
     only_there = sum(1 for info in await _all_sessions(target) if info.id not in ids)
     if check:
         tell("verify")
-        problems = await verify(source, target, infos, state)
+        problems = await verify(source, target, infos, state, tell)
         if problems:
             shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
             raise MigrationMismatch(f"{len(problems)} session(s) differ after the copy: {shown}")
