@@ -18,7 +18,14 @@ from tether.client import TetherClient
 from tether.config import Config, RuntimeConfig
 from tether.events import DURABLE_TYPES, Done, Event, RunStarted, TextDelta
 from tether.messages import Message
-from tether.runtime.activity import ApprovalPending, ApprovalSettled, SessionCreated, SessionDeleted, StatusChanged
+from tether.runtime.activity import (
+    ApprovalPending,
+    ApprovalSettled,
+    SessionCreated,
+    SessionDeleted,
+    SessionUpdated,
+    StatusChanged,
+)
 from tether.server import ServerSettings
 
 from .conftest import GATES, Served, asks, gated, serve, tool_steps
@@ -239,6 +246,34 @@ async def test_the_activity_stream_tells_when_a_call_waits_for_a_person_and_when
     assert [(s.session_id, s.call_id, s.approved) for s in settled] == [(sid, "ch1", True)]
     after_answer = statuses[statuses.index("waiting_for_approval") + 1 :]
     assert after_answer[0] == "running"  # the run goes on once answered
+
+
+async def test_a_cancel_while_a_call_waits_leaves_its_request_pending_on_every_face(tmp_path: Path) -> None:
+    """Cancelled while it waits for a person: the request stays in the journal, `GET /approvals` lists it
+    (with its workspace) and an answer resumes the session. `/events` says the same: no `approval_settled`
+    (before, it said settled, and a page built on the feed dropped a request that still waited)."""
+    with serve(tmp_path, asks("the config")) as served:
+        async with TetherClient(served.url) as client:
+            feed = client.activity(after=0)
+            created = await client.create_session(str(served.workspace), prompt="change it")
+            sid = created.session.id
+            seen = []
+            async for item in feed:
+                seen.append(item)
+                if isinstance(item, ApprovalPending):
+                    break
+            assert await client.cancel(sid)
+            updated = False
+            async for item in feed:  # the cancel's own: the session's row, then where it stands
+                seen.append(item)
+                updated = updated or isinstance(item, SessionUpdated)
+                if updated and isinstance(item, StatusChanged):
+                    break
+            assert seen[-1].status == "waiting_for_approval"  # type: ignore[attr-defined]
+            (left,) = await client.approvals()
+            assert (left.session_id, left.call_id, left.workspace) == (sid, "ch1", str(served.workspace))
+            await feed.aclose()
+    assert not [i for i in seen if isinstance(i, ApprovalSettled)], [type(i).__name__ for i in seen]
 
 
 async def test_events_across_a_restart_replay_what_the_follower_missed(tmp_path: Path) -> None:

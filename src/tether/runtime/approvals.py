@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import markers
@@ -239,7 +239,8 @@ async def journaled_requests(store: Journal, session_id: str) -> list[ApprovalRe
     that stopped (a cancel, a crash, a restart) while it waited, which its next run asks again."""
     # `undecided` looks no further back than the last answer: read back to it, a few entries at a time (an
     # idle session's status asks this; reading and decoding a fixed 200 entries was most of its cost)
-    last_seq = (await store.get_session(session_id)).entry_count
+    info = await store.get_session(session_id)
+    last_seq = info.entry_count
     newest_first: list[Entry] = []
     async for entry in ActiveWalk(store, session_id, last_seq, chunk=PENDING_CHUNK):
         newest_first.append(entry)
@@ -247,4 +248,5 @@ async def journaled_requests(store: Journal, session_id: str) -> list[ApprovalRe
         if (isinstance(body, Message) and body.role not in ("tool", "system")) or len(newest_first) >= PENDING_TAIL:
             break
     newest_first.reverse()
-    return undecided(newest_first, session_id)
+    # where the call would run, as the run's own request said (it was "" once its run had stopped)
+    return [replace(r, workspace=info.directory or "") for r in undecided(newest_first, session_id)]

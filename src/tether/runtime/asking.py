@@ -43,11 +43,20 @@ class Asking(ManagerBase):
             approved = given_answer.approved if given_answer is not None else None
             settled = ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=approved)
             if self.mesh is not None:
-                self.mesh.approval(settled)
-            await self.activity.publish(settled)
+                self.mesh.approval(settled)  # this process's run waits no more (an answer goes to the journal's)
+            if given_answer is not None or not self._stopping(root):
+                await self.activity.publish(settled)
+            # else: the run stopped (cancelled, the server stopping) while it waited: the request stays in the
+            # journal, listed by `approvals` and asked again by the next run; /events must not say it settled
             entry = self._sessions.get(root)
             if entry is not None and entry.run is not None:
                 await self.activity.publish(StatusChanged(session_id=root, status=await self.status(root)))
+
+    def _stopping(self, root: str) -> bool:
+        """Whether the run of `root` here is being cancelled (not a timeout: that one is answered no)."""
+        entry = self._sessions.get(root)
+        worker = entry.worker if entry is not None else None
+        return worker is not None and (worker.cancelling() > 0 or worker.done())
 
     async def approvals(self, session_id: str | None = None) -> list[ApprovalRequest]:
         """The approval requests that wait for an answer: those the runs of this manager wait on (of every
