@@ -118,6 +118,7 @@ def test_store_comes_from_tether_store_env(db: Path) -> None:
 
 def test_empty_store(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    with_db(db, lambda store: store.list_sessions())  # made, with nothing in it
     assert f"No sessions in {os.path.realpath(tmp_path)}" in ok(tether(db, "sessions"))
     assert "No sessions in any directory." in ok(tether(db, "sessions", "--all"))
     assert listed(db, "--all") == []
@@ -575,3 +576,23 @@ def test_edits_are_refused_while_a_run_holds_the_session(db: Path, tmp_path: Pat
     assert info.entry_count == 6 and (with_db(db, lambda s: s.get_lease(session.id))).holder == "run_live"
     with_db(db, lambda s: s.release_lease(session.id, "run_live"))
     assert "Deleted" in ok(tether(db, "sessions", "rm", "--yes", session.id))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sessions",),
+        ("sessions", "show", "abcdef"),
+        ("sessions", "export", "abcdef"),
+        ("recall", "x"),
+        ("context", "abcdef"),
+    ],
+)
+def test_a_read_of_a_named_database_that_is_not_there_makes_nothing(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A typo in --store (or TETHER_STORE) made its folders and a new empty database, and said "No sessions":
+    it looked like lost data. A command that only reads now says there is none; a run still makes it."""
+    named = tmp_path / "typo" / "dir" / "t.db"
+    failed(tether(named, *args), f"there is no tether database at {named}")
+    from_env = CliRunner().invoke(cli, list(args), env={"TETHER_STORE": str(named)})
+    failed(from_env, f"there is no tether database at {named}")
+    assert not (tmp_path / "typo").exists()

@@ -49,7 +49,7 @@ def backup(target: str, force: bool, json_flag: bool) -> None:
 
             return await store.backup(target, force=force, progress=report), store.path
 
-    result, live = with_store(run)
+    result, live = with_store(run, reads=True)
     if wants_json(json_flag):
         payload: dict[str, Any] = {"path": result.path, "size": result.size, "sessions": result.sessions, "of": live}
         echo_json(payload)

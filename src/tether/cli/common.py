@@ -5,6 +5,7 @@ machines. The global options live in `state`."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -12,9 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
+from ..errors import StoreUnavailable
 from ..messages import encode_json
 from ..runtime.lookup import MIN_REF, find_session
-from ..store import Store, open_store
+from ..store import Store, open_store, store_path
 from .sanitize import escape_json_controls
 from .state import CliState, cli_state, wants_json
 
@@ -36,9 +38,13 @@ __all__ = [
 T = TypeVar("T")
 
 
-def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
-    """Open the chosen store, run `fn` with it on a fresh event loop, and close the store whatever happens."""
+def with_store(fn: Callable[[Store], Awaitable[T]], *, reads: bool = False) -> T:
+    """Open the chosen store, run `fn` with it on a fresh event loop, and close the store whatever happens.
+    `reads`: the command only reads, so a database file the user named (``--store``, ``TETHER_STORE``) that
+    is not there is an error, rather than a new empty one (and its folders) made where a typo pointed."""
     url = cli_state().store_url
+    if reads:
+        refuse_missing(url)
 
     async def main() -> T:
         store = open_store(url)
@@ -48,6 +54,19 @@ def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
             await store.close()
 
     return asyncio.run(main())
+
+
+def refuse_missing(url: str | None) -> None:
+    """`StoreUnavailable` when the database file named by `url` (else ``TETHER_STORE``) does not exist. The
+    default database is not refused: a new home has none yet, and lists nothing."""
+    named = url or os.environ.get("TETHER_STORE")
+    path = store_path(named) if named else None
+    if path is not None and path != ":memory:" and not os.path.exists(path):
+        raise StoreUnavailable(
+            f"there is no tether database at {path}",
+            "check the path given (--store, TETHER_STORE); `tether run` makes one there",
+            path=path,
+        )
 
 
 def echo_json(value: Any) -> None:

@@ -182,7 +182,7 @@ def context(
             await pin(store, info.id, unpin_seq, pinned=False)
         return await context_view(store, info.id, config=load_config(), model=model_spec)
 
-    view = with_store(main)
+    view = with_store(main, reads=True)
     if wants_json(json_flag):
         echo_json(_as_json(view))
         return

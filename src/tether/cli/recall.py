@@ -169,7 +169,7 @@ def recall_command(
             if facts is not None:
                 facts.close()
 
-    result = with_store(run)
+    result = with_store(run, reads=True)
     if isinstance(result, FactProgress):
         if wants_json(json_flag):
             echo_json(result)

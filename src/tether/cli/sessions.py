@@ -129,7 +129,7 @@ def _list(all_dirs: bool, directory: str | None, limit: int, children: bool, jso
         page = await store.list_sessions(directory=where, parent_id=UNSET if children else None, limit=limit)
         return page.items, page.next_cursor is not None
 
-    items, more = with_store(run)
+    items, more = with_store(run, reads=True)
     if wants_json(json_flag):
         echo_json([session_record(s) for s in items])
         return
@@ -198,7 +198,7 @@ def show(session_ref: str, raw: bool, nested: bool, json_flag: bool) -> None:
         refuse_archived(info)  # an archived session's stub: where it is, and how to bring it back
         return await _view(store, info, raw=raw, nested=nested)
 
-    view = with_store(run)
+    view = with_store(run, reads=True)
     if wants_json(json_flag):
         echo_json(_view_json(view, raw, nested))
         return
@@ -667,7 +667,7 @@ def export(
                 return await export_html(store, info.id, out, raw=raw, children=children)
             return await export_markdown(store, info.id, out, raw=raw)
 
-    info = with_store(run)
+    info = with_store(run, reads=True)
     if output:
         click.echo(f"Exported {info.id} ({info.entry_count} entries) to {output}", err=True)
 
@@ -716,7 +716,7 @@ def _export_foreign(session_ref: str, fmt: str, output: str | None, *, install: 
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
-    info, report, outcome = with_store(run)
+    info, report, outcome = with_store(run, reads=True)
     where = f" to {report.path or output}" if (report.path or output) else ""
     said = {"written": "Exported", "installed": "Exported", "unchanged": "Already exported, unchanged:"}[outcome]
     click.echo(escape_controls(f"{said} {info.id} ({report.entries} entries) as a {tool} session{where}"), err=True)
