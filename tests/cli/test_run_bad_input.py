@@ -103,6 +103,30 @@ def test_an_unknown_session_is_an_error_event_for_programs(tmp_path: Path, ref: 
     assert event["type"] == "error" and event["code"] == code and ref in event["message"]
 
 
+def test_a_busy_session_is_an_error_event_for_programs(tmp_path: Path) -> None:
+    """`run --json` on a session another run (or an edit) holds: exit 3 and the error event on stdout."""
+    import asyncio
+    import socket
+
+    from tether.store import SqliteStore
+
+    db = tmp_path / "cli.db"
+
+    async def held() -> str:
+        async with SqliteStore(db) as store:
+            info = await store.create_session(directory=str(tmp_path))
+            await store.acquire_lease(info.id, "run_there", ttl=600, pid=os.getpid(), host=socket.gethostname())
+            return info.id
+
+    sid = asyncio.run(held())
+    env = {**os.environ, "TETHER_TEST_SCRIPT": json.dumps(["never asked"])}
+    argv = [sys.executable, "-c", SCRIPT_DRIVER, "--store", f"sqlite:///{db}", "run", "--json", "--session", sid, "x"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    (event,) = json_lines(proc.stdout)
+    assert event["type"] == "error" and event["code"] == "session_busy" and "run_there" in event["message"]
+
+
 def test_a_prompt_that_is_not_utf8_is_refused_before_a_session_exists(tmp_path: Path) -> None:
     """Bytes that are not UTF-8 (a Latin-1 file piped in, a name from an old archive) are refused before the
     store is opened: one line and exit 2 for people, an error event for programs; no session, at any try."""

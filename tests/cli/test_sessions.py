@@ -557,6 +557,17 @@ def test_revert_hides_what_came_after_and_says_how_to_undo(db: Path) -> None:
     failed(tether(db, "sessions", "revert", "ses_01JD8X3Q5T9N2C7KZ6W4M0R1YB", "1"), "no session")
 
 
+def test_an_archived_session_is_not_reverted(db: Path) -> None:
+    """Its journal is in the bucket: a revert journaled into the stub left here would be lost on restore."""
+    from tether.runtime.archive import ARCHIVED
+
+    session = with_db(db, coding_session)
+    marker = {"bucket": "b", "key": f"sessions/{session.id}.jsonl"}
+    with_db(db, lambda s: s.update_session(session.id, metadata={ARCHIVED: marker}))
+    failed(tether(db, "sessions", "revert", session.id, "1"), "is archived in s3://b/")
+    assert with_db(db, lambda s: s.get_session(session.id)).entry_count == 6
+
+
 def test_edits_are_refused_while_a_run_holds_the_session(db: Path, tmp_path: Path) -> None:
     """Deleting, reverting or compacting a session under a run (the server's answer is 409): the run would
     go on writing to a session that is gone, or under a history changed beneath it."""

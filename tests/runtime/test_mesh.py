@@ -227,6 +227,10 @@ async def test_a_sibling_s_run_is_running_to_the_other_peer(pair: Pair) -> None:
                 break
             await asyncio.sleep(0.01)
         assert await pair.b.status(run.session_id) == "running" == await pair.a.status(run.session_id)
+        # a peer that joined after the run began never heard it start: the run's claim in the relay says it
+        assert pair.b.mesh is not None
+        pair.b.mesh.remote_runs.clear()
+        assert await pair.b.status(run.session_id) == "running"
     finally:
         GATE["sibling"].set()
     assert isinstance(await asyncio.wait_for(run.result(), 10), Done)

@@ -21,12 +21,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tether import Session
-from tether.context.derive import CUT_NOTE, GO_ON_NOTE, STOPPED_NOTE
+from tether.context.derive import CUT_NOTE, GO_ON_NOTE, LIMIT_NOTE, STOPPED_NOTE
 from tether.events import Done, Event
-from tether.messages import INTERRUPTED_ANSWER, Message, TextPart, ThinkingPart, ToolCallPart, Usage
+from tether.messages import INTERRUPTED_ANSWER, Checkpoint, Message, TextPart, ThinkingPart, ToolCallPart, Usage
 from tether.providers.base import (
     ModelRequest,
     StreamDone,
@@ -207,7 +208,7 @@ async def test_the_next_run_journals_the_cut_answer_and_the_model_reads_it_noted
     assert any(getattr(e, "text", None) == "The bug is in the par" for e in events)
 
 
-@pytest.mark.parametrize("how", ["crash", "ctrl-c"])
+@pytest.mark.parametrize("how", ["crash", "ctrl-c", "limit"])
 async def test_continue_goes_on_with_an_answer_cut_short(session: Session, how: str) -> None:
     """`tether run --continue` after a Ctrl-C or a crash cut a text answer: the model is asked to go on (before,
     the run said "Nothing to continue", as if the answer had ended). The note after the cut stays once the
@@ -215,14 +216,21 @@ async def test_continue_goes_on_with_an_answer_cut_short(session: Session, how: 
     await session.store.append(session.id, [Message.user("explain the bug")])
     if how == "crash":
         await session.store.save_stream(session.id, 1, left_answer("The bug is in the par"))
-    else:  # what a cancel journals: the partial answer as it streamed
+    elif how == "ctrl-c":  # what a cancel journals: the partial answer as it streamed
         await session.store.append(session.id, [left_answer("The bug is in the par")])
+    else:  # what a cut at the step's limit journals: the answer marked cut, then a checkpoint
+        cut = msgspec.structs.replace(
+            left_answer("The bug is in the par"), finish_reason="length", metadata={"partial": True, "cut": "40000"}
+        )
+        checkpoint = Checkpoint(objective="explain the bug", done="1 step", next_action="go on", reason="answer_cut")
+        await session.store.append(session.id, [cut, checkpoint])
     provider = ScriptedProvider(["ser: it drops the last line.", "Yes."])
     events = await drain(session.stream(None, provider=provider, model="m", tools=ToolRegistry()))
     assert isinstance(events[-1], Done) and events[-1].reason != "nothing_to_do"
     sent = provider.requests[0].messages
     assert [m.role for m in sent] == ["user", "assistant", "user"]
-    assert sent[1].text == "The bug is in the par" + (CUT_NOTE if how == "crash" else STOPPED_NOTE)
+    note = {"crash": CUT_NOTE, "ctrl-c": STOPPED_NOTE, "limit": LIMIT_NOTE}[how]
+    assert sent[1].text == "The bug is in the par" + note
     assert sent[2].text == GO_ON_NOTE
     messages = await session.messages()
     assert [m.role for m in messages] == ["user", "assistant", "assistant"]  # the note is not journaled

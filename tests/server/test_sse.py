@@ -272,8 +272,16 @@ async def test_a_cancel_while_a_call_waits_leaves_its_request_pending_on_every_f
             assert seen[-1].status == "waiting_for_approval"  # type: ignore[attr-defined]
             (left,) = await client.approvals()
             assert (left.session_id, left.call_id, left.workspace) == (sid, "ch1", str(served.workspace))
+            assert not [i for i in seen if isinstance(i, ApprovalSettled)], [type(i).__name__ for i in seen]
+            # answered now: the session resumes, its run takes the answer, and the feed says it settled
+            await client.answer(sid, "ch1", approved=True)
+            async for item in feed:
+                seen.append(item)
+                if isinstance(item, StatusChanged) and item.status == "idle":
+                    break
             await feed.aclose()
-    assert not [i for i in seen if isinstance(i, ApprovalSettled)], [type(i).__name__ for i in seen]
+    settled = [(i.call_id, i.approved) for i in seen if isinstance(i, ApprovalSettled)]
+    assert settled == [("ch1", True)], [type(i).__name__ for i in seen]
 
 
 async def test_events_across_a_restart_replay_what_the_follower_missed(tmp_path: Path) -> None:

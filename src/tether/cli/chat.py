@@ -142,10 +142,17 @@ def chat(
             if session_id is None:
                 err.print("[dim]nothing to compact yet: no message has been sent[/dim]")
             else:
+                from ..errors import SessionBusy
                 from ..runtime.configuration import load_config
+                from ..runtime.lease import held_for_edit
                 from ..runtime.operations import compact_now
 
-                result = await compact_now(store, session_id, config=load_config())
+                try:  # an edit, as `tether compact`: never under a run of the session elsewhere
+                    async with held_for_edit(store, session_id, what="compact"):
+                        result = await compact_now(store, session_id, config=load_config())
+                except SessionBusy as busy:
+                    err.print(f"not compacted: {shown(str(busy))}", highlight=False)
+                    return False, session_id
                 if result.entry is None:
                     err.print(f"not compacted: {shown(str(result.error))}", highlight=False)
                 else:

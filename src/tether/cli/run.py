@@ -302,6 +302,10 @@ def run(
                     code = 1
         except SessionBusy as busy:
             err.print(f"[red]error:[/red] {shown(busy_line(busy))}", highlight=False)
+            if as_json:  # said where a program reads the run too
+                event = Error(session_id=busy.session_id, n=0, code=busy.code, message=busy_line(busy))
+                sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
+                sys.stdout.flush()
             code = BUSY_EXIT
         except OptionError as refused:  # the session named is not there, an imported one not confirmed...
             if as_json:  # said where a program reads the run, as `checked` says a bad option

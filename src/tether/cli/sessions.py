@@ -520,6 +520,7 @@ def revert(session_ref: str, to_seq: int, reason: str | None, json_flag: bool) -
 
     async def run(store: Store) -> tuple[str, Entry]:
         info = await find_session(store, session_ref)
+        refuse_archived(info)  # its journal is in the bucket: a revert journaled into its stub would be lost
         if to_seq > info.entry_count:
             raise NotFound(f"session {info.id} has no entry {to_seq} (it has {info.entry_count})")
         async with held_for_edit(store, info.id, what="revert"):

@@ -59,8 +59,13 @@ CUT_NOTE = "[This answer was cut off here: tether stopped (a crash or kill) whil
 """What the model reads at the end of its own answer that a kill cut (`messages.INTERRUPTED_ANSWER`), after its
 text and before any complete tool call (whose result says it never ran)."""
 
-STOPPED_NOTE = "[This answer was cut off here: the user stopped it.]"
-"""What the model reads at the end of its own answer that a person stopped (Ctrl-C, a cancel), as `CUT_NOTE`."""
+STOPPED_NOTE = "[This answer was cut off here: the run was stopped (a cancel) while it was being written.]"
+"""What the model reads at the end of its own answer that a cancel stopped (Ctrl-C, a person's or a server's
+stop), as `CUT_NOTE`."""
+
+LIMIT_NOTE = "[This answer was cut off here: it went on past what one answer may stream.]"
+"""What the model reads at the end of its own answer cut at the step's limit (``max_answer_tokens``, a stall:
+`finish_reason` ``length`` or ``stalled``, ``metadata.cut``), as `CUT_NOTE`."""
 
 GO_ON_NOTE = "[Go on from where your answer above was cut off.]"
 """What the model reads after an answer cut short that nothing followed but its own next answer (``tether run
@@ -425,14 +430,16 @@ def derive_context(
 
 def cut_note(message: Message) -> str | None:
     """For an answer cut short, what the model reads at its cut: `CUT_NOTE` when a kill or crash cut it (its
-    saved stream, `messages.INTERRUPTED_ANSWER`), `STOPPED_NOTE` when a person stopped it (the partial answer
-    a cancel journals); None for any other message."""
+    saved stream, `messages.INTERRUPTED_ANSWER`), `STOPPED_NOTE` when a cancel stopped it (the partial answer
+    it journals), `LIMIT_NOTE` when the step's limit cut it; None for any other message."""
     if message.role != "assistant":
         return None
     if message.metadata.get(INTERRUPTED_ANSWER) is True:
         return CUT_NOTE
     if message.metadata.get("partial") is True and message.finish_reason == "cancelled":
         return STOPPED_NOTE
+    if message.metadata.get("partial") is True and message.metadata.get("cut"):
+        return LIMIT_NOTE
     return None
 
 

@@ -24,7 +24,10 @@ class Asking(ManagerBase):
     async def _ask(self, request: ApprovalRequest, root: str) -> Answer:
         key = (request.session_id, request.call_id)
         given = self._given.pop(key, None)
-        if given is not None:
+        if given is not None:  # answered while no run waited (left by a stopped run): settled now, on /events too
+            await self.activity.publish(
+                ApprovalSettled(session_id=request.session_id, call_id=request.call_id, approved=given.approved)
+            )
             return given
         asked = _Asked(request, root, asyncio.get_running_loop().create_future())
         self._asked[key] = asked

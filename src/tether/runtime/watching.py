@@ -39,9 +39,12 @@ class Watching(ManagerBase):
         if await live_lease(self.store, session_id) is not None:
             if self.mesh is not None and self.mesh.waits_for_approval(session_id):
                 return "waiting_for_approval"
-            # a sibling worker's or node's run is the service's own: running, as its own process says;
+            # a sibling worker's or node's run is the service's own: running, as its own process says (its
+            # events relayed here, or its claim in the relay: a run that began before this peer joined);
             # elsewhere is a process outside the service (a `tether run` beside the server)
-            return "running" if self.mesh is not None and self.mesh.relays(session_id) else "busy_elsewhere"
+            mesh = self.mesh
+            sibling = mesh is not None and (mesh.relays(session_id) or await mesh.claimed_elsewhere(session_id))
+            return "running" if sibling else "busy_elsewhere"
         if await journaled_requests(self.store, session_id):
             return "waiting_for_approval"  # a run stopped while it waited: resuming it asks again
         return "paused" if info.state == "paused" else "idle"

@@ -29,6 +29,7 @@ from ..paths import canonical_directory
 from ..recall import RecallResult, recall
 from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
+from ..runtime.archive import refuse_archived
 from ..runtime.handle import SessionHandle
 from ..runtime.launch import WIRE_OPTIONS
 from ..runtime.lease import live_lease
@@ -146,7 +147,8 @@ async def _statuses(state: ServerState, items: list[SessionInfo]) -> dict[str, A
     worker ran was missing, and read as idle, depending on which worker answered."""
     running = set(state.manager.running())
     if state.mesh is not None:
-        running |= {s.id for s in items if state.mesh.relays(s.id)}
+        mesh = state.mesh
+        running |= {s.id for s in items if mesh.relays(s.id) or await mesh.claimed_elsewhere(s.id)}
     return {s.id: await state.manager.status(s.id) for s in items if s.id in running}
 
 
@@ -297,6 +299,7 @@ async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None
 
 async def revert(state: State, session_id: Ref, body: RevertRequest) -> Response:
     info = await find_session(state.store, session_id)
+    refuse_archived(info)
     if body.to_seq > info.entry_count:
         raise NotFound(f"session {info.id} has no entry {body.to_seq} (it has {info.entry_count})")
     async with state.manager.exclusive(info.id):
