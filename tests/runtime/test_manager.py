@@ -602,3 +602,26 @@ async def test_a_deleted_session_s_followers_see_their_stream_end(store: SqliteS
         assert len(done) == 2 and [f.result() for f in followers] == [[], []]
     finally:
         await mgr.shutdown()
+
+
+async def test_what_another_member_told_the_feed_is_not_told_again(store: SqliteStore, tmp_path: Path) -> None:
+    """Two managers over one store (two workers): a session one makes and announces is in the shared feed
+    once. The other's store watcher, which tells what processes outside the service do, told it again as a
+    new session (a newcomer saw `session_created` twice with `--workers 2`)."""
+    from tether.runtime import watching
+    from tether.runtime.activity import SessionCreated
+
+    here, there = (manager(store, tmp_path, ScriptedProvider(["x"])) for _ in range(2))
+    feed = there.follow_activity()  # starts its store watcher, which looks while someone follows
+    following = asyncio.ensure_future(anext(feed))
+    try:
+        await asyncio.sleep(0.1)
+        made = await here.announce(SessionCreated(session=await store.create_session(directory=str(tmp_path))))
+        assert isinstance(made, SessionCreated)
+        await asyncio.sleep(watching.STORE_WATCH_INTERVAL * 2.5)
+        told = [c for c in await store.changes_after(0) if c.kind == "session_created"]
+        assert [c.session_id for c in told] == [made.session.id]
+    finally:
+        following.cancel()
+        await here.shutdown()
+        await there.shutdown()

@@ -49,6 +49,31 @@ class Watching(ManagerBase):
             return "waiting_for_approval"  # a run stopped while it waited: resuming it asks again
         return "paused" if info.state == "paused" else "idle"
 
+    async def _last_change(self) -> int:
+        try:
+            return await self.store.last_change_id()
+        except TetherError:
+            return 0
+
+    async def _told_elsewhere(self, after: int) -> int:
+        """Read the feed's changes after `after` (any process's): the sessions they told are known as told.
+        Returns where the reading stopped."""
+        while True:
+            changes = await self.store.changes_after(after, 500)
+            for change in changes:
+                row = change.data.get("session")
+                if change.kind in ("session_created", "session_updated") and isinstance(row, dict):
+                    sid, updated, last = row.get("id"), row.get("updated_at"), row.get("entry_count", 0)  # (last_seq)
+                    mark = (
+                        (float(updated), last) if isinstance(updated, int | float) and isinstance(last, int) else None
+                    )
+                    if isinstance(sid, str) and mark is not None and self._known.get(sid, (0.0, 0)) < mark:
+                        self._known[sid] = mark
+                        self._known.move_to_end(sid)
+            if len(changes) < 500:
+                return changes[-1].id if changes else after
+            after = changes[-1].id
+
     async def _busy(self, session_id: str) -> SessionBusy | None:
         """Who holds the session, as the error to give someone who wants it now; None when it is free."""
         lease = await live_lease(self.store, session_id)
@@ -87,6 +112,7 @@ class Watching(ManagerBase):
         """Sessions whose status is looked at on every look: those changed lately (a run elsewhere takes the
         lease just after it creates or appends) and those run elsewhere (until the lease is given back)."""
         first = True
+        feed_read = await self._last_change()
         while not self._closing:
             if not first:
                 await asyncio.sleep(STORE_WATCH_INTERVAL)
@@ -94,11 +120,16 @@ class Watching(ManagerBase):
                     return
             now = time.time()
             try:
+                # what the service's other members (workers, nodes) told the feed themselves is not told
+                # again: with 2 workers a session one made came twice, the second time as made anew
+                feed_read = await self._told_elsewhere(feed_read)
                 page = await self.store.list_sessions(parent_id=UNSET, limit=50)
                 for info in reversed(page.items):  # oldest change first
                     mark = (info.updated_at, info.last_seq)
                     if known.get(info.id) == mark:
                         continue
+                    if self.mesh is not None and now - info.updated_at < STORE_WATCH_INTERVAL:
+                        continue  # a member may be about to tell it (its row is written before its change)
                     is_new = info.id not in known
                     known[info.id] = mark
                     known.move_to_end(info.id)
