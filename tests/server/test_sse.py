@@ -11,6 +11,7 @@ import logging
 import socket
 import struct
 import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,18 @@ async def test_the_activity_stream_tells_what_happens_to_every_session(server: S
     assert [i.n for i in seen] == sorted({i.n for i in seen})
 
 
+async def read_until(feed: AsyncIterator[Any], seen: list[Any], stop: Callable[[Any], bool]) -> None:
+    """Append what `feed` gives to `seen` until an item `stop` says is the last."""
+    async for item in feed:
+        seen.append(item)
+        if stop(item):
+            return
+
+
+def idle(item: Any) -> bool:
+    return isinstance(item, StatusChanged) and item.status == "idle"
+
+
 async def test_the_activity_stream_tells_when_a_call_waits_for_a_person_and_when_it_stops_waiting(
     tmp_path: Path,
 ) -> None:
@@ -228,17 +241,11 @@ async def test_the_activity_stream_tells_when_a_call_waits_for_a_person_and_when
             feed = client.activity(after=0)
             created = await client.create_session(str(served.workspace), prompt="change it")
             sid = created.session.id
-            seen = []
-            async for item in feed:
-                seen.append(item)
-                if isinstance(item, ApprovalPending):
-                    break
-            assert seen[-1].request.call_id == "ch1" and seen[-1].root_id == sid  # type: ignore[attr-defined]
+            seen: list[Any] = []
+            await read_until(feed, seen, lambda item: isinstance(item, ApprovalPending))
+            assert seen[-1].request.call_id == "ch1" and seen[-1].root_id == sid
             await client.answer(sid, "ch1", approved=True)
-            async for item in feed:
-                seen.append(item)
-                if isinstance(item, StatusChanged) and item.status == "idle":
-                    break
+            await read_until(feed, seen, idle)
             await feed.aclose()
     statuses = [i.status for i in seen if isinstance(i, StatusChanged)]
     assert statuses.index("waiting_for_approval") < statuses.index("idle")
@@ -257,28 +264,22 @@ async def test_a_cancel_while_a_call_waits_leaves_its_request_pending_on_every_f
             feed = client.activity(after=0)
             created = await client.create_session(str(served.workspace), prompt="change it")
             sid = created.session.id
-            seen = []
-            async for item in feed:
-                seen.append(item)
-                if isinstance(item, ApprovalPending):
-                    break
+            seen: list[Any] = []
+            await read_until(feed, seen, lambda item: isinstance(item, ApprovalPending))
             assert await client.cancel(sid)
-            updated = False
-            async for item in feed:  # the cancel's own: the session's row, then where it stands
-                seen.append(item)
-                updated = updated or isinstance(item, SessionUpdated)
-                if updated and isinstance(item, StatusChanged):
-                    break
-            assert seen[-1].status == "waiting_for_approval"  # type: ignore[attr-defined]
+            mark = len(seen)  # the cancel's own: the session's row, then where it stands
+            await read_until(
+                feed,
+                seen,
+                lambda i: isinstance(i, StatusChanged) and any(isinstance(u, SessionUpdated) for u in seen[mark:]),
+            )
+            assert seen[-1].status == "waiting_for_approval"
             (left,) = await client.approvals()
             assert (left.session_id, left.call_id, left.workspace) == (sid, "ch1", str(served.workspace))
             assert not [i for i in seen if isinstance(i, ApprovalSettled)], [type(i).__name__ for i in seen]
             # answered now: the session resumes, its run takes the answer, and the feed says it settled
             await client.answer(sid, "ch1", approved=True)
-            async for item in feed:
-                seen.append(item)
-                if isinstance(item, StatusChanged) and item.status == "idle":
-                    break
+            await read_until(feed, seen, idle)
             await feed.aclose()
     settled = [(i.call_id, i.approved) for i in seen if isinstance(i, ApprovalSettled)]
     assert settled == [("ch1", True)], [type(i).__name__ for i in seen]
