@@ -161,9 +161,10 @@ def fitted_table(
             return len(cell)
 
     def need(i: int) -> int:
+        # a whole column does not wrap its header either ("out $/M" took 7, not its longest word's 3, and the
+        # table came out a column wider than the terminal, its right edge cropped)
         cells = [shown(row[i]) for row in rows]
-        words = [len(w) for w in columns[i].header.split()]
-        return max([*cells, *words, 1]) if not columns[i].fold else FOLD_MIN
+        return max([*cells, len(columns[i].header), 1]) if not columns[i].fold else FOLD_MIN
 
     kept = list(range(len(columns)))
     while True:
