@@ -13,6 +13,7 @@ import pytest
 
 from tether import Message, Session, ToolCallPart
 from tether.config import Config, RuntimeConfig
+from tether.context.derive import GO_ON_NOTE, LIMIT_NOTE
 from tether.context.tokens import get_counter
 from tether.events import CheckpointReached, Done, Error, Event, TextDelta
 from tether.messages import Checkpoint
@@ -108,11 +109,14 @@ async def test_the_configured_limit_holds_and_continue_goes_on(session: Session)
     assert 40 < cut.metadata["cut"]["tokens"] <= 45
     entries = await session.entries()
     assert isinstance(entries[-1].body, Checkpoint) and entries[-1].body.reason == "answer_cut"
-    # --continue: the checkpoint is work to do; the model reads what it had said
+    # --continue: the checkpoint is work to do; the model reads what it had said, marked cut, and is asked
+    # to go on (a request that ended on its own partial turn was a prefill some providers refuse)
     then = ScriptedProvider(["And that is all."])
     done = [e async for e in session.stream(None, provider=then, model="m", model_info=INFO, config=config)]
     assert isinstance(done[-1], Done) and done[-1].text == "And that is all."
-    assert then.requests[0].messages[-1].text == cut.text
+    said, asked = then.requests[0].messages[-2:]
+    assert said.role == "assistant" and said.text == cut.text + LIMIT_NOTE
+    assert asked.role == "user" and asked.text == GO_ON_NOTE
 
 
 async def test_a_model_that_goes_quiet_is_cut_after_the_stall_timeout(session: Session) -> None:
