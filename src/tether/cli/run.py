@@ -104,6 +104,12 @@ def project_confirmer(err: Console, interactive: bool) -> ConfirmProject:
     return confirm
 
 
+def say_event(event: Event) -> None:
+    """One event as a line of JSON on stdout, where a program reads the run (`--json`)."""
+    sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
+    sys.stdout.flush()
+
+
 def checked(as_json: bool, request: RunRequest) -> LaunchPlan:
     """`request` checked before any store is opened: an option that cannot be used is an `OptionError`
     (exit 2), and leaves nothing behind, not even an empty database. With `as_json` it is also said as an
@@ -113,9 +119,7 @@ def checked(as_json: bool, request: RunRequest) -> LaunchPlan:
     except (InvalidInput, ConfigError, MissingExtra) as exc:
         message = " ".join(str(exc).split())
         if as_json:
-            event = Error(session_id="", n=0, code="invalid_input", message=message)
-            sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
-            sys.stdout.flush()
+            say_event(Error(session_id="", n=0, code="invalid_input", message=message))
         raise OptionError(message) from exc
 
 
@@ -283,8 +287,7 @@ def run(
             async for event in launched_events(store, plan, notice, confirm):
                 last_session = last_session or event.session_id  # the run's own; its sub-agents' follow it
                 if as_json:
-                    sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
-                    sys.stdout.flush()
+                    say_event(event)
                 else:
                     assert renderer is not None
                     renderer.handle(event)
@@ -303,17 +306,13 @@ def run(
         except SessionBusy as busy:
             err.print(f"[red]error:[/red] {shown(busy_line(busy))}", highlight=False)
             if as_json:  # said where a program reads the run too
-                event = Error(session_id=busy.session_id, n=0, code=busy.code, message=busy_line(busy))
-                sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
-                sys.stdout.flush()
+                say_event(Error(session_id=busy.session_id, n=0, code=busy.code, message=busy_line(busy)))
             code = BUSY_EXIT
         except OptionError as refused:  # the session named is not there, an imported one not confirmed...
             if as_json:  # said where a program reads the run, as `checked` says a bad option
                 cause = refused.__cause__
                 kind = cause.code if isinstance(cause, TetherError) else "invalid_input"
-                event = Error(session_id="", n=0, code=kind, message=str(refused))
-                sys.stdout.buffer.write(escape_json_controls(event_json(event)) + b"\n")
-                sys.stdout.flush()
+                say_event(Error(session_id="", n=0, code=kind, message=str(refused)))
             raise
         except asyncio.CancelledError:
             if not cancelled:

@@ -17,7 +17,6 @@ from typing import IO, Any, AnyStr, Generic, cast
 import click
 
 from .. import markers
-from ..errors import NotFound
 from ..importers.claude_code_export import export_claude_code
 from ..importers.codex_export import export_codex
 from ..importers.foreign_export import EXPORT_FORMATS, ExportReport
@@ -42,7 +41,6 @@ from ..messages import (
 from ..paths import canonical_directory
 from ..runtime import audit
 from ..runtime.archive import archived, refuse_archived
-from ..runtime.handle import SessionHandle
 from ..runtime.lease import held_for_edit
 from ..store import UNSET, Store
 from ..store.protocols import Journal
@@ -519,13 +517,11 @@ def revert(session_ref: str, to_seq: int, reason: str | None, json_flag: bool) -
     Refused while a run holds the session."""
 
     async def run(store: Store) -> tuple[str, Entry]:
+        from ..runtime.operations import revert_session
+
         info = await find_session(store, session_ref)
-        refuse_archived(info)  # its journal is in the bucket: a revert journaled into its stub would be lost
-        if to_seq > info.entry_count:
-            raise NotFound(f"session {info.id} has no entry {to_seq} (it has {info.entry_count})")
         async with held_for_edit(store, info.id, what="revert"):
-            handle = SessionHandle(store, await store.get_session(info.id))
-            return info.id, await handle.revert(to_seq, reason=reason)
+            return info.id, await revert_session(store, info, to_seq, reason=reason)
 
     sid, entry = with_store(run)
     if wants_json(json_flag):

@@ -18,12 +18,13 @@ from ..context.compaction import CompactionResult, EventSink
 from ..context.derive import DerivedContext
 from ..context.engine import CompactionScope, ContextEngine
 from ..context.tokens import count_message, count_tools, get_counter
-from ..errors import ConfigError
+from ..errors import ConfigError, NotFound
 from ..messages import Entry, EntryBody
 from ..providers.catalog import Catalog, ModelInfo
 from ..providers.registry import KEY_ENVS, choose_model, provider_names, resolve_provider, usable
 from ..store.protocols import Journal, JournalSearchIndex, Leases, Store
 from ..store.records import Lease, LeaseRequest, SessionInfo
+from .archive import refuse_archived
 from .configuration import context_settings
 from .handle import SessionHandle
 from .launch import Resolver
@@ -92,6 +93,16 @@ async def context_view(store: Journal, session_id: str, *, config: Config, model
         (await project_context(store, info.directory, config)).report if info.directory else {},
         mcp_costs(info.metadata),
     )
+
+
+async def revert_session(store: Store, info: SessionInfo, to_seq: int, *, reason: str | None = None) -> Entry:
+    """Take the session of `info` back to entry `to_seq`, for every face (the caller holds the session): an
+    archived one is refused (its journal is in the bucket: a revert journaled into its stub would be lost),
+    an entry past its end is `NotFound`."""
+    refuse_archived(info)
+    if to_seq > info.entry_count:
+        raise NotFound(f"session {info.id} has no entry {to_seq} (it has {info.entry_count})")
+    return await SessionHandle(store, await store.get_session(info.id)).revert(to_seq, reason=reason)
 
 
 async def compact_now(

@@ -29,7 +29,6 @@ from ..paths import canonical_directory
 from ..recall import RecallResult, recall
 from ..runtime import audit
 from ..runtime.activity import ActivityStatus, SessionCreated, SessionUpdated
-from ..runtime.archive import refuse_archived
 from ..runtime.handle import SessionHandle
 from ..runtime.launch import WIRE_OPTIONS
 from ..runtime.lease import live_lease
@@ -37,7 +36,14 @@ from ..runtime.lookup import find_session
 from ..runtime.mcp import McpOverview, McpServerView
 from ..runtime.memory import Note, forget, remember
 from ..runtime.memory import notes as memory_notes
-from ..runtime.operations import ModelsOverview, compact_now, context_view, models_overview, search_sessions
+from ..runtime.operations import (
+    ModelsOverview,
+    compact_now,
+    context_view,
+    models_overview,
+    revert_session,
+    search_sessions,
+)
 from ..runtime.permission import Answer as PersonAnswer
 from ..runtime.permission import ApprovalRequest
 from ..runtime.rules import with_session_rules
@@ -299,13 +305,9 @@ async def fork(state: State, session_id: Ref, body: Annotated[ForkRequest | None
 
 async def revert(state: State, session_id: Ref, body: RevertRequest) -> Response:
     info = await find_session(state.store, session_id)
-    refuse_archived(info)
-    if body.to_seq > info.entry_count:
-        raise NotFound(f"session {info.id} has no entry {body.to_seq} (it has {info.entry_count})")
     async with state.manager.exclusive(info.id):
-        handle = SessionHandle(state.store, info)
-        entry = await handle.revert(body.to_seq, reason=body.reason)
-        info = await handle.refresh()
+        entry = await revert_session(state.store, info, body.to_seq, reason=body.reason)
+        info = await state.store.get_session(info.id)
     await state.manager.announce(SessionUpdated(session=info))
     return answer(entry, 201)
 
